@@ -1,0 +1,71 @@
+"""Registry of RTL blocks: how to build each from a :class:`~hikv.params.Config` and how to run
+its cocotb regression. Used by ``hikv verilog``, ``hikv rtl`` and the pytest launchers.
+
+Entries name their implementation as ``"module:attribute"`` strings so that importing this
+registry (and ``hikv --help``) does not import Amaranth or cocotb.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hikv.params import Config, ParamError
+
+__all__ = ["Block", "RtlReport", "BLOCKS", "get_block"]
+
+
+@dataclass(frozen=True)
+class RtlReport:
+    """Outcome of one block regression (``hikv rtl``)."""
+
+    block: str
+    preset: str
+    seed: int
+    jobs: int
+    passed: bool
+    lines: tuple[str, ...] = ()      # human-readable summary, printed by ``hikv rtl``
+    metrics: dict[str, Any] = field(default_factory=dict)  # e.g. measured cycles per mode
+    waves: Path | None = None
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str
+    description: str
+    toplevel: str          # Verilog top module name
+    make: str              # "module:callable", callable(cfg: Config) -> wiring.Component
+    regression: str        # "module:callable", callable(cfg, *, seed, jobs, waves, simulator)
+    #                        -> RtlReport
+
+    def component(self, cfg: Config) -> Any:
+        return _load(self.make)(cfg)
+
+    def verilog(self, cfg: Config) -> str:
+        from hikv.hw.verilog import to_verilog
+
+        return to_verilog(self.component(cfg), self.toplevel)
+
+    def run_regression(self, cfg: Config, *, seed: int, jobs: int | None = None,
+                       waves: bool = False, simulator: str = "verilator") -> RtlReport:
+        return _load(self.regression)(cfg, seed=seed, jobs=jobs, waves=waves,
+                                      simulator=simulator)
+
+
+def _load(ref: str) -> Any:
+    mod, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+#: name -> Block. Each RTL block adds one entry.
+BLOCKS: dict[str, Block] = {}
+
+
+def get_block(name: str) -> Block:
+    try:
+        return BLOCKS[name]
+    except KeyError:
+        known = sorted(BLOCKS) or ["(none yet)"]
+        raise ParamError(f"unknown block {name!r}; known blocks: {known}") from None
