@@ -394,6 +394,11 @@ class LoaderParams:
         """AXI ARSIZE encoding of a full-width beat."""
         return clog2(self.beat_bytes) if self.beat_bytes > 1 else 0
 
+    @property
+    def index_width(self) -> int:
+        """Bits of a token slot index below ``max_tokens`` (the loader's token input)."""
+        return clog2(self.max_tokens)
+
 
 _TECH_NODES_NM = (45, 28, 16, 7)
 

@@ -69,3 +69,11 @@ def get_block(name: str) -> Block:
     except KeyError:
         known = sorted(BLOCKS) or ["(none yet)"]
         raise ParamError(f"unknown block {name!r}; known blocks: {known}") from None
+
+BLOCKS["loader"] = Block(
+    name="loader",
+    description="two-level KV loader: retained token slots -> AXI4 reads -> packed vectors",
+    toplevel="hikv_loader",
+    make="hikv.hw.loader:make_loader",
+    regression="hikv.rtl_tests.loader_launch:run_regression",
+)

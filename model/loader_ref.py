@@ -1,8 +1,18 @@
-"""The two-level KV loader's function: the bit-exact reference for the RTL.
+"""The two-level KV loader's function: the bit-exact reference for the RTL (hw/loader.py).
 
-**Request generation.** The loader reads the byte ranges of a job (one region, ranges in
-ascending address order: the records of ascending retained tokens, or the (page, channel) chunks
-of the channel-page layout) at burst granularity. Each range covers burst blocks
+**Jobs.** One loader job reads one *region* (the K or the V array of one (layer, KV head)),
+starting at a burst-aligned ``base`` address, for a list of retained token *slots* in strictly
+ascending order (the sorter's Stage I output order). The region's layout is a
+:class:`~hikv.params.RecordLayout` (see :mod:`hikv.model.layout`): ``DENSE`` rows,
+``MASKED_RECORD`` records with ``kept`` elements each, or ``CHANNEL_PAGES`` with one channel set
+shared by all tokens of the job (a channel-group selection is a channel set whose members come in
+groups). :class:`LoaderJob` bundles this and :func:`job_ranges` gives the byte ranges the job
+needs: whole rows / records, and for channel pages the element of every retained token in every
+selected channel (so a chunk longer than a burst is read only in the bursts holding retained
+tokens; when ``channel_chunk_bytes <= burst_bytes`` this is the same as reading whole chunks).
+
+**Request generation.** The loader reads the byte ranges of a job (in ascending address order)
+at burst granularity. Each range covers burst blocks
 ``[start // burst, (start + length - 1) // burst]``. Ranges are merged into *runs* of
 consecutive blocks: a range whose first block is at most one past the current run's last block
 extends the run (so a block shared by neighbouring records is read once, and adjacent records
@@ -10,6 +20,9 @@ coalesce); otherwise the run is closed and a new one starts. Each run is cut gre
 start into AXI4 INCR requests of full-width beats, each as long as possible subject to
 ``max_burst_beats`` and never crossing a 4 KiB boundary. Every request is burst-aligned and a
 multiple of a burst long, except where ``max_burst_beats * beat_bytes`` is shorter than a burst.
+A request's length depends only on where its run starts and on whether the run reaches at least
+one full request further, so hardware can issue it as soon as that is known (before the run
+closes) and still match this list exactly.
 
 The bytes the requests deliver equal :func:`hikv.model.layout.burst_bytes` of the ranges, so the
 hardware's byte counter is checked against the byte account exactly.
@@ -17,7 +30,15 @@ hardware's byte counter is checked against the byte account exactly.
 **Memory images** (:func:`dense_image`, :func:`masked_image`, :func:`channel_page_image`) build
 the bytes of a region from K or V tensors in the layouts of :mod:`hikv.model.layout`; the
 ``unpack_*`` functions are their inverses and define the packed data the loader delivers: per
-token, the dense vector with zeros where masked.
+retained token, in slot order, the dense vector with zeros where masked and the element mask
+(:func:`packed_output`). Records and rows need not be a whole number of beats long or start on a
+beat: the loader works on byte addresses, a beat may hold the end of one record and the start of
+the next, and the bytes of a beat outside the current record are ignored.
+
+**Read errors.** A beat answered with SLVERR or DECERR is never used as data silently: every
+token whose bytes were taken from such a beat is flagged (:func:`error_slots`). For channel
+pages the whole page is assembled in one buffer, so every retained token of a page that received
+an erroneous beat is flagged.
 """
 
 from __future__ import annotations
@@ -26,9 +47,9 @@ from dataclasses import dataclass
 
 import torch
 
-from hikv.params import KVLayout, ParamError
+from hikv.params import KVLayout, LoaderParams, ParamError, RecordLayout
 
-from .layout import Ranges
+from .layout import Ranges, dense_rows, masked_records, page_channels
 
 __all__ = [
     "AxiRead",
@@ -42,6 +63,12 @@ __all__ = [
     "channel_page_image",
     "unpack_dense",
     "unpack_masked",
+    "unpack_pages",
+    "LoaderJob",
+    "job_ranges",
+    "job_requests",
+    "packed_output",
+    "error_slots",
 ]
 
 AXI_BOUNDARY = 4096
@@ -199,20 +226,156 @@ def unpack_dense(img: bytes, slots: list[int], layout: KVLayout) -> torch.Tensor
 
 def unpack_masked(img: bytes, slots: list[int], kept: int, layout: KVLayout
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dense vectors with zeros where masked, masks) of the records at ``slots``."""
+    """(dense vectors with zeros where masked, masks) of the records at ``slots``.
+
+    Elements move as raw bytes, so every bit pattern (NaN payloads included) survives.
+    """
     buf = torch.frombuffer(bytearray(img), dtype=torch.uint8)
-    d = layout.head_dim
+    d, eb = layout.head_dim, layout.elem_bytes
     rec = layout.record_bytes(kept)
     stride = layout.stride(rec)
-    out = torch.zeros(len(slots), d, dtype=_elems_from_bytes(
-        torch.zeros(1, layout.elem_bytes, dtype=torch.uint8), layout).dtype)
+    raw_out = torch.zeros(len(slots), d, eb, dtype=torch.uint8)
     masks = torch.zeros(len(slots), d, dtype=torch.bool)
     for i, s in enumerate(slots):
         raw = buf[s * stride: s * stride + rec]
         m = bytes_to_mask(raw[: layout.mask_bytes].unsqueeze(0), d)[0]
-        vals = _elems_from_bytes(raw[layout.mask_bytes:].reshape(kept, -1), layout)
         if int(m.sum()) != kept:
             raise ParamError(f"record at slot {s} has {int(m.sum())} mask bits, expected {kept}")
-        out[i, m] = vals
+        raw_out[i, m] = raw[layout.mask_bytes:].reshape(kept, eb)
         masks[i] = m
-    return out, masks
+    return _elems_from_bytes(raw_out, layout), masks
+
+
+def unpack_pages(img: bytes, slots: list[int], channels: list[int], layout: KVLayout
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(vectors with zeros outside ``channels``, masks) of ``slots`` in a channel-page image."""
+    d, pt, eb = layout.head_dim, layout.page_tokens, layout.elem_bytes
+    chunk = layout.channel_chunk_bytes
+    buf = torch.frombuffer(bytearray(img), dtype=torch.uint8)
+    masks = torch.zeros(len(slots), d, dtype=torch.bool)
+    if channels:
+        masks[:, list(channels)] = True
+    raw = torch.zeros(len(slots), d, eb, dtype=torch.uint8)
+    for i, s in enumerate(slots):
+        page, off = divmod(s, pt)
+        for c in channels:
+            a = page * d * chunk + c * chunk + off * eb
+            raw[i, c] = buf[a: a + eb]
+    return _elems_from_bytes(raw, layout), masks
+
+
+# --------------------------------------------------------------------------- jobs
+@dataclass(frozen=True)
+class LoaderJob:
+    """One loader job: one region, its layout mode and the retained slots (ascending).
+
+    ``kept`` is the kept element count of ``MASKED_RECORD`` records (ignored otherwise);
+    ``channels`` the selected channels of ``CHANNEL_PAGES`` (ignored otherwise). ``base`` is the
+    region's byte address (burst-aligned). The RTL takes at least one slot per job.
+    """
+
+    mode: RecordLayout
+    slots: tuple[int, ...]
+    base: int = 0
+    kept: int = 0
+    channels: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, RecordLayout):
+            raise ParamError(f"LoaderJob.mode = {self.mode!r} is not a RecordLayout")
+        object.__setattr__(self, "slots", tuple(int(s) for s in self.slots))
+        object.__setattr__(self, "channels", tuple(sorted({int(c) for c in self.channels})))
+        for a, b in zip(self.slots, self.slots[1:], strict=False):
+            if b <= a:
+                raise ParamError(f"LoaderJob.slots must be strictly ascending: {b} after {a}")
+        if self.slots and self.slots[0] < 0:
+            raise ParamError(f"LoaderJob.slots must be non-negative, not {self.slots[0]}")
+        if self.base < 0:
+            raise ParamError(f"LoaderJob.base = {self.base} must be non-negative")
+
+    def check(self, layout: KVLayout, loader: LoaderParams) -> None:
+        """Raise :class:`ParamError` unless the RTL built for ``layout``/``loader`` can run this
+        job: 1 to ``max_tokens`` slots below ``max_tokens``, ``kept`` and channels in range,
+        a burst-aligned base and a region inside the address space."""
+        d = layout.head_dim
+        if not 1 <= len(self.slots) <= loader.max_tokens:
+            raise ParamError(f"LoaderJob has {len(self.slots)} slots: allowed "
+                             f"[1, {loader.max_tokens}]")
+        if self.slots[-1] >= loader.max_tokens:
+            raise ParamError(f"LoaderJob slot {self.slots[-1]} is out of range: allowed "
+                             f"[0, {loader.max_tokens})")
+        if not 0 <= self.kept <= d:
+            raise ParamError(f"LoaderJob.kept = {self.kept} is out of range: allowed [0, {d}]")
+        if self.channels and not 0 <= self.channels[0] <= self.channels[-1] < d:
+            raise ParamError(f"LoaderJob.channels must lie in [0, {d})")
+        if self.base % layout.burst_bytes:
+            raise ParamError(f"LoaderJob.base = {self.base:#x} must be a multiple of "
+                             f"burst_bytes = {layout.burst_bytes}")
+        r = job_ranges(self, layout)
+        end = self.base + (int((r.start + r.length).max()) if len(r) else 0)
+        if end > 1 << loader.addr_width:
+            raise ParamError(f"LoaderJob region ends at {end:#x}, beyond the "
+                             f"{loader.addr_width}-bit address space")
+
+    def record_bytes(self, layout: KVLayout) -> int:
+        """Bytes of one record (row / masked record); the chunk for channel pages."""
+        if self.mode is RecordLayout.DENSE:
+            return layout.row_bytes
+        if self.mode is RecordLayout.MASKED_RECORD:
+            return layout.record_bytes(self.kept)
+        return layout.channel_chunk_bytes
+
+
+def job_ranges(job: LoaderJob, layout: KVLayout) -> Ranges:
+    """Byte ranges (relative to the region) that ``job`` needs, in ascending address order."""
+    slots = torch.tensor(job.slots, dtype=torch.int64)
+    if job.mode is RecordLayout.DENSE:
+        return dense_rows(slots, layout)
+    if job.mode is RecordLayout.MASKED_RECORD:
+        return masked_records(slots, layout, job.kept)
+    return page_channels(slots, torch.tensor(job.channels, dtype=torch.int64), layout)
+
+
+def job_requests(job: LoaderJob, layout: KVLayout, loader: LoaderParams) -> list[AxiRead]:
+    """The AXI4 read requests (absolute addresses) the loader issues for ``job``."""
+    return axi_requests(job_ranges(job, layout), burst=layout.burst_bytes,
+                        beat_bytes=loader.beat_bytes, max_beats=loader.max_burst_beats,
+                        base=job.base)
+
+
+def packed_output(job: LoaderJob, img: bytes, layout: KVLayout
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the loader delivers for ``job`` read from region image ``img``: per slot (in
+    order) the dense vector with zeros where masked, and the element mask (all ones for dense
+    rows, the record's stored mask for masked records, the job's channels for channel pages)."""
+    slots = list(job.slots)
+    if job.mode is RecordLayout.DENSE:
+        v = unpack_dense(img, slots, layout)
+        return v, torch.ones(v.shape, dtype=torch.bool)
+    if job.mode is RecordLayout.MASKED_RECORD:
+        return unpack_masked(img, slots, job.kept, layout)
+    return unpack_pages(img, slots, list(job.channels), layout)
+
+
+def error_slots(job: LoaderJob, layout: KVLayout, loader: LoaderParams,
+                error_beats: set[int]) -> list[bool]:
+    """Per slot of ``job``, whether the loader flags it when the beats at the absolute byte
+    addresses ``error_beats`` (beat-aligned, among those the job reads) answer with an error.
+
+    A row or record is flagged when one of its bytes lies in an erroneous beat; a channel-page
+    token when any erroneous beat lies in its page.
+    """
+    bb = loader.beat_bytes
+    beats = sorted(error_beats)
+    out = []
+    for s in job.slots:
+        if job.mode is RecordLayout.CHANNEL_PAGES:
+            page_bytes = layout.head_dim * layout.channel_chunk_bytes
+            lo = job.base + (s // layout.page_tokens) * page_bytes
+            hi = lo + page_bytes
+        else:
+            rec = job.record_bytes(layout)
+            lo = job.base + s * layout.stride(rec)
+            hi = lo + rec
+        out.append(any(e < hi and e + bb > lo for e in beats))
+    return out

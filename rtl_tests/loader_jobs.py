@@ -1,0 +1,324 @@
+"""Loader test jobs and their expected results, all from the golden model.
+
+Used by the Amaranth unit tests (tests/test_loader_units.py) and the cocotb regression
+(rtl_tests/loader_launch.py writes the cases as JSON for rtl_tests/tb_loader.py, which then
+needs neither torch nor the golden model). Everything expected here comes from
+:mod:`hikv.model.loader_ref` and :mod:`hikv.model.layout`; the only loader-internal expectation
+is :func:`expected_entries`, the address side's records / pages, written from their definition
+in hw/loader.py.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from hikv.hw.loader_timing import LoaderGeometry
+from hikv.model.layout import burst_bytes
+from hikv.model.loader_ref import (
+    LoaderJob,
+    channel_page_image,
+    dense_image,
+    error_slots,
+    job_ranges,
+    job_requests,
+    masked_image,
+    packed_output,
+    request_bytes,
+)
+from hikv.params import Config, ParamError, RecordLayout
+
+__all__ = ["Case", "Entry", "expected_entries", "make_case", "make_cases", "vector_bits"]
+
+#: AXI RRESP codes.
+SLVERR, DECERR = 2, 3
+
+
+@dataclass
+class Case:
+    """One job with its memory contents and everything the loader must produce."""
+
+    name: str
+    job: LoaderJob
+    memory: dict[int, bytes]                 # address -> bytes to place in memory
+    requests: list[tuple[int, int]]          # expected AR (address, beats), in order
+    outputs: list[tuple[int, int, int, int]]  # expected (token, data bits, mask bits, err)
+    bytes_read: int
+    error_beats: dict[int, int] = field(default_factory=dict)  # beat address -> RRESP
+    knobs: dict[str, Any] = field(default_factory=dict)        # testbench randomisation
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "mode": self.job.mode.value,
+            "base": self.job.base,
+            "slots": list(self.job.slots),
+            "kept": self.job.kept,
+            "channels": list(self.job.channels),
+            "memory": {str(a): b.hex() for a, b in self.memory.items()},
+            "requests": self.requests,
+            "outputs": [[t, hex(d), hex(m), e] for t, d, m, e in self.outputs],
+            "bytes_read": self.bytes_read,
+            "error_beats": {str(a): r for a, r in self.error_beats.items()},
+            "knobs": self.knobs,
+        }
+
+
+def vector_bits(vec: torch.Tensor, elem_bytes: int) -> int:
+    """A vector's elements as one integer, element 0 in the low bits (raw bit patterns)."""
+    dt = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[elem_bytes]
+    raw = vec.contiguous().view(dt).tolist() if elem_bytes > 1 else vec.tolist()
+    bits = 8 * elem_bytes
+    mask = (1 << bits) - 1
+    return sum((int(v) & mask) << (i * bits) for i, v in enumerate(raw))
+
+
+def _mask_bits(mask: torch.Tensor) -> int:
+    return sum(1 << i for i, b in enumerate(mask.tolist()) if b)
+
+
+# --------------------------------------------------------------------------- images
+def _random_elems(g: torch.Generator, n: int, d: int, elem_bytes: int) -> torch.Tensor:
+    """Random raw element bit patterns as the image dtype (any pattern, NaNs included)."""
+    if elem_bytes == 1:
+        return torch.randint(0, 256, (n, d), generator=g, dtype=torch.int64).to(torch.uint8)
+    raw = torch.randint(0, 1 << 16, (n, d * elem_bytes // 2), generator=g, dtype=torch.int64)
+    raw = raw.to(torch.int32).to(torch.int16)  # wraps into int16 range
+    t = raw.view(torch.float16)
+    return t if elem_bytes == 2 else t.view(torch.float32)
+
+
+def _region_image(job: LoaderJob, cfg: Config, g: torch.Generator, rng: random.Random,
+                  masks: str) -> bytes:
+    """Region bytes holding every slot up to the last one, padding randomised."""
+    lay = cfg.layout
+    d, eb = lay.head_dim, lay.elem_bytes
+    n = job.slots[-1] + 1
+    x = _random_elems(g, n, d, eb)
+    if job.mode is RecordLayout.DENSE:
+        img = bytearray(dense_image(x, lay))
+        rec, stride = lay.row_bytes, lay.stride(lay.row_bytes)
+    elif job.mode is RecordLayout.MASKED_RECORD:
+        if masks == "ones" or job.kept == d:
+            mask = torch.ones(n, d, dtype=torch.bool)
+        elif masks == "zeros" or job.kept == 0:
+            mask = torch.zeros(n, d, dtype=torch.bool)
+        else:
+            idx = torch.argsort(torch.rand(n, d, generator=g), dim=-1)[:, :job.kept]
+            mask = torch.zeros(n, d, dtype=torch.bool).scatter(1, idx, True)
+        img = bytearray(masked_image(x, mask, lay))
+        rec, stride = lay.record_bytes(job.kept), lay.stride(lay.record_bytes(job.kept))
+    else:
+        return channel_page_image(x, lay)
+    # stride padding is random too: the loader must ignore it
+    for s in range(n):
+        for b in range(s * stride + rec, (s + 1) * stride):
+            img[b] = rng.randrange(256)
+    return bytes(img)
+
+
+# --------------------------------------------------------------------------- slots
+def _slots(rng: random.Random, limit: int, kind: str, count: int | None = None) -> list[int]:
+    """Ascending slots below ``limit``: 'one', 'all', 'runs' (runs and gaps), 'sparse'."""
+    if kind == "one":
+        return [rng.randrange(limit)]
+    if kind == "all":
+        return list(range(limit))
+    if kind == "sparse":
+        k = count or max(1, limit // 8)
+        return sorted(rng.sample(range(limit), min(k, limit)))
+    out, s = [], rng.randrange(min(4, limit))
+    inside = True
+    while s < limit:
+        if inside:
+            out.append(s)
+        s += 1
+        if rng.random() < 0.3:
+            inside = not inside
+    return out or [rng.randrange(limit)]
+
+
+# --------------------------------------------------------------------------- cases
+def make_case(cfg: Config, rng: random.Random, *, name: str, mode: RecordLayout,
+              slot_kind: str = "runs", kept: int | None = None, masks: str = "random",
+              channels: list[int] | None = None, base: int | None = None,
+              error: int | None = None, max_slots: int | None = None,
+              knobs: dict[str, Any] | None = None, window: int | None = None) -> Case:
+    """One job of ``mode`` with its memory and expected results.
+
+    ``error``: RRESP (SLVERR or DECERR) injected on one randomly chosen beat the job reads.
+    ``max_slots`` caps the slot range (default ``max_tokens``); ``window`` the address range
+    the region is placed in (default: the whole address space, at most 1 MiB).
+    """
+    lay, lp = cfg.layout, cfg.loader
+    geo = LoaderGeometry(lay, lp)
+    d = lay.head_dim
+    limit = min(max_slots or lp.max_tokens, lp.max_tokens)
+    slots = _slots(rng, limit, slot_kind)
+    if kept is None:
+        kept = rng.randint(0, d)
+    if mode is RecordLayout.MASKED_RECORD and masks == "ones":
+        kept = d
+    if mode is RecordLayout.MASKED_RECORD and masks == "zeros":
+        kept = 0
+    if channels is None:
+        channels = sorted(rng.sample(range(d), rng.randint(0, d)))
+    probe = LoaderJob(mode, tuple(slots), 0, kept, tuple(channels))
+    r = job_ranges(probe, lay)
+    extent = int((r.start + r.length).max()) if len(r) else 0
+    extent = max(extent, (slots[-1] + 1) * lay.stride(probe.record_bytes(lay)))
+    extent = -(-extent // lay.burst_bytes) * lay.burst_bytes + lay.burst_bytes
+    space = min(1 << lp.addr_width, window or (1 << 20))
+    if base is None:
+        base = rng.randrange(0, max(1, (space - extent) // lay.burst_bytes)) * lay.burst_bytes
+    job = LoaderJob(mode, tuple(slots), base, kept if mode is RecordLayout.MASKED_RECORD
+                    else 0, tuple(channels) if mode is RecordLayout.CHANNEL_PAGES else ())
+    job.check(lay, lp)
+    g = torch.Generator().manual_seed(rng.randrange(1 << 62))
+    img = _region_image(job, cfg, g, rng, masks)
+    reqs = job_requests(job, lay, lp)
+    nbytes = request_bytes(reqs, lp.beat_bytes)
+    if nbytes != burst_bytes(job_ranges(job, lay), lay.burst_bytes):
+        raise AssertionError("golden model disagrees with itself on the byte count")
+    vecs, msks = packed_output(job, img, lay)
+    errs = [False] * len(slots)
+    error_beats: dict[int, int] = {}
+    if error is not None and reqs:
+        beats = [q.addr + i * lp.beat_bytes for q in reqs for i in range(q.beats)]
+        e = rng.choice(beats)
+        error_beats[e] = error
+        errs = error_slots(job, lay, lp, {e})
+    outputs = [(s, vector_bits(vecs[i], lay.elem_bytes), _mask_bits(msks[i]), int(errs[i]))
+               for i, s in enumerate(slots)]
+    del geo
+    return Case(name=name, job=job, memory={base: img},
+                requests=[(q.addr, q.beats) for q in reqs], outputs=outputs,
+                bytes_read=nbytes, error_beats=error_beats, knobs=dict(knobs or {}))
+
+
+def _group_channels(rng: random.Random, d: int, group: int) -> list[int]:
+    """A channel-group selection: whole groups of ``group`` channels."""
+    groups = d // group
+    chosen = rng.sample(range(groups), rng.randint(1, groups))
+    return sorted(c for gi in chosen for c in range(gi * group, (gi + 1) * group))
+
+
+def _knobs(rng: random.Random, quiet: bool = False) -> dict[str, Any]:
+    if quiet:
+        return {"memory": "pipe", "ar_ready": 1.0, "r_gap": 0.0, "latency": [4, 4],
+                "out_ready": 1.0, "tok_valid": 1.0}
+    return {
+        "memory": rng.choice(["axiram", "pipe"]),
+        "ar_ready": rng.choice([1.0, 0.7, 0.3]),
+        "r_gap": rng.choice([0.0, 0.2, 0.6]),
+        "latency": rng.choice([[0, 0], [1, 8], [10, 30]]),
+        "out_ready": rng.choice([1.0, 0.8, 0.3]),
+        "tok_valid": rng.choice([1.0, 0.7, 0.2]),
+    }
+
+
+def make_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
+    """The corner cases, then random jobs up to ``jobs`` in all (at least the corners).
+
+    Corners: one token and every token (max_tokens) for each layout; masks all zero, all one
+    and random; channel masks all zero, all one, random and in groups; a region across a 4 KiB
+    boundary; SLVERR and DECERR injected.
+    """
+    rng = random.Random(seed)
+    lay, lp = cfg.layout, cfg.loader
+    d = lay.head_dim
+    D, M, P = RecordLayout.DENSE, RecordLayout.MASKED_RECORD, RecordLayout.CHANNEL_PAGES
+    group = cfg.policy.k_rule.group if d % cfg.policy.k_rule.group == 0 else 1
+    k = _knobs
+    corners: list[tuple[str, dict[str, Any]]] = [
+        ("dense-one", dict(mode=D, slot_kind="one")),
+        ("dense-max", dict(mode=D, slot_kind="all")),
+        ("masked-ones", dict(mode=M, masks="ones")),
+        ("masked-zeros", dict(mode=M, masks="zeros")),
+        ("masked-random", dict(mode=M)),
+        ("masked-one", dict(mode=M, slot_kind="one")),
+        ("masked-max", dict(mode=M, slot_kind="all")),
+        ("pages-none", dict(mode=P, channels=[])),
+        ("pages-all", dict(mode=P, channels=list(range(d)))),
+        ("pages-random", dict(mode=P)),
+        ("pages-groups", dict(mode=P, channels=_group_channels(rng, d, group))),
+        ("pages-one", dict(mode=P, slot_kind="one")),
+        ("pages-max", dict(mode=P, slot_kind="all")),
+        ("dense-4k", dict(mode=D, base=4096 - 2 * lay.burst_bytes * rng.randint(1, 4))),
+        ("masked-slverr", dict(mode=M, error=SLVERR)),
+        ("dense-decerr", dict(mode=D, error=DECERR)),
+        ("pages-slverr", dict(mode=P, channels=list(range(d)), error=SLVERR)),
+    ]
+    cases = []
+    for name, kw in corners:
+        kw.setdefault("knobs", k(rng))
+        if kw.get("error") == DECERR:
+            kw["knobs"]["memory"] = "pipe"      # the RAM model can only answer SLVERR
+        cases.append(make_case(cfg, rng, name=name, **kw))
+    while len(cases) < jobs:
+        mode = rng.choice([D, M, P])
+        kw = dict(mode=mode, slot_kind=rng.choice(["runs", "runs", "sparse", "one"]),
+                  knobs=k(rng))
+        if mode is P and rng.random() < 0.3:
+            kw["channels"] = _group_channels(rng, d, group)
+        if rng.random() < 0.1:
+            kw["error"] = rng.choice([SLVERR, DECERR])
+            kw["knobs"]["memory"] = "pipe"
+        cases.append(make_case(cfg, rng, name=f"random-{len(cases)}", **kw))
+    for c in cases:
+        if c.job.base + max(len(b) for b in c.memory.values()) > 1 << lp.addr_width:
+            raise ParamError(f"case {c.name} does not fit the address space")
+    return cases
+
+
+# --------------------------------------------------------------------------- entries
+@dataclass(frozen=True)
+class Entry:
+    """What the address side tells the data side about one record or page (hw/loader.py)."""
+
+    page: bool
+    token: int
+    fa: int
+    la: int
+    off: int
+    last: bool
+    nodata: bool
+    bitmap: int
+
+
+def expected_entries(job: LoaderJob, geo: LoaderGeometry) -> list[Entry]:
+    """Entries for ``job`` as defined in hw/loader.py: per record its first and last beat
+    and first byte lane; per page its first beat,
+    the last beat of its last (channel, token group) block, and its retained-token bitmap."""
+    lay = geo.layout
+    bb, burst = geo.beat_bytes, lay.burst_bytes
+    out: list[Entry] = []
+    if job.mode is not RecordLayout.CHANNEL_PAGES:
+        rec = job.record_bytes(lay)
+        stride = lay.stride(rec)
+        starts = [job.base + s * stride for s in job.slots]
+        for i, (s, a) in enumerate(zip(job.slots, starts, strict=True)):
+            la = (a + rec - 1) // bb
+            out.append(Entry(False, s, a // bb, la, a % bb, i == len(starts) - 1, False, 0))
+        return out
+    pt = lay.page_tokens
+    pages: dict[int, int] = {}
+    for s in job.slots:
+        pages[s // pt] = pages.get(s // pt, 0) | 1 << (s % pt)
+    order = sorted(pages)
+    for i, p in enumerate(order):
+        pb = job.base + p * geo.page_bytes
+        bitmap = pages[p]
+        la = 0
+        if job.channels:
+            groups = [gi for gi in range(geo.groups)
+                      if (bitmap >> (gi * geo.group_tokens)) & ((1 << geo.group_tokens) - 1)]
+            last_blk = (pb + job.channels[-1] * lay.channel_chunk_bytes
+                        + groups[-1] * geo.group_bytes) // burst
+            la = (last_blk + 1) * burst // bb - 1
+        out.append(Entry(True, p, pb // bb, la, 0, i == len(order) - 1, not job.channels,
+                         bitmap))
+    return out

@@ -1,0 +1,410 @@
+"""cocotb testbench of the two-level KV loader (hw/loader.py) on Verilator.
+
+Reads the configuration from ``HIKV_TB_CONFIG`` (JSON: geometry and port field layouts) and the
+jobs from the file named by ``HIKV_TB_JOBS`` (written by rtl_tests/loader_launch.py from the
+golden model: memory contents, expected AXI requests, packed outputs, byte counts, injected
+read errors, randomisation knobs). Results (cycles per job, timing checks) go to the file named
+by ``HIKV_TB_RESULT``. No torch here: everything expected was computed before the simulator
+started.
+
+Tests:
+
+* ``loader_axiram``: jobs served by cocotbext-axi's ``AxiRamRead`` (random AR / R pauses from
+  its pause generators, random extra latency before the first beat of a burst, SLVERR injected
+  by failing reads);
+* ``loader_pipe``: jobs served by :class:`PipeMemory`, a pipelined AXI4 read slave with any
+  number of requests in flight, per-request random latency, random ARREADY and R gaps, and
+  SLVERR / DECERR injection; also out-of-order tokens and an unaligned base;
+* ``loader_timing``: fixed latency, no backpressure: measured cycles against
+  :func:`hikv.hw.loader_timing.job_cycles`.
+
+Every job checks: the AR sequence (address, length, size, burst, id) against the golden
+requests, no 4 KiB crossing, at most the configured reads outstanding, every packed output
+(token, vector, mask, error flag, last), the byte and burst counters against the golden byte
+account, the cycle counters against what the testbench observed, and the status flags.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import warnings
+from typing import Any
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+
+CONF: dict[str, Any] = json.loads(os.environ.get("HIKV_TB_CONFIG", "{}"))
+
+
+# --------------------------------------------------------------------------- helpers
+def _rd(sig) -> int:
+    v = sig.value
+    return v.to_unsigned() if hasattr(v, "to_unsigned") else int(v)
+
+
+def pack(layout: dict[str, list[int]], **values: int) -> int:
+    word = 0
+    for name, (off, width) in layout.items():
+        v = int(values.get(name, 0))
+        if v >> width:
+            raise ValueError(f"field {name} = {v} does not fit {width} bits")
+        word |= v << off
+    return word
+
+
+def unpack(layout: dict[str, list[int]], word: int) -> dict[str, int]:
+    return {name: (word >> off) & ((1 << width) - 1) for name, (off, width) in layout.items()}
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+def _load_jobs() -> dict[str, Any]:
+    with open(os.environ["HIKV_TB_JOBS"]) as f:
+        return json.load(f)
+
+
+def _save_result(key: str, value: Any) -> None:
+    path = os.environ.get("HIKV_TB_RESULT")
+    if not path:
+        return
+    data = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+    data[key] = value
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
+# --------------------------------------------------------------------------- memory models
+class PipeMemory:
+    """Pipelined AXI4 read slave: accepts requests while ARREADY (random), answers each after
+    its own latency (cycles from the AR handshake to the earliest first R beat), beats in
+    request order with random gaps, any number of requests in flight. Driven by the cycle loop
+    of :class:`TB` (``drive`` after the clock edge, ``sample`` in the read-only phase)."""
+
+    def __init__(self, tb: TB, rng: random.Random, knobs: dict[str, Any],
+                 errors: dict[int, int]) -> None:
+        self.tb, self.rng, self.k = tb, rng, knobs
+        self.errors = errors
+        self.queue: list[list[int]] = []   # [addr, beats, ready_cycle, next_beat]
+        self.rvalid = False
+
+    def drive(self, cycle: int) -> None:
+        dut, bb = self.tb.dut, self.tb.bb
+        dut.axi__arready.value = int(self.rng.random() < self.k["ar_ready"])
+        if self.rvalid:        # holding an unaccepted beat
+            return
+        if self.queue and self.queue[0][2] <= cycle and self.rng.random() >= self.k["r_gap"]:
+            addr, beats, _, i = self.queue[0]
+            a = addr + i * bb
+            dut.axi__rdata.value = int.from_bytes(self.tb.mem[a:a + bb], "little")
+            dut.axi__rresp.value = self.errors.get(a, 0)
+            dut.axi__rlast.value = int(i == beats - 1)
+            dut.axi__rid.value = 0
+            dut.axi__rvalid.value = 1
+            self.rvalid = True
+        else:
+            dut.axi__rvalid.value = 0
+
+    def on_ar(self, cycle: int, addr: int, beats: int) -> None:
+        lo, hi = self.k["latency"]
+        self.queue.append([addr, beats, cycle + self.rng.randint(lo, hi), 0])
+
+    def on_r(self) -> None:
+        self.rvalid = False
+        head = self.queue[0]
+        head[3] += 1
+        if head[3] == head[1]:
+            self.queue.pop(0)
+
+    def idle(self) -> None:
+        self.tb.dut.axi__rvalid.value = 0
+        self.rvalid = False
+
+
+def _make_axiram(tb: TB):
+    """cocotbext-axi's AxiRamRead on the loader's AXI port, with a latency and error hook."""
+    from cocotbext.axi import AxiBus, AxiRamRead  # noqa: F401 (AxiBus: check import)
+    from cocotbext.axi.axi_channels import AxiReadBus
+
+    class LatencyRam(AxiRamRead):
+        """AxiRamRead with a random delay before the first beat of each burst and SLVERR on
+        chosen beats (it answers SLVERR when a read raises)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.bursts: list[int] = []
+            self.left = 0
+            self.latency = (0, 0)
+            self.rng = random.Random(0)
+            self.errors: set[int] = set()
+
+        async def _read(self, address: int, length: int) -> bytes:
+            if self.left == 0:
+                self.left = self.bursts.pop(0) if self.bursts else 1
+                delay = self.rng.randint(*self.latency)
+                if delay:
+                    await ClockCycles(tb.dut.clk, delay)
+            self.left -= 1
+            if address in self.errors:
+                raise OSError(f"injected read error at {address:#x}")
+            return await super()._read(address, length)
+
+    logging.getLogger(f"cocotb.{tb.dut._name}.axi_").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\..*")
+    bus = AxiReadBus.from_prefix(tb.dut, "axi_")
+    ram = LatencyRam(bus, tb.dut.clk, tb.dut.rst, mem=tb.mem)
+    return ram
+
+
+# --------------------------------------------------------------------------- testbench
+class TB:
+    def __init__(self, dut: Any, seed: int) -> None:
+        self.dut = dut
+        self.seed = seed
+        self.bb = CONF["beat_bytes"]
+        self.mem = bytearray(CONF["memory_bytes"])
+        self.cycle = 0
+        self.lay = CONF["layouts"]
+        self.preset = CONF["preset"]
+
+    async def reset(self) -> None:
+        dut = self.dut
+        Clock(dut.clk, 10, unit="ns").start()
+        for sig in (dut.cfg__valid, dut.tokens__valid, dut.o__ready, dut.axi__arready,
+                    dut.axi__rvalid, dut.axi__rdata, dut.axi__rresp, dut.axi__rlast,
+                    dut.axi__rid, dut.cfg__payload, dut.tokens__payload):
+            sig.value = 0
+        dut.rst.value = 1
+        await ClockCycles(dut.clk, 4)
+        dut.rst.value = 0
+        await RisingEdge(dut.clk)
+
+    def _fail(self, case: dict[str, Any], what: str, expected: Any, actual: Any) -> Mismatch:
+        job = {k: case[k] for k in ("mode", "base", "slots", "kept", "channels")}
+        return Mismatch(f"preset {self.preset} seed {self.seed} job {case['name']}: {what}: "
+                        f"expected {expected}, actual {actual}; job {job}; "
+                        f"knobs {case['knobs']}")
+
+    async def run_case(self, case: dict[str, Any], rng: random.Random, *,
+                       memory: str) -> dict[str, Any]:
+        """Run one job to completion and check everything; return its measurements."""
+        dut = self.dut
+        knobs = case["knobs"]
+        for a, hx in case["memory"].items():
+            b = bytes.fromhex(hx)
+            self.mem[int(a):int(a) + len(b)] = b
+        errors = {int(a): r for a, r in case["error_beats"].items()}
+        limit_cfg = knobs.get("outstanding", 0)
+        limit = limit_cfg if 1 <= limit_cfg <= CONF["max_outstanding"] else \
+            CONF["max_outstanding"]
+        tokens = [(s, 0) for s in case["slots"]]
+        if knobs.get("disorder"):
+            i = rng.randrange(1, len(tokens) + 1)
+            tokens.insert(i, (tokens[i - 1][0] - rng.randint(0, min(1, tokens[i - 1][0])), 0))
+        tokens[-1] = (tokens[-1][0], 1)
+        base = case["base"] | (1 if knobs.get("misalign_base") else 0)
+        cfg_word = pack(self.lay["cfg"], mode=case["mode_code"], base=base, kept=case["kept"],
+                        cmask=sum(1 << c for c in case["channels"]), outstanding=limit_cfg)
+
+        pipe = PipeMemory(self, rng, knobs, errors) if memory == "pipe" else None
+        ram = self.ram if memory == "axiram" else None
+        if ram is not None:
+            ram.latency = tuple(knobs["latency"])
+            ram.rng = random.Random(rng.randrange(1 << 30))
+            ram.errors = set(errors)
+            ram.left = 0
+            ram.bursts = []
+
+        ars: list[tuple[int, int, int, int, int]] = []
+        outs: list[dict[str, int]] = []
+        inflight = max_inflight = 0
+        obs = {"busy": 0, "ar_stall": 0, "out_stall": 0, "mem_wait": 0}
+        tok_i = 0
+        tok_valid = False
+        cfg_sent = False
+        start = end = None
+        deadline = 200000 + 200 * len(tokens)
+        beats_seen = 0
+        n_cycles = 0
+        while True:
+            await RisingEdge(dut.clk)
+            self.cycle += 1
+            n_cycles += 1
+            if n_cycles > deadline:
+                raise self._fail(case, "job did not finish", f"< {deadline} cycles",
+                                 f"{len(outs)} outputs, {len(ars)} requests")
+            # ---- drive
+            dut.cfg__valid.value = int(not cfg_sent)
+            dut.cfg__payload.value = cfg_word
+            if not tok_valid and tok_i < len(tokens) and cfg_sent:
+                if rng.random() < knobs["tok_valid"]:
+                    s, last = tokens[tok_i]
+                    dut.tokens__payload.value = pack(self.lay["tokens"], index=s, last=last)
+                    tok_valid = True
+            dut.tokens__valid.value = int(tok_valid)
+            dut.o__ready.value = int(rng.random() < knobs["out_ready"])
+            if pipe is not None:
+                pipe.drive(self.cycle)
+            await ReadOnly()
+            # ---- sample
+            busy = _rd(dut.status__busy)
+            arvalid, arready = _rd(dut.axi__arvalid), _rd(dut.axi__arready)
+            rvalid, rready = _rd(dut.axi__rvalid), _rd(dut.axi__rready)
+            ovalid, oready = _rd(dut.o__valid), _rd(dut.o__ready)
+            obs["busy"] += busy
+            obs["ar_stall"] += arvalid & (1 - arready)
+            obs["out_stall"] += ovalid & (1 - oready)
+            obs["mem_wait"] += busy & int(inflight > 0) & (1 - rvalid)
+            if not cfg_sent and _rd(dut.cfg__ready):
+                cfg_sent = True
+                start = self.cycle
+            if tok_valid and _rd(dut.tokens__ready):
+                tok_valid = False
+                tok_i += 1
+            if ovalid and oready:
+                outs.append(unpack(self.lay["o"], _rd(dut.o__payload)))
+            if arvalid and arready:
+                ar = (_rd(dut.axi__araddr), _rd(dut.axi__arlen) + 1, _rd(dut.axi__arsize),
+                      _rd(dut.axi__arburst), _rd(dut.axi__arid))
+                ars.append(ar)
+                inflight += 1
+                max_inflight = max(max_inflight, inflight)
+                if pipe is not None:
+                    pipe.on_ar(self.cycle, ar[0], ar[1])
+                if ram is not None:
+                    ram.bursts.append(ar[1])
+            if rvalid and rready:
+                beats_seen += 1
+                if _rd(dut.axi__rlast):
+                    inflight -= 1
+                if pipe is not None:
+                    pipe.on_r()
+            if cfg_sent and start is not None and self.cycle > start + 1 and not busy \
+                    and _rd(dut.status__done):
+                end = self.cycle
+                break
+        if pipe is not None:
+            await RisingEdge(dut.clk)
+            pipe.idle()
+        self._check(case, ars, outs, obs, limit, max_inflight, knobs,
+                    _expected_outputs(case, tokens, CONF["page_tokens"]))
+        return {"name": case["name"], "mode": case["mode"], "tokens": len(case["slots"]),
+                "requests": len(ars), "beats": beats_seen, "cycles": end - start,
+                "bytes": case["bytes_read"]}
+
+    def _check(self, case: dict[str, Any], ars: list, outs: list, obs: dict[str, int],
+               limit: int, max_inflight: int, knobs: dict[str, Any],
+               want_out: list[dict[str, int]]) -> None:
+        dut, bb = self.dut, self.bb
+        want_req = [tuple(r) for r in case["requests"]]
+        got_req = [(a, n) for a, n, _, _, _ in ars]
+        for i, (g, w) in enumerate(zip(got_req, want_req, strict=False)):
+            if g != w:
+                raise self._fail(case, f"AR {i} (addr, beats)", w, g)
+        if len(got_req) != len(want_req):
+            raise self._fail(case, "number of AR requests", len(want_req), len(got_req))
+        for i, (a, n, size, burst, arid) in enumerate(ars):
+            if (size, burst, arid) != (CONF["axsize"], 1, 0):
+                raise self._fail(case, f"AR {i} (size, burst, id)", (CONF["axsize"], 1, 0),
+                                 (size, burst, arid))
+            if a // 4096 != (a + n * bb - 1) // 4096:
+                raise self._fail(case, f"AR {i} crosses 4 KiB", "no crossing", (a, n))
+        if max_inflight > limit:
+            raise self._fail(case, "reads outstanding", f"<= {limit}", max_inflight)
+        for i, (g, exp) in enumerate(zip(outs, want_out, strict=False)):
+            got = dict(g)
+            if exp["err"]:          # data of a beat answered with an error is undefined
+                got["data"] = exp["data"]
+                if case["mode"] == "masked":     # and so is a mask read from it
+                    got["mask"] = exp["mask"]
+            if got != exp:
+                diff = {k: (hex(exp[k]), hex(g[k])) for k in exp if exp[k] != g[k]}
+                raise self._fail(case, f"output {i} (token {exp['token']}) fields (expected, "
+                                 f"actual) {diff}", exp, g)
+        if len(outs) != len(want_out):
+            raise self._fail(case, "number of outputs", len(want_out), len(outs))
+        stats = {k: _rd(getattr(dut, f"stats__{k}")) for k in CONF["stats"]}
+        want_stats = {"bursts": len(want_req), "bytes": case["bytes_read"],
+                      "busy_cycles": obs["busy"], "ar_stall_cycles": obs["ar_stall"],
+                      "out_stall_cycles": obs["out_stall"], "mem_wait_cycles": obs["mem_wait"]}
+        if stats != want_stats:
+            raise self._fail(case, "stats counters", want_stats, stats)
+        errs = set(case["error_beats"].values())
+        want_status = {"slverr": int(2 in errs), "decerr": int(3 in errs),
+                       "err_addr": int(next(iter(case["error_beats"]), 0)),
+                       "rlast_error": 0, "order_error": int(bool(knobs.get("disorder"))),
+                       "cfg_error": int(bool(knobs.get("misalign_base")))}
+        status = {k: _rd(getattr(dut, f"status__{k}")) for k in want_status}
+        if status != want_status:
+            raise self._fail(case, "status", want_status, status)
+
+
+def _expected_outputs(case: dict[str, Any], tokens: list[tuple[int, int]],
+                      page_tokens: int) -> list[dict[str, int]]:
+    """The output stream for the token stream actually sent (which may hold a token out of
+    order): golden outputs per slot; a token not above its predecessor gives a skip output
+    (err, zero data and mask) in its place -- in page mode ahead of the page then being
+    gathered, or after it when it is the last token (hw/loader.py, AddressGen)."""
+    gold = {w[0]: {"token": w[0], "data": int(w[1], 16), "mask": int(w[2], 16), "err": w[3]}
+            for w in case["outputs"]}
+    pages = case["mode"] == "channel_pages"
+    order: list[dict[str, int]] = []
+    open_page: list[int] = []
+    deferred: list[dict[str, int]] = []
+    top = -1
+    for s, last in tokens:
+        if s <= top:
+            skip = {"token": s, "data": 0, "mask": 0, "err": 1}
+            if pages and last:
+                deferred.append(skip)
+            else:
+                order.append(skip)
+            continue
+        top = s
+        if pages:
+            if open_page and open_page[0] // page_tokens != s // page_tokens:
+                order += [gold[t] for t in open_page]
+                open_page = []
+            open_page.append(s)
+        else:
+            order.append(gold[s])
+    order += [gold[t] for t in open_page] + deferred
+    return [dict(o, last=int(i == len(order) - 1)) for i, o in enumerate(order)]
+
+
+async def _run_cases(dut: Any, memory: str, offset: int) -> None:
+    seed = CONF["seed"]
+    tb = TB(dut, seed)
+    await tb.reset()
+    if memory == "axiram":
+        tb.ram = _make_axiram(tb)
+    rng = random.Random(seed * 1000 + offset)
+    jobs = _load_jobs()
+    results = []
+    for case in jobs["cases"]:
+        if case["knobs"]["memory"] != memory:
+            continue
+        results.append(await tb.run_case(case, rng, memory=memory))
+    _save_result(f"regression_{memory}", results)
+    dut._log.info("%s: %d jobs passed (preset %s, seed %d)", memory, len(results),
+                  CONF["preset"], seed)
+
+
+@cocotb.test()
+async def loader_axiram(dut: Any) -> None:
+    """Jobs against cocotbext-axi's AxiRamRead."""
+    await _run_cases(dut, "axiram", 1)
+
+
+@cocotb.test()
+async def loader_pipe(dut: Any) -> None:
+    """Jobs against the pipelined slave model (deep outstanding, DECERR, disorder)."""
+    await _run_cases(dut, "pipe", 2)
