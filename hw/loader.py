@@ -638,8 +638,8 @@ class Packer(wiring.Component):
         keep = ~cur.last & ~(self.entries.valid & ~nxt.nodata & (nxt.fa != cur.la))
 
         with m.If(draining):
-            # one retained token of the page per cycle
-            with m.If(o_free):
+            # one retained token of the page per cycle (after a skip output in the expander)
+            with m.If(o_free & ~busy):
                 m.d.comb += [o_load.eq(1),
                              o_token.eq(Cat(t_lo[:ptl], cur.token) if ptl else cur.token),
                              o_data.eq(rows[t_lo] & cbits), o_mask.eq(self.cmask),

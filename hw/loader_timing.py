@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from hikv.params import KVLayout, LoaderParams, ParamError, clog2
 
-__all__ = ["AXI_BOUNDARY", "COUNTER_WIDTH", "LoaderGeometry"]
+__all__ = ["AXI_BOUNDARY", "COUNTER_WIDTH", "LoaderGeometry", "JobTiming", "job_timing",
+           "steady_bytes_per_cycle"]
 
 #: AXI4 bursts never cross this boundary (bytes).
 AXI_BOUNDARY = 4096
@@ -145,3 +147,270 @@ class LoaderGeometry:
     @property
     def burst_shift(self) -> int:
         return clog2(self.layout.burst_bytes)
+
+
+# --------------------------------------------------------------------------- timing
+#: Cycles from the cfg handshake (cycle 0) to the first token the address side takes.
+FIRST_TOKEN_CYCLE = 2
+#: Cycles from the last output handshake (or the last R beat) until status.done shows.
+DONE_CYCLES = 2
+
+
+@dataclass(frozen=True)
+class JobTiming:
+    """Predicted timing of one loader job with an ideal consumer and producer.
+
+    ``cycles`` counts from the cycle the cfg handshake happens to the first cycle in which
+    ``status.busy`` is low and ``status.done`` high; ``requests`` are the AXI requests
+    ``(address, beats)``; ``issue`` the cycle of each AR handshake; ``beats`` the total beats.
+    """
+
+    cycles: int
+    requests: tuple[tuple[int, int], ...]
+    issue: tuple[int, ...]
+    beats: int
+    tokens: int
+
+    @property
+    def bytes_per_cycle(self) -> float:
+        return 0.0 if not self.cycles else self.beats / self.cycles
+
+    @property
+    def first_issue(self) -> int | None:
+        return self.issue[0] if self.issue else None
+
+
+@dataclass
+class _Items:
+    """What the data side works through: one item per row / record or per page, in order."""
+
+    fa: list[int]                 # first beat the item needs (page: its first beat)
+    la: list[int | None]          # last beat the item needs (None: nothing to read)
+    drain: list[int]              # page: retained tokens leaving one per cycle; record: 0
+
+
+def _steps(geo: LoaderGeometry, mode: str, slots: list[int], base: int, kept: int,
+           channels: list[int]) -> tuple[list[tuple[str, Any]], _Items]:
+    """The address side's cycle-by-cycle steps, and the data side's items.
+
+    Steps: ``("rng", (b0, b1))`` (a token of a row / record, or a page's block), ``("tok",
+    None)`` (a page token, or the cycle that sees the next page's first token), ``("entry",
+    None)`` (a page closes) and ``("end", None)``. A row / record step also pushes its entry.
+    """
+    lay = geo.layout
+    bb, burst = geo.beat_bytes, lay.burst_bytes
+    steps: list[tuple[str, Any]] = []
+    items = _Items([], [], [])
+    if mode != "channel_pages":
+        rec = lay.row_bytes if mode == "dense" else lay.record_bytes(kept)
+        stride = lay.stride(rec)
+        for s in slots:
+            a = base + s * stride
+            steps.append(("rng", (a // burst, (a + rec - 1) // burst)))
+            items.fa.append(a // bb)
+            items.la.append((a + rec - 1) // bb)
+            items.drain.append(0)
+        steps.append(("end", None))
+        return steps, items
+    pt = lay.page_tokens
+    pages: list[tuple[int, list[int]]] = []
+    for s in slots:
+        if pages and pages[-1][0] == s // pt:
+            pages[-1][1].append(s % pt)
+        else:
+            pages.append((s // pt, [s % pt]))
+    chans = sorted(channels)
+    for i, (p, offs) in enumerate(pages):
+        steps += [("tok", None)] * len(offs)
+        if i + 1 < len(pages):
+            steps.append(("tok", None))        # the next page's first token is seen, not taken
+        steps.append(("entry", None))
+        pb = base + p * geo.page_bytes
+        groups = sorted({o * lay.elem_bytes // geo.group_bytes for o in offs})
+        last = None
+        for c in chans:
+            for gi in groups:
+                blk = (pb + c * lay.channel_chunk_bytes + gi * geo.group_bytes) // burst
+                steps.append(("rng", (blk, blk)))
+                last = (blk + 1) * burst // bb - 1
+        items.fa.append(pb // bb)
+        items.la.append(last)
+        items.drain.append(len(offs))
+    steps.append(("end", None))
+    return steps, items
+
+
+def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 0,
+               kept: int = 0, channels: list[int] = (), latency: int = 1,
+               outstanding: int | None = None) -> JobTiming:
+    """Cycle-level timing model of one job (see docs/loader.md, "Timing contract").
+
+    Assumes tokens offered every cycle, the output always ready, ARREADY always high, and a
+    memory that returns the first beat of every request ``latency`` cycles (>= 1) after its AR
+    handshake and then one beat per cycle while RREADY is high. It replays, in order:
+
+    * the address side, one step per cycle (a token, a cycle seeing the next page, a page
+      close, a page block); a step waits while the entry FIFO is full, and a range that does
+      not continue the current run waits until the run's last request is issued;
+    * the coalescer: a request is known the cycle after the range that makes it full, or, for
+      the tail of a run, the cycle the next range (or the job's end) shows up;
+    * AR issue: one per cycle, at most ``outstanding`` in flight (a slot frees the cycle after
+      the request's last beat);
+    * the data side, beat by beat: beats before the current item are dropped, one per cycle; a
+      record's last beat waits until the expander took the previous record
+      (``expand_cycles`` for masked records, 1 for rows), and is taken again for the next
+      record when that one starts in it or is not known yet; after a page's last beat its
+      retained tokens leave one per cycle while R waits; an item enters the data side's
+      register the cycle its predecessor leaves (or the cycle after its entry was pushed).
+    """
+    if latency < 1:
+        raise ParamError(f"latency = {latency} is out of range: allowed >= 1 (cycles from "
+                         "the AR handshake to the first R beat)")
+    lp = geo.loader
+    o = lp.max_outstanding if outstanding is None else outstanding
+    if not 1 <= o <= lp.max_outstanding:
+        raise ParamError(f"outstanding = {o} is out of range: allowed [1, "
+                         f"{lp.max_outstanding}]")
+    bb, burst = geo.beat_bytes, geo.layout.burst_bytes
+    steps, items = _steps(geo, mode, list(slots), base, kept, list(channels))
+    n_items = len(items.fa)
+    hold = geo.expand_cycles if mode == "masked" else 1
+    pages = mode == "channel_pages"
+    depth = geo.entry_fifo_depth
+
+    reqs: list[tuple[int, int]] = []
+    known: list[int] = []
+    issue: list[int] = []
+    finish: list[int] = []
+    push: list[int] = []            # item -> cycle its entry was pushed
+    retire: dict[int, int] = {}     # item -> cycle it left the data side's register
+    ds = {"t_prev": -1, "free_at": 0, "rec_end": -(10 ** 9), "out": 0, "cur": 0,
+          "valid_at": None}
+
+    def pop(e: int) -> int:
+        """Cycle item ``e`` enters the data side's register."""
+        return push[e] + 1 if e == 0 else max(push[e] + 1, retire[e - 1])
+
+    def beats_of(i: int) -> None:
+        addr, beats = reqs[i]
+        for j in range(beats):
+            beat = addr // bb + j
+            t = max(ds["t_prev"] + 1, ds["free_at"], issue[i] + latency if j == 0 else 0)
+            while True:
+                e = ds["cur"]
+                if e >= n_items:                       # after the last item: dropped
+                    break
+                t = max(t, pop(e) + 1)
+                if beat < items.fa[e] or (items.la[e] is not None and beat < items.la[e]):
+                    break                              # padding before it, or one of its beats
+                if pages:                              # the page's last beat
+                    n = items.drain[e]
+                    retire[e] = t + n
+                    ds["out"] = t + n + 1
+                    ds["cur"] = e + 1
+                    ds["free_at"] = t + n + 1
+                    break
+                t = max(t, ds["rec_end"] + hold)       # the expander takes the record
+                ds["rec_end"] = t
+                ds["out"] = t + hold + 1
+                retire[e] = t
+                ds["cur"] = e + 1
+                if e + 1 == n_items:
+                    break
+                seen = push[e + 1] <= t - 1
+                if seen and items.fa[e + 1] != beat:
+                    break
+                t += 1                                 # kept for the next record
+            ds["t_prev"] = t
+        finish.append(ds["t_prev"])
+
+    def beats_upto(i: int) -> None:
+        while len(finish) <= i:
+            beats_of(len(finish))
+
+    def issue_upto(i: int) -> None:
+        while len(issue) <= i:
+            k = len(issue)
+            a = max(known[k], issue[-1] + 1 if issue else 0)
+            if k >= o:
+                beats_upto(k - o)
+                a = max(a, finish[k - o] + 1)
+            issue.append(a)
+
+    def retired(e: int) -> int:
+        while e not in retire and len(finish) < len(reqs):
+            issue_upto(len(finish))
+            beats_of(len(finish))
+        return retire.get(e, -1)
+
+    max_req = geo.max_request_bytes
+
+    def cap(a: int) -> int:
+        return min(max_req, AXI_BOUNDARY - a % AXI_BOUNDARY)
+
+    addr = run_end = 0
+    have = False
+    t = FIRST_TOKEN_CYCLE - 1
+    for kind, arg in steps:
+        t += 1
+        pushes = kind == "entry" or (kind == "rng" and not pages)
+        if pushes and len(push) >= depth:   # the entry FIFO is full until an item leaves
+            j = len(push) - depth
+            t = max(t, (push[j] + 1 if j == 0 else max(push[j] + 1, retired(j - 1))) + 1)
+        if kind == "end":
+            while run_end > addr:
+                n = min(cap(addr), run_end - addr)
+                reqs.append((addr, n // bb))
+                known.append(t + 1)
+                addr += n
+        elif kind == "rng":
+            b0, b1 = arg
+            if have and b0 * burst <= run_end:
+                run_end = max(run_end, (b1 + 1) * burst)
+            else:
+                if run_end > addr:              # close the run: its tail is known now
+                    while run_end > addr:
+                        n = min(cap(addr), run_end - addr)
+                        reqs.append((addr, n // bb))
+                        known.append(t)
+                        addr += n
+                    issue_upto(len(reqs) - 1)
+                    t = max(t, issue[-1] + 1)   # the range waits for the tail's last AR
+                addr, run_end, have = b0 * burst, (b1 + 1) * burst, True
+            while run_end - addr >= cap(addr):  # eager: known once the range is registered
+                reqs.append((addr, cap(addr) // bb))
+                known.append(t + 1)
+                addr += cap(addr)
+        if pushes:
+            push.append(t)
+    if reqs:
+        issue_upto(len(reqs) - 1)
+        beats_upto(len(reqs) - 1)
+    out = ds["out"]
+    if pages and not reqs:                      # no channel: pages drain without data
+        end_prev = None
+        for e in range(n_items):
+            start = push[e] + 3 if end_prev is None else max(push[e] + 3, end_prev + 2)
+            end_prev = start + items.drain[e] - 1
+        out = (end_prev or 0) + 1
+    cycles = max(out, finish[-1] if finish else 0) + DONE_CYCLES
+    return JobTiming(cycles=cycles, requests=tuple(reqs), issue=tuple(issue),
+                     beats=sum(b for _, b in reqs), tokens=len(slots))
+
+
+def steady_bytes_per_cycle(geo: LoaderGeometry, *, latency: int, outstanding: int | None = None,
+                           request_beats: int | None = None) -> float:
+    """Memory-side steady-state bandwidth of back-to-back requests of ``request_beats`` beats
+    (default ``max_burst_beats``): each of ``outstanding`` slots carries one request per
+    ``latency + beats`` cycles, and R carries at most one beat per cycle::
+
+        bytes/cycle = beat_bytes * min(1, outstanding * beats / (latency + beats))
+
+    The data side adds its own bounds (see docs/loader.md): a masked record needs
+    ``expand_cycles`` per record, a channel page one cycle per retained token after its data.
+    """
+    o = geo.loader.max_outstanding if outstanding is None else outstanding
+    b = geo.loader.max_burst_beats if request_beats is None else request_beats
+    if latency < 1 or o < 1 or b < 1:
+        raise ParamError("latency, outstanding and request_beats must be >= 1")
+    return geo.beat_bytes * min(1.0, o * b / (latency + b))

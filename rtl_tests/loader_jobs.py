@@ -10,6 +10,7 @@ in hw/loader.py.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,8 @@ from hikv.model.loader_ref import (
 )
 from hikv.params import Config, ParamError, RecordLayout
 
-__all__ = ["Case", "Entry", "expected_entries", "make_case", "make_cases", "vector_bits"]
+__all__ = ["Case", "Entry", "expected_entries", "make_case", "make_cases", "make_timing_cases",
+           "vector_bits"]
 
 #: AXI RRESP codes.
 SLVERR, DECERR = 2, 3
@@ -271,6 +273,42 @@ def make_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
     for c in cases:
         if c.job.base + max(len(b) for b in c.memory.values()) > 1 << lp.addr_width:
             raise ParamError(f"case {c.name} does not fit the address space")
+    return cases
+
+
+def make_timing_cases(cfg: Config, seed: int, latencies: tuple[int, ...] = (1, 8, 32),
+                      extra: int = 6) -> list[Case]:
+    """Jobs for the timing contract, without any backpressure: every layout with every token,
+    with runs and gaps, and with sparse tokens, each at every read latency and every
+    outstanding limit; then ``extra`` random jobs (random layout, kept count, channels,
+    latency and limit), and channel pages without any channel."""
+    rng = random.Random(seed)
+    d = cfg.layout.head_dim
+    lp = cfg.loader
+    D, M, P = RecordLayout.DENSE, RecordLayout.MASKED_RECORD, RecordLayout.CHANNEL_PAGES
+    cases = []
+
+    def add(case: Case, lat: int, lim: int) -> None:
+        cases.append(dataclasses.replace(case, name=f"{case.name}-L{lat}-O{lim}",
+                                         knobs=dict(case.knobs, latency=[lat, lat],
+                                                    outstanding=lim)))
+
+    for mode, kw in ((D, {}), (M, {"kept": d * 3 // 4}), (P, {"channels": list(range(0, d, 2))})):
+        for kind in ("all", "runs", "sparse"):
+            case = make_case(cfg, rng, name=f"timing-{mode.value}-{kind}", mode=mode,
+                             slot_kind=kind, knobs=_knobs(rng, quiet=True), **kw)
+            for lat in latencies:
+                for lim in range(1, lp.max_outstanding + 1):
+                    add(case, lat, lim)
+    for i in range(extra):
+        mode = [D, M, P][i % 3]
+        case = make_case(cfg, rng, name=f"timing-random{i}-{mode.value}", mode=mode,
+                         slot_kind=rng.choice(["runs", "sparse", "one"]),
+                         knobs=_knobs(rng, quiet=True))
+        add(case, rng.randint(1, 2 * max(latencies)), rng.randint(1, lp.max_outstanding))
+    case = make_case(cfg, rng, name="timing-pages-none", mode=P, channels=[],
+                     knobs=_knobs(rng, quiet=True))
+    add(case, latencies[0], lp.max_outstanding)
     return cases
 
 

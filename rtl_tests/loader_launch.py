@@ -13,13 +13,25 @@ from typing import Any
 
 from hikv.params import Config, ParamError
 
-__all__ = ["TOPLEVEL", "DEFAULT_JOBS", "tb_config", "run_regression"]
+__all__ = ["TOPLEVEL", "DEFAULT_JOBS", "packed_variant", "tb_config", "run_regression"]
 
 TOPLEVEL = "hikv_loader"
 #: Randomized jobs of one regression run (the corner cases count towards it).
 DEFAULT_JOBS = 40
 #: Address window the testbench's memory covers (bytes); regions are placed inside it.
 MEMORY_WINDOW = 1 << 20
+
+
+def packed_variant(cfg: Config) -> Config:
+    """``cfg`` with records packed at element alignment (they start and end inside beats, and
+    neighbours share beats) and channel chunks of two bursts (read per token group): the layout
+    corners a preset with burst-aligned records does not reach."""
+    import dataclasses
+
+    lay = cfg.layout
+    layout = dataclasses.replace(lay, align_bytes=lay.elem_bytes,
+                                 page_tokens=2 * lay.burst_bytes // lay.elem_bytes)
+    return cfg.replace(name=f"{cfg.name}+packed", layout=layout)
 
 
 def _fields(layout: Any) -> dict[str, list[int]]:
@@ -63,7 +75,7 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
     from hikv.hw.blocks import RtlReport
     from hikv.hw.loader import make_loader
     from hikv.hw.verilog import to_verilog
-    from hikv.rtl_tests.loader_jobs import make_cases
+    from hikv.rtl_tests.loader_jobs import make_cases, make_timing_cases
     from hikv.toolchain import cache_dir, run_cocotb, text_hash
 
     n = DEFAULT_JOBS if jobs is None else jobs
@@ -81,7 +93,9 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
                 c.knobs["misalign_base"] = True
     conf = tb_config(cfg)
     conf["seed"] = seed
-    payload = json.dumps({"cases": [_case_json(c) for c in cases]})
+    timing = make_timing_cases(cfg, seed)
+    payload = json.dumps({"cases": [_case_json(c) for c in cases],
+                          "timing": [_case_json(c) for c in timing]})
     run_dir = cache_dir() / "runs" / f"loader-{cfg.name}-s{seed}-{text_hash(verilog, payload)}"
     run_dir.mkdir(parents=True, exist_ok=True)
     jobs_path = run_dir / "jobs.json"
@@ -112,8 +126,16 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
                          "backpressure and latency)")
             metrics[key] = rows
     if "timing" in result:
-        metrics["timing"] = result["timing"]
-        for row in result["timing"]:
-            lines.append(row["line"])
+        rows = result["timing"]
+        metrics["timing"] = rows
+        exact = sum(r["cycles"] == r["model"] for r in rows)
+        lines.append(f"timing: {len(rows)} jobs without backpressure, measured cycles equal to "
+                     f"job_timing() in {exact}")
+        for r in rows:
+            if "steady_measured" in r:
+                lines.append(f"  dense, every token, latency {r['latency']:3d}, "
+                             f"{r['outstanding']} outstanding: {r['cycles']} cycles, "
+                             f"{r['steady_measured']:.2f} B/cycle (formula "
+                             f"{r['steady_model']:.2f})")
     return RtlReport(block="loader", preset=cfg.name, seed=seed, jobs=len(cases),
                      passed=run.passed, lines=tuple(lines), metrics=metrics, waves=run.waves)

@@ -224,6 +224,9 @@ class TB:
             ram.bursts = []
 
         ars: list[tuple[int, int, int, int, int]] = []
+        ar_cycles: list[int] = []
+        r_cycles: list[int] = []
+        tok_cycles: list[int] = []
         outs: list[dict[str, int]] = []
         inflight = max_inflight = 0
         obs = {"busy": 0, "ar_stall": 0, "out_stall": 0, "mem_wait": 0}
@@ -267,6 +270,7 @@ class TB:
                 cfg_sent = True
                 start = self.cycle
             if tok_valid and _rd(dut.tokens__ready):
+                tok_cycles.append(self.cycle - start)
                 tok_valid = False
                 tok_i += 1
             if ovalid and oready:
@@ -275,6 +279,7 @@ class TB:
                 ar = (_rd(dut.axi__araddr), _rd(dut.axi__arlen) + 1, _rd(dut.axi__arsize),
                       _rd(dut.axi__arburst), _rd(dut.axi__arid))
                 ars.append(ar)
+                ar_cycles.append(self.cycle - start)
                 inflight += 1
                 max_inflight = max(max_inflight, inflight)
                 if pipe is not None:
@@ -283,6 +288,7 @@ class TB:
                     ram.bursts.append(ar[1])
             if rvalid and rready:
                 beats_seen += 1
+                r_cycles.append(self.cycle - start)
                 if _rd(dut.axi__rlast):
                     inflight -= 1
                 if pipe is not None:
@@ -298,7 +304,8 @@ class TB:
                     _expected_outputs(case, tokens, CONF["page_tokens"]))
         return {"name": case["name"], "mode": case["mode"], "tokens": len(case["slots"]),
                 "requests": len(ars), "beats": beats_seen, "cycles": end - start,
-                "bytes": case["bytes_read"]}
+                "bytes": case["bytes_read"], "ar_cycles": ar_cycles, "r_cycles": r_cycles,
+                "tok_cycles": tok_cycles}
 
     def _check(self, case: dict[str, Any], ars: list, outs: list, obs: dict[str, int],
                limit: int, max_inflight: int, knobs: dict[str, Any],
@@ -408,3 +415,54 @@ async def loader_axiram(dut: Any) -> None:
 async def loader_pipe(dut: Any) -> None:
     """Jobs against the pipelined slave model (deep outstanding, DECERR, disorder)."""
     await _run_cases(dut, "pipe", 2)
+
+
+def _geometry() -> Any:
+    from hikv.hw.loader_timing import LoaderGeometry
+    from hikv.params import KVLayout, LoaderParams
+
+    c = CONF["config"]
+    return LoaderGeometry(KVLayout(**c["layout"]), LoaderParams(**c["loader"]))
+
+
+@cocotb.test()
+async def loader_timing(dut: Any) -> None:
+    """Fixed read latency, no backpressure: measured cycles against the timing contract
+    (:func:`hikv.hw.loader_timing.job_timing`, cycle-exact) and the steady-state bandwidth
+    formula (:func:`hikv.hw.loader_timing.steady_bytes_per_cycle`, long dense jobs)."""
+    from hikv.hw.loader_timing import job_timing, steady_bytes_per_cycle
+
+    seed = CONF["seed"]
+    geo = _geometry()
+    tb = TB(dut, seed)
+    await tb.reset()
+    rng = random.Random(seed * 1000 + 3)
+    rows = []
+    for case in _load_jobs()["timing"]:
+        r = await tb.run_case(case, rng, memory="pipe")
+        lat, lim = case["knobs"]["latency"][0], case["knobs"]["outstanding"]
+        model = job_timing(geo, mode=case["mode"], slots=case["slots"], base=case["base"],
+                           kept=case["kept"], channels=case["channels"], latency=lat,
+                           outstanding=lim)
+        if [list(q) for q in model.requests] != [list(q) for q in case["requests"]]:
+            raise tb._fail(case, "timing model requests", case["requests"], model.requests)
+        if r["cycles"] != model.cycles:
+            raise tb._fail(case, f"cycles at latency {lat}, {lim} outstanding "
+                           "(job_timing, cycle-exact)", model.cycles, r["cycles"])
+        row = {"name": case["name"], "mode": case["mode"], "latency": lat, "outstanding": lim,
+               "tokens": r["tokens"], "beats": r["beats"], "requests": r["requests"],
+               "cycles": r["cycles"], "model": model.cycles}
+        if case["name"].startswith("timing-dense-all"):
+            # steady state: full requests back to back, against the closed form
+            beats = geo.loader.max_burst_beats
+            want = steady_bytes_per_cycle(geo, latency=lat, outstanding=lim,
+                                          request_beats=beats)
+            got = r["beats"] * geo.beat_bytes / r["cycles"]
+            row["steady_model"] = want
+            row["steady_measured"] = got
+            if abs(got - want) > 0.05 * want:
+                raise tb._fail(case, f"bytes per cycle at latency {lat}, {lim} outstanding "
+                               "(steady_bytes_per_cycle, within 5%)", want, got)
+        rows.append(row)
+    _save_result("timing", rows)
+    dut._log.info("timing: %d jobs, cycles equal to the model in all", len(rows))
