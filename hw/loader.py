@@ -32,14 +32,14 @@ and flag the affected tokens' ``err`` bit; they are never passed on as clean dat
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, ValueLike
 from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hikv.params import Config, RecordLayout, clog2
 
-from .loader_timing import COUNTER_WIDTH, LoaderGeometry
+from .loader_timing import AXI_BOUNDARY, COUNTER_WIDTH, LoaderGeometry
 
 __all__ = [
     "Mode",
@@ -166,6 +166,68 @@ def _stats_signature() -> wiring.Signature:
 
 
 # --------------------------------------------------------------------------- helpers
+# Amaranth's Verilog back end shortens the operands of arithmetic and comparison cells (it
+# drops constant-zero top bits), which Verilator's -Wall reports as width mismatches. These
+# helpers give every such cell operands of one explicit width; the ``^ 0`` keeps the back end
+# from shortening the zero extension again. They cost nothing after synthesis.
+def _x(v: ValueLike, width: int) -> Value:
+    """``v`` zero-extended (or truncated) to ``width`` bits, opaque to operand shortening."""
+    v = Value.cast(v)
+    e = Cat(v, Const(0, width - len(v))) if width > len(v) else v[:width]
+    return e ^ Const(0, width)
+
+
+def _w(*vs: ValueLike) -> int:
+    return max(len(Value.cast(v)) for v in vs)
+
+
+def _add(a: ValueLike, b: ValueLike, width: int) -> Value:
+    return (_x(a, width) + _x(b, width))[:width]
+
+
+def _sub(a: ValueLike, b: ValueLike, width: int) -> Value:
+    return (_x(a, width) - _x(b, width))[:width]
+
+
+def _mul(a: ValueLike, b: ValueLike, width: int) -> Value:
+    return (_x(a, width) * _x(b, width))[:width]
+
+
+def _lt(a: ValueLike, b: ValueLike) -> Value:
+    w = _w(a, b)
+    return _x(a, w) < _x(b, w)
+
+
+def _eq(a: ValueLike, b: ValueLike) -> Value:
+    w = _w(a, b)
+    return _x(a, w) == _x(b, w)
+
+
+def _eqc(v: ValueLike, c: int) -> Value:
+    """``v == c`` for a constant ``c`` that fits ``v``."""
+    v = Value.cast(v)
+    return ~(v ^ Const(c, len(v))).any()
+
+
+def _zero(v: ValueLike) -> Value:
+    return ~Value.cast(v).any()
+
+
+def _popcount(bits: list[Value], width: int) -> Value:
+    acc: Value = Const(0, width)
+    for b in bits:
+        acc = _add(acc, b, width)
+    return acc
+
+
+def _onehot(m: Module, idx: Value, n: int, name: str) -> Signal:
+    """``1 << idx`` as ``n`` bits."""
+    oh = Signal(n, name=name)
+    m.d.comb += oh.eq(Cat(*[_eqc(idx, i) if i < 1 << len(idx) else Const(0, 1)
+                            for i in range(n)]))
+    return oh
+
+
 def _lowest(m: Module, vec: Value, name: str) -> Signal:
     """Index of the lowest set bit of ``vec`` (0 when none is set)."""
     idx = Signal(range(max(2, len(vec))), name=name)
@@ -184,12 +246,87 @@ def _highest(m: Module, vec: Value, name: str) -> Signal:
     return idx
 
 
+def _select(items: list[Value], idx: Value) -> Value:
+    """``items[idx]`` as a binary mux tree on the bits of ``idx`` (zeros past the end)."""
+    width = max(len(v) for v in items)
+    level = [_x(v, width) for v in items]
+    for bit in range(len(idx)):
+        nxt = []
+        for i in range(0, len(level), 2):
+            hi = level[i + 1] if i + 1 < len(level) else Const(0, width)
+            nxt.append(Mux(idx[bit], hi, level[i]))
+        level = nxt
+    return level[0]
+
+
 def _log2(n: int) -> int:
     return clog2(n) if n > 1 else 0
 
 
+class _Inline:
+    """A sub-block whose logic is added to its parent's module (one flat Verilog module)."""
+
+    def build(self, m: Module) -> None:
+        raise NotImplementedError
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        self.build(m)
+        return m
+
+    def inline(self, m: Module) -> None:
+        """Add this block's logic to ``m`` (instead of ``m.submodules``)."""
+        self._MustUse__used = True     # elaborated into the parent; see amaranth._unused
+        self.build(m)
+
+
+class _Fifo:
+    """First-in first-out queue of ``depth`` (a power of two) words, read combinationally.
+
+    Write ``w_data`` with ``w_en`` while ``w_rdy``; ``r_data`` is the oldest word while
+    ``r_rdy``; ``r_en`` drops it. ``level`` counts the words held.
+    """
+
+    def __init__(self, m: Module, *, width: int, depth: int, name: str) -> None:
+        assert depth >= 2 and depth & (depth - 1) == 0
+        aw = _log2(depth)
+        self.w_data = Signal(width, name=f"{name}_w_data")
+        self.w_en = Signal(name=f"{name}_w_en")
+        self.w_rdy = Signal(name=f"{name}_w_rdy")
+        self.r_data = Signal(width, name=f"{name}_r_data")
+        self.r_en = Signal(name=f"{name}_r_en")
+        self.r_rdy = Signal(name=f"{name}_r_rdy")
+        self.level = Signal(aw + 1, name=f"{name}_level")
+        wp = Signal(aw, name=f"{name}_wp")
+        rp = Signal(aw, name=f"{name}_rp")
+        mem = Memory(shape=width, depth=depth, init=[])
+        m.submodules[f"{name}_mem"] = mem
+        wport = mem.write_port()
+        rport = mem.read_port(domain="comb")
+        do_w = self.w_en & self.w_rdy
+        do_r = self.r_en & self.r_rdy
+        m.d.comb += [
+            self.w_rdy.eq(~self.level[aw]),
+            self.r_rdy.eq(self.level.any()),
+            wport.addr.eq(wp), wport.data.eq(self.w_data), wport.en.eq(do_w),
+            rport.addr.eq(rp), self.r_data.eq(rport.data),
+        ]
+        with m.If(do_w):
+            m.d.sync += wp.eq(_add(wp, 1, aw))
+        with m.If(do_r):
+            m.d.sync += rp.eq(_add(rp, 1, aw))
+        with m.If(do_w & ~do_r):
+            m.d.sync += self.level.eq(_add(self.level, 1, aw + 1))
+        with m.If(do_r & ~do_w):
+            m.d.sync += self.level.eq(_sub(self.level, 1, aw + 1))
+
+
 # --------------------------------------------------------------------------- address side
-class AddressGen(wiring.Component):
+# AddressGen states
+_IDLE, _RUN, _CLOSE_E, _CLOSE_R, _FLUSH, _DONE = range(6)
+
+
+class AddressGen(_Inline, wiring.Component):
     """Tokens to burst-block ranges (for the coalescer) and entries (for the packer).
 
     ``start`` (one cycle, with the job's ``mode`` / ``base`` / ``rec_len`` / ``stride`` /
@@ -222,8 +359,7 @@ class AddressGen(wiring.Component):
             "order_error": Out(1),
         })
 
-    def elaborate(self, platform: object) -> Module:
-        m = Module()
+    def build(self, m: Module) -> None:
         g = self._geo
         lay, lp = g.layout, g.loader
         aw, iw = lp.addr_width, g.index_width
@@ -236,45 +372,47 @@ class AddressGen(wiring.Component):
         rng = self.ranges.payload
         ent = self.entries.payload
 
-        prev = Signal(iw)
-        have_prev = Signal()
-        cur_page = Signal(max(1, iw - ptl))
-        bitmap = Signal(pt)
-        have_page = Signal()
-        closing_last = Signal()
-        skip_last = Signal()          # a skipped last token follows the closing page
-        skip_token = Signal(iw)
-        page_base = Signal(aw)
-        gmap = Signal(ngroups)
-        crem = Signal(d)
-        grem = Signal(ngroups)
-        r_sent = Signal()
-        e_sent = Signal()
+        state = Signal(3, name="agen_state")
+        prev = Signal(iw, name="agen_prev")
+        have_prev = Signal(name="agen_have_prev")
+        cur_page = Signal(max(1, iw - ptl), name="agen_page")
+        bitmap = Signal(pt, name="agen_bitmap")
+        have_page = Signal(name="agen_have_page")
+        closing_last = Signal(name="agen_closing_last")
+        skip_last = Signal(name="agen_skip_last")     # a skipped last token follows the page
+        skip_token = Signal(iw, name="agen_skip_token")
+        page_base = Signal(aw, name="agen_page_base")
+        gmap = Signal(ngroups, name="agen_gmap")
+        crem = Signal(d, name="agen_crem")
+        grem = Signal(ngroups, name="agen_grem")
+        r_sent = Signal(name="agen_r_sent")
+        e_sent = Signal(name="agen_e_sent")
 
-        ooo = Signal()
-        m.d.comb += ooo.eq(have_prev & (tok.index <= prev))
+        ooo = Signal(name="agen_ooo")
+        m.d.comb += ooo.eq(have_prev & ~_lt(prev, tok.index))
 
         # records: byte address of the token's record and of its last byte
-        rec_a = Signal(aw)
-        rec_e = Signal(aw)
-        m.d.comb += [rec_a.eq(self.base + tok.index * self.stride),
-                     rec_e.eq(rec_a + self.rec_len - 1)]
+        rec_a = Signal(aw, name="agen_rec_a")
+        rec_e = Signal(aw, name="agen_rec_e")
+        m.d.comb += [rec_a.eq(_add(self.base, _mul(tok.index, self.stride, aw), aw)),
+                     rec_e.eq(_sub(_add(rec_a, self.rec_len, aw), 1, aw))]
 
         # pages: page number, token in page, base, token groups, last beat
         tpage = tok.index[ptl:] if ptl < iw else Const(0, 1)
-        tslot = Signal(pt)
-        m.d.comb += tslot.eq(Const(1, pt) << (tok.index[:ptl] if ptl else 0))
-        pb = Signal(aw)
-        m.d.comb += pb.eq(self.base + cur_page * g.page_bytes)
-        gm = Signal(ngroups)
+        tslot = _onehot(m, tok.index[:ptl], pt, "agen_tslot") if ptl else Const(1, 1)
+        pb = Signal(aw, name="agen_pb")
+        m.d.comb += pb.eq(_add(self.base, _mul(cur_page, Const(g.page_bytes), aw), aw))
+        gm = Signal(ngroups, name="agen_gm")
         m.d.comb += gm.eq(Cat(*[bitmap[i * gtok:(i + 1) * gtok].any() for i in range(ngroups)]))
-        c_hi = _highest(m, self.cmask, "c_hi")
-        g_hi = _highest(m, gm, "g_hi")
-        last_blk = Signal(aw)
-        m.d.comb += last_blk.eq((pb + (c_hi << _log2(lay.channel_chunk_bytes))
-                                 + (g_hi << _log2(g.group_bytes))) >> bl)
-        page_la = Signal(aw - bbl)
-        m.d.comb += page_la.eq(Cat(Const((1 << (bl - bbl)) - 1, bl - bbl), last_blk))
+        c_hi = _highest(m, self.cmask, "agen_c_hi")
+        g_hi = _highest(m, gm, "agen_g_hi")
+        chunk_l, group_l = _log2(lay.channel_chunk_bytes), _log2(g.group_bytes)
+        last_addr = _add(_add(pb, Cat(Const(0, chunk_l), c_hi), aw),
+                         Cat(Const(0, group_l), g_hi), aw)
+        page_la = Signal(aw - bbl, name="agen_page_la")
+        m.d.comb += page_la.eq(Cat(Const((1 << (bl - bbl)) - 1, bl - bbl), last_addr[bl:]))
+
+        is_pages = _eqc(self.mode.as_value(), Mode.PAGES.value)
 
         def reset_job() -> list:
             return [have_prev.eq(0), have_page.eq(0), closing_last.eq(0), skip_last.eq(0),
@@ -282,128 +420,115 @@ class AddressGen(wiring.Component):
 
         def after_page() -> None:
             with m.If(closing_last | skip_last):
-                m.next = "FLUSH"
+                m.d.sync += state.eq(_FLUSH)
             with m.Else():
-                m.next = "RUN"
+                m.d.sync += state.eq(_RUN)
 
-        with m.FSM():
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += reset_job()
-                    m.next = "RUN"
+        with m.If(_eqc(state, _IDLE) | _eqc(state, _DONE)):
+            m.d.comb += self.done.eq(_eqc(state, _DONE))
+            with m.If(self.start):
+                m.d.sync += reset_job() + [state.eq(_RUN)]
 
-            with m.State("RUN"):
-                with m.If(self.mode == Mode.PAGES):
-                    same = have_page & (tpage == cur_page)
-                    with m.If(self.tokens.valid & ooo):
-                        m.d.comb += self.order_error.eq(self.tokens.ready)
-                        with m.If(tok.last):
-                            # the page being gathered closes first, then the skip entry
-                            m.d.comb += self.tokens.ready.eq(1)
-                            m.d.sync += [skip_last.eq(1), skip_token.eq(tok.index),
-                                         closing_last.eq(0)]
-                            m.next = "CLOSE_E"
-                        with m.Else():
-                            m.d.comb += [self.entries.valid.eq(1), ent.nodata.eq(1),
-                                         ent.token.eq(tok.index),
-                                         self.tokens.ready.eq(self.entries.ready)]
-                    with m.Elif(self.tokens.valid & (~have_page | same)):
+        with m.Elif(_eqc(state, _RUN)):
+            with m.If(is_pages):
+                same = have_page & _eq(tpage, cur_page)
+                with m.If(self.tokens.valid & ooo):
+                    m.d.comb += self.order_error.eq(self.tokens.ready)
+                    with m.If(tok.last):
+                        # the page being gathered closes first, then the skip entry
                         m.d.comb += self.tokens.ready.eq(1)
-                        m.d.sync += [cur_page.eq(tpage), have_page.eq(1),
-                                     bitmap.eq(Mux(have_page, bitmap | tslot, tslot)),
-                                     prev.eq(tok.index), have_prev.eq(1)]
-                        with m.If(tok.last):
-                            m.d.sync += closing_last.eq(1)
-                            m.next = "CLOSE_E"
-                    with m.Elif(self.tokens.valid):
-                        m.d.sync += closing_last.eq(0)
-                        m.next = "CLOSE_E"
-                with m.Else():
-                    m.d.comb += [
-                        rng.b0.eq(rec_a[bl:]), rng.b1.eq(rec_e[bl:]),
-                        self.ranges.valid.eq(self.tokens.valid & ~ooo & self.entries.ready),
-                        ent.token.eq(tok.index), ent.fa.eq(rec_a[bbl:]),
-                        ent.la.eq(rec_e[bbl:]), ent.off.eq(rec_a[:bbl] if bbl else 0),
-                        ent.last.eq(tok.last), ent.nodata.eq(ooo),
-                        self.entries.valid.eq(self.tokens.valid & (ooo | self.ranges.ready)),
-                        self.tokens.ready.eq(self.entries.ready & (ooo | self.ranges.ready)),
-                    ]
-                    with m.If(self.tokens.valid & self.tokens.ready):
-                        with m.If(ooo):
-                            m.d.comb += self.order_error.eq(1)
-                        with m.Else():
-                            m.d.sync += [prev.eq(tok.index), have_prev.eq(1)]
-                        with m.If(tok.last):
-                            m.next = "FLUSH"
-
-            with m.State("CLOSE_E"):
+                        m.d.sync += [skip_last.eq(1), skip_token.eq(tok.index),
+                                     closing_last.eq(0), state.eq(_CLOSE_E)]
+                    with m.Else():
+                        m.d.comb += [self.entries.valid.eq(1), ent.nodata.eq(1),
+                                     ent.token.eq(tok.index),
+                                     self.tokens.ready.eq(self.entries.ready)]
+                with m.Elif(self.tokens.valid & (~have_page | same)):
+                    m.d.comb += self.tokens.ready.eq(1)
+                    m.d.sync += [cur_page.eq(tpage), have_page.eq(1),
+                                 bitmap.eq(Mux(have_page, bitmap | tslot, tslot)),
+                                 prev.eq(tok.index), have_prev.eq(1)]
+                    with m.If(tok.last):
+                        m.d.sync += [closing_last.eq(1), state.eq(_CLOSE_E)]
+                with m.Elif(self.tokens.valid):
+                    m.d.sync += [closing_last.eq(0), state.eq(_CLOSE_E)]
+            with m.Else():
                 m.d.comb += [
-                    self.entries.valid.eq(1),
-                    ent.page.eq(1), ent.token.eq(cur_page), ent.fa.eq(pb[bbl:]),
-                    ent.la.eq(page_la), ent.bitmap.eq(bitmap), ent.nodata.eq(self.cmask == 0),
-                    ent.last.eq(closing_last),
+                    rng.b0.eq(rec_a[bl:]), rng.b1.eq(rec_e[bl:]),
+                    self.ranges.valid.eq(self.tokens.valid & ~ooo & self.entries.ready),
+                    ent.token.eq(tok.index), ent.fa.eq(rec_a[bbl:]),
+                    ent.la.eq(rec_e[bbl:]), ent.off.eq(rec_a[:bbl] if bbl else 0),
+                    ent.last.eq(tok.last), ent.nodata.eq(ooo),
+                    self.entries.valid.eq(self.tokens.valid & (ooo | self.ranges.ready)),
+                    self.tokens.ready.eq(self.entries.ready & (ooo | self.ranges.ready)),
                 ]
-                with m.If(self.entries.ready):
-                    m.d.sync += [page_base.eq(pb), gmap.eq(gm), crem.eq(self.cmask),
-                                 grem.eq(gm)]
-                    with m.If(self.cmask == 0):
+                with m.If(self.tokens.valid & self.tokens.ready):
+                    with m.If(ooo):
+                        m.d.comb += self.order_error.eq(1)
+                    with m.Else():
+                        m.d.sync += [prev.eq(tok.index), have_prev.eq(1)]
+                    with m.If(tok.last):
+                        m.d.sync += state.eq(_FLUSH)
+
+        with m.Elif(_eqc(state, _CLOSE_E)):
+            m.d.comb += [
+                self.entries.valid.eq(1),
+                ent.page.eq(1), ent.token.eq(cur_page), ent.fa.eq(pb[bbl:]),
+                ent.la.eq(page_la), ent.bitmap.eq(bitmap), ent.nodata.eq(_zero(self.cmask)),
+                ent.last.eq(closing_last),
+            ]
+            with m.If(self.entries.ready):
+                m.d.sync += [page_base.eq(pb), gmap.eq(gm), crem.eq(self.cmask), grem.eq(gm)]
+                with m.If(_zero(self.cmask)):
+                    m.d.sync += have_page.eq(0)
+                    after_page()
+                with m.Else():
+                    m.d.sync += state.eq(_CLOSE_R)
+
+        with m.Elif(_eqc(state, _CLOSE_R)):
+            c = _lowest(m, crem, "agen_c_lo")
+            gi = _lowest(m, grem, "agen_g_lo")
+            blk_addr = _add(_add(page_base, Cat(Const(0, chunk_l), c), aw),
+                            Cat(Const(0, group_l), gi), aw)
+            m.d.comb += [self.ranges.valid.eq(1), rng.b0.eq(blk_addr[bl:]),
+                         rng.b1.eq(blk_addr[bl:])]
+            grem_next = grem & ~_onehot(m, gi, ngroups, "agen_g_oh")
+            crem_next = crem & ~_onehot(m, c, d, "agen_c_oh")
+            with m.If(self.ranges.ready):
+                with m.If(_zero(grem_next)):
+                    m.d.sync += [crem.eq(crem_next), grem.eq(gmap)]
+                    with m.If(_zero(crem_next)):
                         m.d.sync += have_page.eq(0)
                         after_page()
-                    with m.Else():
-                        m.next = "CLOSE_R"
+                with m.Else():
+                    m.d.sync += grem.eq(grem_next)
 
-            with m.State("CLOSE_R"):
-                c = _lowest(m, crem, "c_lo")
-                gi = _lowest(m, grem, "g_lo")
-                blk = Signal(aw)
-                m.d.comb += blk.eq((page_base + (c << _log2(lay.channel_chunk_bytes))
-                                    + (gi << _log2(g.group_bytes))) >> bl)
-                m.d.comb += [self.ranges.valid.eq(1), rng.b0.eq(blk), rng.b1.eq(blk)]
-                grem_next = grem & ~(Const(1, ngroups) << gi)
-                crem_next = crem & ~(Const(1, d) << c)
-                with m.If(self.ranges.ready):
-                    with m.If(grem_next == 0):
-                        m.d.sync += [crem.eq(crem_next), grem.eq(gmap)]
-                        with m.If(crem_next == 0):
-                            m.d.sync += have_page.eq(0)
-                            after_page()
-                    with m.Else():
-                        m.d.sync += grem.eq(grem_next)
-
-            with m.State("FLUSH"):
-                m.d.comb += [
-                    self.ranges.valid.eq(~r_sent), rng.end.eq(1),
-                    self.entries.valid.eq(skip_last & ~e_sent),
-                    ent.nodata.eq(1), ent.token.eq(skip_token), ent.last.eq(1),
-                ]
-                with m.If(self.ranges.valid & self.ranges.ready):
-                    m.d.sync += r_sent.eq(1)
-                with m.If(self.entries.valid & self.entries.ready):
-                    m.d.sync += e_sent.eq(1)
-                r_ok = r_sent | self.ranges.ready
-                e_ok = ~skip_last | e_sent | self.entries.ready
-                with m.If(r_ok & e_ok):
-                    m.d.sync += [r_sent.eq(0), e_sent.eq(0), skip_last.eq(0)]
-                    m.next = "DONE"
-
-            with m.State("DONE"):
-                m.d.comb += self.done.eq(1)
-                with m.If(self.start):
-                    m.d.sync += reset_job()
-                    m.next = "RUN"
-        return m
+        with m.Elif(_eqc(state, _FLUSH)):
+            m.d.comb += [
+                self.ranges.valid.eq(~r_sent), rng.end.eq(1),
+                self.entries.valid.eq(skip_last & ~e_sent),
+                ent.nodata.eq(1), ent.token.eq(skip_token), ent.last.eq(1),
+            ]
+            with m.If(self.ranges.valid & self.ranges.ready):
+                m.d.sync += r_sent.eq(1)
+            with m.If(self.entries.valid & self.entries.ready):
+                m.d.sync += e_sent.eq(1)
+            r_ok = r_sent | self.ranges.ready
+            e_ok = ~skip_last | e_sent | self.entries.ready
+            with m.If(r_ok & e_ok):
+                m.d.sync += [r_sent.eq(0), e_sent.eq(0), skip_last.eq(0), state.eq(_DONE)]
 
 
-class Coalescer(wiring.Component):
+class Coalescer(_Inline, wiring.Component):
     """Burst-block ranges (ascending) to AXI INCR requests, as :func:`axi_requests` cuts them.
 
-    Keeps the current run ``[run_start, run_end)`` as the next byte address to request
-    (``addr``) and the run's end. A range whose first block is at most one past the run's end
-    extends it; any other range closes the run, which is then requested to its end before the
-    range starts a new one. A request of ``min(max_burst_beats * beat, 4 KiB - addr % 4 KiB)``
-    bytes is issued as soon as the run reaches that far (its length cannot change any more);
-    the remainder when the run closes. One range and one request per cycle. ``done`` after the
-    ``end`` range once everything is requested.
+    Keeps the current run as the next byte address to request (``addr``) and the run's end. A
+    range whose first block is at most one past the run's end extends it; any other range
+    closes the run, which is then requested to its end before the range starts a new one. A
+    request of ``min(max_burst_beats * beat, 4 KiB - addr % 4 KiB)`` bytes is issued as soon as
+    the run reaches that far (its length cannot change any more); the remainder when the run
+    closes. One range and one request per cycle. ``done`` after the ``end`` range once
+    everything is requested.
     """
 
     def __init__(self, geo: LoaderGeometry) -> None:
@@ -415,61 +540,62 @@ class Coalescer(wiring.Component):
             "done": Out(1),
         })
 
-    def elaborate(self, platform: object) -> Module:
-        m = Module()
+    def build(self, m: Module) -> None:
         g = self._geo
         aw = g.loader.addr_width
         bl, bbl = g.burst_shift, g.beat_shift
         max_req = g.max_request_bytes
+        w = aw + 1                                   # byte addresses up to 2**aw inclusive
+        cw = max(max_req, AXI_BOUNDARY).bit_length()
 
-        addr = Signal(aw + 1)
-        run_end = Signal(aw + 1)
-        have = Signal()
-        ending = Signal()
+        addr = Signal(w, name="coal_addr")
+        run_end = Signal(w, name="coal_run_end")
+        have = Signal(name="coal_have")
+        ending = Signal(name="coal_ending")
 
-        pending = Signal(aw + 1)
-        rem4k = Signal(range(4097))
-        cap = Signal(range(max(max_req, 4096) + 1))
-        n = Signal(range(max(max_req, 4096) + 1))
+        pending = Signal(w, name="coal_pending")
+        rem4k = Signal(cw, name="coal_rem4k")
+        cap = Signal(cw, name="coal_cap")
+        n = Signal(cw, name="coal_n")
         m.d.comb += [
-            pending.eq(run_end - addr),
-            rem4k.eq(4096 - addr[:12]),
-            cap.eq(Mux(rem4k < max_req, rem4k, max_req)),
-            n.eq(Mux(pending < cap, pending, cap)),
+            pending.eq(_sub(run_end, addr, w)),
+            rem4k.eq(_sub(Const(AXI_BOUNDARY), addr[:_log2(AXI_BOUNDARY)], cw)),
+            cap.eq(Mux(_lt(rem4k, Const(max_req)), rem4k, _x(Const(max_req), cw))),
+            n.eq(Mux(_lt(pending, cap), pending[:cw], cap)),
         ]
         head = self.ranges.payload
-        hstart = Signal(aw + 1)
-        hend = Signal(aw + 1)
-        m.d.comb += [hstart.eq(head.b0 << bl), hend.eq((head.b1 + 1) << bl)]
-        adj = have & (hstart <= run_end)
-        eager = have & (pending >= cap)
-        closing = (ending | (self.ranges.valid & ~head.end & ~adj)) & (pending != 0)
+        hstart = Signal(w, name="coal_hstart")
+        hend = Signal(w, name="coal_hend")
+        m.d.comb += [hstart.eq(_x(Cat(Const(0, bl), head.b0), w)),
+                     hend.eq(_x(Cat(Const(0, bl), _add(head.b1, 1, len(head.b1) + 1)), w))]
+        adj = have & ~_lt(run_end, hstart)
+        eager = have & ~_lt(pending, cap)
+        closing = (ending | (self.ranges.valid & ~head.end & ~adj)) & pending.any()
 
         req = self.requests.payload
         m.d.comb += [
             self.requests.valid.eq(eager | closing),
             req.addr.eq(addr[:aw]),
-            req.beats.eq(n >> bbl),
-            self.ranges.ready.eq(~ending & (head.end | adj | (pending == 0))),
-            self.done.eq(ending & (pending == 0)),
+            req.beats.eq(n[bbl:]),
+            self.ranges.ready.eq(~ending & (head.end | adj | _zero(pending))),
+            self.done.eq(ending & _zero(pending)),
         ]
         with m.If(self.requests.valid & self.requests.ready):
-            m.d.sync += addr.eq(addr + n)
+            m.d.sync += addr.eq(_add(addr, n, w))
         with m.If(self.ranges.valid & self.ranges.ready):
             with m.If(head.end):
                 m.d.sync += ending.eq(1)
             with m.Elif(adj):
-                with m.If(hend > run_end):
+                with m.If(_lt(run_end, hend)):
                     m.d.sync += run_end.eq(hend)
             with m.Else():
                 m.d.sync += [addr.eq(hstart), run_end.eq(hend), have.eq(1)]
         with m.If(self.start):
             m.d.sync += [addr.eq(0), run_end.eq(0), have.eq(0), ending.eq(0)]
-        return m
 
 
 # --------------------------------------------------------------------------- data side
-class Packer(wiring.Component):
+class Packer(_Inline, wiring.Component):
     """Beats (with their addresses) and entries to the packed output stream.
 
     The head entry is held in a register (``cur``) while the FIFO head is the next entry.
@@ -500,8 +626,7 @@ class Packer(wiring.Component):
             "done": Out(1),
         })
 
-    def elaborate(self, platform: object) -> Module:
-        m = Module()
+    def build(self, m: Module) -> None:
         g = self._geo
         lay = g.layout
         d, eb, pt = lay.head_dim, lay.elem_bytes, lay.page_tokens
@@ -514,24 +639,26 @@ class Packer(wiring.Component):
         rw = g.record_words
         x, steps = g.lanes, g.expand_cycles
         ptl = _log2(pt)
+        xw = x.bit_length()
 
         nxt = self.entries.payload
         bt = self.beats.payload
         o = self.o.payload
 
-        buf = Array(Signal(bb * 8, name=f"buf{i}", reset_less=True) for i in range(nw))
-        cur = Signal(_entry_layout(g))
-        cur_valid = Signal()
-        cur_err = Signal()
-        last_popped = Signal()
-        draining = Signal()
-        bmp = Signal(pt)
-        done = Signal()
+        buf = [Signal(bb * 8, name=f"pack_buf{i}", reset_less=True) for i in range(nw)]
+        cur = Signal(_entry_layout(g), name="pack_cur")
+        cur_valid = Signal(name="pack_cur_valid")
+        cur_err = Signal(name="pack_cur_err")
+        last_popped = Signal(name="pack_last_popped")
+        draining = Signal(name="pack_draining")
+        bmp = Signal(pt, name="pack_bmp")
+        done = Signal(name="pack_done")
         m.d.comb += self.done.eq(done)
+        is_dense = _eqc(self.mode.as_value(), Mode.DENSE.value)
 
         # ---------------------------------------------------------------- entry register
-        retire = Signal()
-        load = Signal()
+        retire = Signal(name="pack_retire")
+        load = Signal(name="pack_load")
         m.d.comb += [load.eq(self.entries.valid & (~cur_valid | retire)),
                      self.entries.ready.eq(load)]
         with m.If(load):
@@ -544,14 +671,14 @@ class Packer(wiring.Component):
                 m.d.sync += last_popped.eq(1)
 
         # ---------------------------------------------------------------- output register
-        o_free = Signal()
+        o_free = Signal(name="pack_o_free")
         m.d.comb += o_free.eq(~self.o.valid | self.o.ready)
-        o_load = Signal()
-        o_token = Signal(g.index_width)
-        o_data = Signal(row_bits)
-        o_mask = Signal(d)
-        o_err = Signal()
-        o_last = Signal()
+        o_load = Signal(name="pack_o_load")
+        o_token = Signal(g.index_width, name="pack_o_token")
+        o_data = Signal(row_bits, name="pack_o_data")
+        o_mask = Signal(d, name="pack_o_mask")
+        o_err = Signal(name="pack_o_err")
+        o_last = Signal(name="pack_o_last")
         with m.If(o_load):
             m.d.sync += [self.o.valid.eq(1), o.token.eq(o_token), o.data.eq(o_data),
                          o.mask.eq(o_mask), o.err.eq(o_err), o.last.eq(o_last)]
@@ -561,32 +688,34 @@ class Packer(wiring.Component):
             m.d.sync += done.eq(1)
 
         # ---------------------------------------------------------------- expander (B)
-        busy = Signal()
-        step = Signal(range(max(2, steps)))
-        cmp_ = Signal(row_bits, reset_less=True)      # compacted elements, consumed from bit 0
-        msk = Signal(d, reset_less=True)              # element mask, rotated X per step
-        acc = Signal(row_bits, reset_less=True)       # output groups, shifted in from the top
-        b_token = Signal(g.index_width)
-        b_err = Signal()
-        b_last = Signal()
-        b_dense = Signal()
-        final = b_dense | (step == steps - 1)
+        busy = Signal(name="pack_busy")
+        step = Signal(max(1, _log2(steps)), name="pack_step")
+        cmp_ = Signal(row_bits, reset_less=True, name="pack_cmp")   # compacted, from bit 0
+        msk = Signal(d, reset_less=True, name="pack_msk")           # mask, rotated x per step
+        acc = Signal(row_bits, reset_less=True, name="pack_acc")    # groups, in from the top
+        b_token = Signal(g.index_width, name="pack_b_token")
+        b_err = Signal(name="pack_b_err")
+        b_last = Signal(name="pack_b_last")
+        b_dense = Signal(name="pack_b_dense")
+        final = Signal(name="pack_final")
+        m.d.comb += final.eq(b_dense | _eqc(step, steps - 1))
         b_fire = busy & (~final | o_free)
         b_ready = ~busy | (b_fire & final)
 
         mg = msk[:x]
+        elems = [cmp_[k * ew:(k + 1) * ew] for k in range(x)]
         lanes = []
         for p in range(x):
-            pre = sum((mg[i] for i in range(p)), Const(0, 1))
-            choices = Array(cmp_[k * ew:(k + 1) * ew] for k in range(p + 1))
-            lanes.append(Mux(mg[p], choices[pre], 0))
+            pre = _popcount([mg[i] for i in range(p)], xw)
+            lanes.append(Mux(mg[p], _select(elems[:p + 1], pre), 0))
         lane_vec = Cat(*lanes)
-        pc = sum((mg[i] for i in range(x)), Const(0, 1))
+        pc = _popcount([mg[i] for i in range(x)], xw)
         acc_next = Cat(acc[x * ew:], lane_vec)
 
         with m.If(b_fire):
-            m.d.sync += [cmp_.eq(cmp_ >> (pc * ew)), msk.eq(msk.rotate_right(x)),
-                         acc.eq(acc_next), step.eq(step + 1)]
+            m.d.sync += [cmp_.eq(cmp_ >> Cat(Const(0, _log2(ew)), pc)),
+                         msk.eq(msk.rotate_right(x)), acc.eq(acc_next),
+                         step.eq(_add(step, 1, len(step)))]
             with m.If(final):
                 m.d.sync += [busy.eq(0), step.eq(0)]
                 m.d.comb += [o_load.eq(1), o_token.eq(b_token), o_err.eq(b_err),
@@ -597,55 +726,59 @@ class Packer(wiring.Component):
                     m.d.comb += [o_data.eq(acc_next), o_mask.eq(msk.rotate_right(x))]
 
         # ---------------------------------------------------------------- capture (A)
-        before = bt.addr < cur.fa
-        at_end = bt.addr == cur.la
-        widx = Signal(range(max(2, nw)))
-        m.d.comb += widx.eq(bt.addr - cur.fa)
-        write = Signal()
-        with m.If(write):
-            m.d.sync += buf[widx].eq(bt.data)
+        before = _lt(bt.addr, cur.fa)
+        at_end = _eq(bt.addr, cur.la)
+        widx = Signal(_log2(nw), name="pack_widx")
+        m.d.comb += widx.eq(_sub(bt.addr, cur.fa, len(bt.addr)))
+        write = Signal(name="pack_write")
+        wsel = [write & _eqc(widx, j) for j in range(nw)]
+        for j in range(nw):
+            with m.If(wsel[j]):
+                m.d.sync += buf[j].eq(bt.data)
 
         # record as it would be with this beat written, shifted to its first byte
-        words = [Mux(write & (widx == j), bt.data, buf[j]) for j in range(rw)]
+        words = [Mux(wsel[j], bt.data, buf[j]) for j in range(rw)]
         flat = Cat(*words)
-        shifted = Signal(rmax * 8)
+        shifted = Signal(rmax * 8, name="pack_shifted")
         m.d.comb += shifted.eq(flat >> Cat(Const(0, 3), cur.off))
-        lenmask = Cat(*[(self.rec_len > j).replicate(8) for j in range(rmax)])
-        rec = Signal(rmax * 8)
+        lw = len(self.rec_len)
+        lenmask = Cat(*[_lt(Const(j, lw), self.rec_len).replicate(8) for j in range(rmax)])
+        rec = Signal(rmax * 8, name="pack_rec")
         m.d.comb += rec.eq(shifted & lenmask)
-        a2b = Signal()
-        skip = Signal()
+        a2b = Signal(name="pack_a2b")
+        skip = Signal(name="pack_skip")
         with m.If(a2b):
             m.d.sync += [busy.eq(1), step.eq(0), b_token.eq(cur.token), b_last.eq(cur.last)]
             with m.If(skip):
                 m.d.sync += [b_err.eq(1), b_dense.eq(1), cmp_.eq(0), msk.eq(0)]
             with m.Else():
-                m.d.sync += [b_err.eq(cur_err | bt.err), b_dense.eq(self.mode == Mode.DENSE)]
-                with m.If(self.mode == Mode.DENSE):
+                m.d.sync += [b_err.eq(cur_err | bt.err), b_dense.eq(is_dense)]
+                with m.If(is_dense):
                     m.d.sync += [cmp_.eq(rec[:row_bits]), msk.eq(Const((1 << d) - 1, d))]
                 with m.Else():
                     m.d.sync += [cmp_.eq(rec[mb * 8: mb * 8 + row_bits]), msk.eq(rec[:d])]
 
         # channel page rows: element (channel c, token t) sits at element c * pt + t
         pflat = Cat(*[buf[j] for j in range(nw)])
-        rows = Array(Cat(*[pflat[(c * pt + t) * ew:(c * pt + t + 1) * ew] for c in range(d)])
-                     for t in range(pt))
+        rows = [Cat(*[pflat[(c * pt + t) * ew:(c * pt + t + 1) * ew] for c in range(d)])
+                for t in range(pt)]
         cbits = Cat(*[self.cmask[c].replicate(ew) for c in range(d)])
-        t_lo = _lowest(m, bmp, "t_lo")
-        bmp_next = bmp & ~(Const(1, pt) << t_lo)
+        t_lo = _lowest(m, bmp, "pack_t_lo")
+        row = _select(rows, t_lo[:ptl]) if ptl else rows[0]
+        bmp_next = bmp & ~(_onehot(m, t_lo[:ptl], pt, "pack_t_oh") if ptl else Const(1, 1))
 
         # keep the la beat unless nothing later can start in it
-        keep = ~cur.last & ~(self.entries.valid & ~nxt.nodata & (nxt.fa != cur.la))
+        keep = ~cur.last & ~(self.entries.valid & ~nxt.nodata & ~_eq(nxt.fa, cur.la))
 
         with m.If(draining):
             # one retained token of the page per cycle (after a skip output in the expander)
             with m.If(o_free & ~busy):
                 m.d.comb += [o_load.eq(1),
                              o_token.eq(Cat(t_lo[:ptl], cur.token) if ptl else cur.token),
-                             o_data.eq(rows[t_lo] & cbits), o_mask.eq(self.cmask),
-                             o_err.eq(cur_err), o_last.eq(cur.last & (bmp_next == 0))]
+                             o_data.eq(row & cbits), o_mask.eq(self.cmask),
+                             o_err.eq(cur_err), o_last.eq(cur.last & _zero(bmp_next))]
                 m.d.sync += bmp.eq(bmp_next)
-                with m.If(bmp_next == 0):
+                with m.If(_zero(bmp_next)):
                     m.d.comb += retire.eq(1)
                     m.d.sync += draining.eq(0)
         with m.Elif(~cur_valid):
@@ -672,7 +805,6 @@ class Packer(wiring.Component):
         with m.If(self.start):
             m.d.sync += [last_popped.eq(0), done.eq(0), draining.eq(0), cur_err.eq(0),
                          cur_valid.eq(0)]
-        return m
 
 
 # --------------------------------------------------------------------------- top
@@ -683,6 +815,7 @@ class KVLoader(wiring.Component):
     (:func:`token_layout`, strictly ascending slots, ``last`` on the final one), ``o``
     (:func:`output_layout`, one per token in input order), ``axi`` (AXI4 read master, ARID 0,
     INCR, full-width beats), ``status`` and ``stats`` (per-job counters, cleared by ``cfg``).
+    The Verilog is one flat module.
     """
 
     def __init__(self, geo: LoaderGeometry) -> None:
@@ -707,14 +840,15 @@ class KVLoader(wiring.Component):
         aw, bbl, bl = lp.addr_width, g.beat_shift, g.burst_shift
         d = lay.head_dim
         al = _log2(lay.align_bytes)
+        cw = COUNTER_WIDTH
 
-        m.submodules.agen = agen = AddressGen(g)
-        m.submodules.coal = coal = Coalescer(g)
-        m.submodules.pack = pack = Packer(g)
-        m.submodules.entries = efifo = SyncFIFO(width=len(agen.entries.payload.as_value()),
-                                                depth=g.entry_fifo_depth)
+        agen, coal, pack = AddressGen(g), Coalescer(g), Packer(g)
+        for blk in (agen, coal, pack):
+            blk.inline(m)
+        efifo = _Fifo(m, width=len(agen.entries.payload.as_value()),
+                      depth=g.entry_fifo_depth, name="entries")
         req_w = len(coal.requests.payload.as_value())
-        m.submodules.inflight = ififo = SyncFIFO(width=req_w, depth=lp.max_outstanding)
+        ififo = _Fifo(m, width=req_w, depth=g.inflight_depth, name="inflight")
 
         # ---------------------------------------------------------------- job configuration
         busy = Signal()
@@ -728,26 +862,31 @@ class KVLoader(wiring.Component):
         stride = Signal(range(lay.stride(g.record_bytes_max) + 1))
         st = self.status
         cp = self.cfg.payload
+        cfg_fire = self.cfg.valid & self.cfg.ready
 
         m.d.comb += self.cfg.ready.eq(~busy)
-        m.d.sync += start.eq(self.cfg.valid & self.cfg.ready)
-        with m.If(self.cfg.valid & self.cfg.ready):
-            bad_mode = cp.mode.as_value() == 3
+        m.d.sync += start.eq(cfg_fire)
+        with m.If(cfg_fire):
+            bad_mode = _eqc(cp.mode.as_value(), 3)
+            too_many = _lt(Const(d), cp.kept)
+            o_bad = _zero(cp.outstanding) | _lt(Const(lp.max_outstanding), cp.outstanding)
             m.d.sync += [
                 busy.eq(1), st.done.eq(0),
-                mode.eq(Mux(bad_mode, Mode.DENSE, cp.mode)),
+                mode.eq(Mux(bad_mode, Mode.DENSE.value, cp.mode.as_value())),
                 base.eq(Cat(Const(0, bl), cp.base[bl:])),
-                kept.eq(Mux(cp.kept > d, d, cp.kept)),
+                kept.eq(Mux(too_many, d, cp.kept)),
                 cmask.eq(cp.cmask),
-                limit.eq(Mux((cp.outstanding == 0) | (cp.outstanding > lp.max_outstanding),
-                             lp.max_outstanding, cp.outstanding)),
-                st.cfg_error.eq(bad_mode | (cp.base[:bl] != 0) | (cp.kept > d)),
+                limit.eq(Mux(o_bad, lp.max_outstanding, cp.outstanding)),
+                st.cfg_error.eq(bad_mode | cp.base[:bl].any() | too_many),
                 st.slverr.eq(0), st.decerr.eq(0), st.err_addr.eq(0),
                 st.rlast_error.eq(0), st.order_error.eq(0),
             ]
-        rl = Mux(mode == Mode.DENSE, lay.row_bytes, lay.mask_bytes + kept * lay.elem_bytes)
-        m.d.comb += [rec_len.eq(rl),
-                     stride.eq(((rec_len + lay.align_bytes - 1) >> al) << al)]
+        rw = len(rec_len)
+        masked_len = _add(Const(lay.mask_bytes), _mul(kept, Const(lay.elem_bytes), rw), rw)
+        is_dense = _eqc(mode.as_value(), Mode.DENSE.value)
+        m.d.comb += [rec_len.eq(Mux(is_dense, lay.row_bytes, masked_len)),
+                     stride.eq(Cat(Const(0, al),
+                                   _add(rec_len, Const(lay.align_bytes - 1), rw + 1)[al:]))]
         m.d.comb += st.busy.eq(busy)
 
         for blk in (agen, coal, pack):
@@ -770,36 +909,38 @@ class KVLoader(wiring.Component):
 
         ax = self.axi
         req = coal.requests.payload
-        room = ififo.level < limit
+        room = _lt(ififo.level, limit)
+        ar_fire = ax.arvalid & ax.arready
         m.d.comb += [
             ax.arvalid.eq(coal.requests.valid & room),
-            ax.araddr.eq(req.addr), ax.arlen.eq(req.beats - 1), ax.arsize.eq(lp.axsize),
-            ax.arburst.eq(1), ax.arid.eq(0),
+            ax.araddr.eq(req.addr), ax.arlen.eq(_sub(req.beats, 1, 8)),
+            ax.arsize.eq(lp.axsize), ax.arburst.eq(1), ax.arid.eq(0),
             coal.requests.ready.eq(ax.arready & room),
             ififo.w_data.eq(req.as_value()),
-            ififo.w_en.eq(ax.arvalid & ax.arready),
+            ififo.w_en.eq(ar_fire),
         ]
 
         # ---------------------------------------------------------------- data side
         head = data.View(_request_layout(g), ififo.r_data)
         k = Signal(range(lp.max_burst_beats))
-        last_beat = k == head.beats - 1
+        last_beat = _eq(k, _sub(head.beats, 1, len(head.beats)))
         r_fire = ax.rvalid & ax.rready
+        beat_addr = _add(head.addr[bbl:], k, aw - bbl)
         m.d.comb += [
             pack.beats.valid.eq(ax.rvalid & ififo.r_rdy),
             pack.beats.payload.data.eq(ax.rdata),
             pack.beats.payload.err.eq(ax.rresp[1]),
-            pack.beats.payload.addr.eq(head.addr[bbl:] + k),
+            pack.beats.payload.addr.eq(beat_addr),
             ax.rready.eq(pack.beats.ready & ififo.r_rdy),
             ififo.r_en.eq(r_fire & last_beat),
         ]
         with m.If(r_fire):
-            m.d.sync += k.eq(Mux(last_beat, 0, k + 1))
-            with m.If(ax.rlast != last_beat):
+            m.d.sync += k.eq(Mux(last_beat, 0, _add(k, 1, len(k))))
+            with m.If(ax.rlast ^ last_beat):
                 m.d.sync += st.rlast_error.eq(1)
             with m.If(ax.rresp[1]):
                 with m.If(~st.slverr & ~st.decerr):
-                    m.d.sync += st.err_addr.eq(Cat(Const(0, bbl), head.addr[bbl:] + k))
+                    m.d.sync += st.err_addr.eq(Cat(Const(0, bbl), beat_addr))
                 with m.If(ax.rresp[0]):
                     m.d.sync += st.decerr.eq(1)
                 with m.Else():
@@ -807,29 +948,29 @@ class KVLoader(wiring.Component):
         wiring.connect(m, pack.o, wiring.flipped(self.o))
 
         # ---------------------------------------------------------------- completion
-        finished = pack.done & coal.done & agen.done & (ififo.level == 0)
+        finished = pack.done & coal.done & agen.done & _zero(ififo.level)
         with m.If(busy & finished & ~start):
             m.d.sync += [busy.eq(0), st.done.eq(1)]
 
         # ---------------------------------------------------------------- statistics
         s = self.stats
-        with m.If(self.cfg.valid & self.cfg.ready):
+        with m.If(cfg_fire):
             m.d.sync += [s.bursts.eq(0), s.bytes.eq(0), s.busy_cycles.eq(0),
                          s.mem_wait_cycles.eq(0), s.ar_stall_cycles.eq(0),
                          s.out_stall_cycles.eq(0)]
         with m.Else():
-            with m.If(ax.arvalid & ax.arready):
-                m.d.sync += s.bursts.eq(s.bursts + 1)
+            with m.If(ar_fire):
+                m.d.sync += s.bursts.eq(_add(s.bursts, 1, cw))
             with m.If(r_fire):
-                m.d.sync += s.bytes.eq(s.bytes + g.beat_bytes)
+                m.d.sync += s.bytes.eq(_add(s.bytes, Const(g.beat_bytes), cw))
             with m.If(busy):
-                m.d.sync += s.busy_cycles.eq(s.busy_cycles + 1)
-            with m.If(busy & (ififo.level != 0) & ~ax.rvalid):
-                m.d.sync += s.mem_wait_cycles.eq(s.mem_wait_cycles + 1)
+                m.d.sync += s.busy_cycles.eq(_add(s.busy_cycles, 1, cw))
+            with m.If(busy & ififo.level.any() & ~ax.rvalid):
+                m.d.sync += s.mem_wait_cycles.eq(_add(s.mem_wait_cycles, 1, cw))
             with m.If(ax.arvalid & ~ax.arready):
-                m.d.sync += s.ar_stall_cycles.eq(s.ar_stall_cycles + 1)
+                m.d.sync += s.ar_stall_cycles.eq(_add(s.ar_stall_cycles, 1, cw))
             with m.If(self.o.valid & ~self.o.ready):
-                m.d.sync += s.out_stall_cycles.eq(s.out_stall_cycles + 1)
+                m.d.sync += s.out_stall_cycles.eq(_add(s.out_stall_cycles, 1, cw))
         return m
 
 

@@ -24,14 +24,18 @@ AXI_BOUNDARY = 4096
 COUNTER_WIDTH = 32
 
 
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(1, (n - 1).bit_length())
+
+
 @dataclass(frozen=True)
 class LoaderGeometry:
     """Structural constants of the loader RTL for one layout and loader configuration.
 
     Raises :class:`~hikv.params.ParamError` for geometries the RTL does not support: a beat
-    narrower than one element, a beat wider than a burst, a request shorter than a burst, a
-    channel page that is not a whole number of bursts, or a region of ``max_tokens`` records
-    that does not fit the address space.
+    narrower than one element, a beat wider than a burst, a longest request or a channel page
+    that is not a whole number of bursts, or a region of ``max_tokens`` records that does not
+    fit the address space.
     """
 
     layout: KVLayout
@@ -45,10 +49,11 @@ class LoaderGeometry:
         if lp.beat_bytes > lay.burst_bytes:
             raise ParamError(f"loader beat of {lp.beat_bytes} B (data_width = {lp.data_width}) "
                              f"is wider than burst_bytes = {lay.burst_bytes}")
-        if self.max_request_bytes < lay.burst_bytes:
+        if self.max_request_bytes % lay.burst_bytes:
             raise ParamError(f"a request of max_burst_beats = {lp.max_burst_beats} beats of "
-                             f"{lp.beat_bytes} B is shorter than burst_bytes = "
-                             f"{lay.burst_bytes}: the loader issues whole bursts")
+                             f"{lp.beat_bytes} B is not a whole number of bursts "
+                             f"(burst_bytes = {lay.burst_bytes}): the loader issues whole "
+                             "bursts")
         if self.page_bytes % lay.burst_bytes:
             raise ParamError(f"a channel page of {self.page_bytes} B (head_dim * page_tokens * "
                              f"elem_bytes) must be a multiple of burst_bytes = "
@@ -119,21 +124,27 @@ class LoaderGeometry:
     # ------------------------------------------------------------------ buffers
     @property
     def buffer_words(self) -> int:
-        """Beat-wide words of the shared record / page buffer."""
-        return max(self.record_words, self.page_words)
+        """Beat-wide words of the shared record / page buffer (a power of two)."""
+        return _pow2_ceil(max(self.record_words, self.page_words))
 
     @property
     def entry_fifo_depth(self) -> int:
         """Depth of the FIFO of records / pages between address and data side.
 
         Enough for the records of ``max_outstanding + 1`` full requests at the smallest record
-        stride (or page), plus two: the address side can then keep every allowed request in
-        flight, and can never wait on the FIFO while the data side waits for a request that the
-        address side has not issued yet (that needs ``ceil(request / unit) + 2``).
+        stride (or page), plus two, rounded up to a power of two: the address side can then
+        keep every allowed request in flight, and can never wait on the FIFO while the data
+        side waits for a request that the address side has not issued yet (that needs
+        ``ceil(request / unit) + 2``).
         """
         unit = min(self.layout.stride(self.layout.mask_bytes), self.page_bytes)
         per_request = -(-self.max_request_bytes // unit) + 1
-        return (self.loader.max_outstanding + 1) * per_request + 2
+        return _pow2_ceil((self.loader.max_outstanding + 1) * per_request + 2)
+
+    @property
+    def inflight_depth(self) -> int:
+        """Slots of the in-flight request FIFO (``max_outstanding`` used, a power of two)."""
+        return _pow2_ceil(self.loader.max_outstanding)
 
     # ------------------------------------------------------------------ widths
     @property
