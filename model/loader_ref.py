@@ -198,8 +198,10 @@ def masked_image(x: torch.Tensor, mask: torch.Tensor, layout: KVLayout) -> bytes
     img[:, : layout.mask_bytes] = mask_to_bytes(mask)
     # stable: kept elements in ascending element order
     idx = torch.sort(torch.where(mask, torch.arange(d), d), dim=-1).values[:, :r]
-    vals = torch.gather(x, 1, idx)
-    img[:, layout.mask_bytes: rec] = _elem_bytes_of(vals, layout).reshape(n, -1)
+    # gather raw bytes: a float gather would quieten signalling NaNs
+    raw = _elem_bytes_of(x, layout)
+    vals = torch.gather(raw, 1, idx.unsqueeze(-1).expand(-1, -1, layout.elem_bytes))
+    img[:, layout.mask_bytes: rec] = vals.reshape(n, -1)
     return bytes(img.reshape(-1).numpy())
 
 
