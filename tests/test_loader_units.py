@@ -21,9 +21,13 @@ from hikv.model.loader_ref import axi_requests, job_requests
 from hikv.params import RecordLayout
 from hikv.presets import get_preset
 from hikv.rtl_tests.loader_jobs import SLVERR, expected_entries, make_case
+from hikv.rtl_tests.loader_launch import packed_variant
 
 CFG = get_preset("tiny")
 GEO = LoaderGeometry(CFG.layout, CFG.loader)
+#: records packed at element alignment (sharing beats), channel chunks of two bursts
+PACKED = packed_variant(CFG)
+CONFIGS = {"tiny": CFG, "packed": PACKED}
 
 
 # --------------------------------------------------------------------------- stream helpers
@@ -113,19 +117,22 @@ def test_coalescer_matches_axi_requests(seed: int) -> None:
 
 
 # --------------------------------------------------------------------------- address gen
+@pytest.mark.parametrize("cfg_name", ["tiny", "packed"])
 @pytest.mark.parametrize("seed,mode", [(11, RecordLayout.DENSE),
                                        (12, RecordLayout.MASKED_RECORD),
                                        (13, RecordLayout.CHANNEL_PAGES),
                                        (14, RecordLayout.CHANNEL_PAGES)])
-def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout) -> None:
+def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout, cfg_name: str) -> None:
     rng = random.Random(seed)
-    case = make_case(CFG, rng, name="agen", mode=mode, max_slots=24)
+    cfg = CONFIGS[cfg_name]
+    geo = LoaderGeometry(cfg.layout, cfg.loader)
+    case = make_case(cfg, rng, name="agen", mode=mode, max_slots=24)
     job = case.job
-    lay = CFG.layout
-    dut = AddressGen(GEO)
+    lay = cfg.layout
+    dut = AddressGen(geo)
     ranges: list[tuple[int, int]] = []
     entries = []
-    want_entries = expected_entries(job, GEO)
+    want_entries = expected_entries(job, geo)
     rec = job.record_bytes(lay)
 
     async def driver(ctx):
@@ -157,15 +164,15 @@ def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout) -> None:
             await ctx.tick()
 
     _simulate(dut, [driver, range_sink], collector, deadline=20000)
-    msg = f"seed {seed}, job {job}"
+    msg = f"{cfg_name} seed {seed}, job {job}"
     assert ranges[-1] is None and None not in ranges[:-1], msg
     burst = lay.burst_bytes
     got_req = axi_requests(Ranges(torch.tensor([b0 * burst for b0, _ in ranges[:-1]]),
                                   torch.tensor([(b1 - b0 + 1) * burst
                                                 for b0, b1 in ranges[:-1]])),
-                           burst=burst, beat_bytes=GEO.beat_bytes,
-                           max_beats=CFG.loader.max_burst_beats)
-    assert got_req == job_requests(job, lay, CFG.loader), msg
+                           burst=burst, beat_bytes=geo.beat_bytes,
+                           max_beats=cfg.loader.max_burst_beats)
+    assert got_req == job_requests(job, lay, cfg.loader), msg
     for i, (g, w) in enumerate(zip(entries, want_entries, strict=True)):
         got = (bool(g.page), g.token, g.fa, g.bitmap if w.page else 0, bool(g.last),
                bool(g.nodata) if w.page else False)
@@ -178,22 +185,34 @@ def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout) -> None:
 
 
 # --------------------------------------------------------------------------- packer
+@pytest.mark.parametrize("cfg_name", ["tiny", "packed"])
 @pytest.mark.parametrize("seed,mode,error", [(21, RecordLayout.DENSE, None),
                                              (22, RecordLayout.MASKED_RECORD, None),
                                              (23, RecordLayout.MASKED_RECORD, SLVERR),
                                              (24, RecordLayout.CHANNEL_PAGES, None),
-                                             (25, RecordLayout.CHANNEL_PAGES, SLVERR)])
-def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int | None) -> None:
+                                             (25, RecordLayout.CHANNEL_PAGES, SLVERR),
+                                             (26, RecordLayout.MASKED_RECORD, "shared")])
+def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int | str | None,
+                                      cfg_name: str) -> None:
     rng = random.Random(seed)
-    case = make_case(CFG, rng, name="pack", mode=mode, max_slots=24, error=error)
+    cfg = CONFIGS[cfg_name]
+    geo = LoaderGeometry(cfg.layout, cfg.loader)
+    kw = {}
+    if error == "shared":
+        # consecutive records ending inside a beat: with packed records they share beats
+        lay = cfg.layout
+        kw = {"slot_kind": "all", "kept": next(k for k in range(lay.head_dim + 1)
+                                                if lay.record_bytes(k) % geo.beat_bytes)}
+        error = None
+    case = make_case(cfg, rng, name="pack", mode=mode, max_slots=24, error=error, **kw)
     job = case.job
-    lay = CFG.layout
-    bb = GEO.beat_bytes
-    mem = bytearray(1 << CFG.loader.addr_width)
+    lay = cfg.layout
+    bb = geo.beat_bytes
+    mem = bytearray(1 << cfg.loader.addr_width)
     for a, b in case.memory.items():
         mem[a:a + len(b)] = b
     beats = [(q_addr + i * bb) for q_addr, n in case.requests for i in range(n)]
-    dut = Packer(GEO)
+    dut = Packer(geo)
     got = []
 
     async def setup_and_entries(ctx):
@@ -203,7 +222,7 @@ def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int 
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
-        for e in expected_entries(job, GEO):
+        for e in expected_entries(job, geo):
             await _put(ctx, dut.entries, {"page": e.page, "token": e.token, "fa": e.fa,
                                           "la": e.la, "off": e.off,
                                           "last": e.last, "nodata": e.nodata,
@@ -225,5 +244,5 @@ def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int 
     n = len(case.outputs)
     for i, (g, w) in enumerate(zip(got, case.outputs, strict=True)):
         exp = (*w, int(i == n - 1))
-        assert g == exp, (f"seed {seed}, job {job}: output {i}: expected "
+        assert g == exp, (f"{cfg_name} seed {seed}, job {job}: output {i}: expected "
                           f"{tuple(hex(v) for v in exp)}, got {tuple(hex(v) for v in g)}")
