@@ -16,7 +16,7 @@ from typing import Any
 from hikv.params import KVLayout, LoaderParams, ParamError, clog2
 
 __all__ = ["AXI_BOUNDARY", "COUNTER_WIDTH", "LoaderGeometry", "JobTiming", "job_timing",
-           "steady_bytes_per_cycle"]
+           "steady_bytes_per_cycle", "estimate_cycles"]
 
 #: AXI4 bursts never cross this boundary (bytes).
 AXI_BOUNDARY = 4096
@@ -425,3 +425,30 @@ def steady_bytes_per_cycle(geo: LoaderGeometry, *, latency: int, outstanding: in
     if latency < 1 or o < 1 or b < 1:
         raise ParamError("latency, outstanding and request_beats must be >= 1")
     return geo.beat_bytes * min(1.0, o * b / (latency + b))
+
+
+def estimate_cycles(geo: LoaderGeometry, *, beats: int, requests: int, latency: int,
+                    outstanding: int | None = None, mode: str = "dense", records: int = 0,
+                    page_tokens: int = 0) -> float:
+    """Closed-form cycles of a job with ``requests`` AXI requests of ``beats`` beats in all,
+    when the address side keeps up (tokens come every cycle and ranges are long enough that
+    requests are known before a slot frees)::
+
+        FIRST_TOKEN_CYCLE + 1                          first AR
+        + max(latency + beats - 1 + page_tokens,       R: one beat per cycle, pages pause R
+              ceil(requests / N) * (latency + beats / requests) - 1,   N slots, round trips
+              (records - 1) * expand_cycles)           masked: the expander, one record each
+        + hold + 1 + DONE_CYCLES                       last record out, status.done
+
+    ``hold`` is 1 for rows, ``expand_cycles`` for masked records, 0 for pages (their drains are
+    in ``page_tokens``, the retained tokens of all pages). :func:`job_timing` is the exact
+    model; this form is for cost sweeps that know only byte and request counts.
+    """
+    o = geo.loader.max_outstanding if outstanding is None else outstanding
+    if requests <= 0 or beats <= 0:
+        return float(FIRST_TOKEN_CYCLE + DONE_CYCLES + (page_tokens + 1 if page_tokens else 0))
+    hold = {"masked": geo.expand_cycles, "channel_pages": 0}.get(mode, 1)
+    bus = latency + beats - 1 + page_tokens
+    mem = -(-requests // o) * (latency + beats / requests) - 1
+    exp = (records - 1) * geo.expand_cycles if mode == "masked" and records else 0
+    return FIRST_TOKEN_CYCLE + 1 + max(bus, mem, exp) + hold + 1 + DONE_CYCLES

@@ -234,3 +234,25 @@ def test_timing_model_rejects_bad_arguments() -> None:
         job_timing(geo, mode="dense", slots=[1], latency=0)
     with pytest.raises(ParamError, match="outstanding"):
         job_timing(geo, mode="dense", slots=[1], outstanding=TINY.loader.max_outstanding + 1)
+
+
+@pytest.mark.parametrize("name", ["tiny", "default", "paper"])
+def test_closed_form_estimate_within_ten_percent_of_the_model(name: str) -> None:
+    """estimate_cycles (byte and request counts only) against job_timing (cycle-exact against
+    the RTL) for contiguous jobs and runs with gaps, every layout, latencies 1..100."""
+    from hikv.hw.loader_timing import estimate_cycles
+
+    cfg = get_preset(name)
+    geo = LoaderGeometry(cfg.layout, cfg.loader)
+    d, n = cfg.layout.head_dim, min(cfg.loader.max_tokens, 512)
+    for mode, kw in (("dense", {}), ("masked", {"kept": d * 3 // 4}),
+                     ("channel_pages", {"channels": list(range(0, d, 2))})):
+        for slots in (list(range(n)), [s for s in range(n) if (s // 7) % 2 == 0]):
+            for lat in (1, 8, 32, 100):
+                for o in sorted({1, cfg.loader.max_outstanding}):
+                    t = job_timing(geo, mode=mode, slots=slots, latency=lat, outstanding=o, **kw)
+                    e = estimate_cycles(geo, beats=t.beats, requests=len(t.requests),
+                                        latency=lat, outstanding=o, mode=mode,
+                                        records=len(slots),
+                                        page_tokens=len(slots) if mode == "channel_pages" else 0)
+                    assert abs(e - t.cycles) <= 0.10 * t.cycles, (mode, lat, o, t.cycles, e)
