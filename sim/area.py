@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 #: bump when the synthesis script changes (part of the cache key)
-FLOW_VERSION = "2"
+FLOW_VERSION = "3"
 #: memories of at least this many bits are SRAM macros; smaller ones are flip-flops
 DEFAULT_SRAM_MIN_BITS = 4096
 #: HiKV's dedicated blocks (their area is the overhead), as registered in hikv.hw.blocks
@@ -174,7 +174,9 @@ def _coarse_script(top: str) -> str:
 
 
 def _fine_script(top: str, cells: CellLibrary, macros: list[MemoryMacro]) -> str:
-    lib = str(cells.liberty)
+    # relative path: the Liberty is copied into the work directory (the WebAssembly Yosys does
+    # not see every absolute path, e.g. /tmp on some machines)
+    lib = "cells.lib"
     lines = ["read_rtlil coarse.il"]
     for i, mm in enumerate(macros):
         c = f"{top}/{mm.name}"
@@ -240,6 +242,7 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
     with tempfile.TemporaryDirectory(dir=cache, prefix=f"{top}-") as tmp:
         work = Path(tmp)
         (work / "design.v").write_text(verilog)
+        shutil.copyfile(cells.liberty, work / "cells.lib")
         _run_yosys(_coarse_script(top), work, timeout_s)
         mems = _memories(work / "memories.json")
         macros = [mm for mm in mems if mm.bits >= sram_min_bits]

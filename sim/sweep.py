@@ -217,8 +217,8 @@ def write_csv(cfg: Config, res: SweepResult, path: Path,
                 ar = []
                 if area:
                     ar = [float(area["area_baseline_m2"][i]),
-                          float(area["area_hikv_m2"][i]) if is_hikv else 0.0,
-                          float(area["area_overhead"][i]) if is_hikv else 0.0]
+                          float(area["area_hikv_m2"][i]) if is_hikv else "",
+                          float(area["area_overhead"][i]) if is_hikv else ""]
                 w.writerow([i, label, *cfg_vals, *res_vals, *ar, res.timing, res.provisional,
                             version])
                 rows += 1
