@@ -25,7 +25,6 @@ import io
 import json
 import math
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -593,4 +592,3 @@ def write_report(rep: Report, out: Path, *, plots: bool = True) -> list[Path]:
     return files
 
 
-SectionFn = Callable[[Config, Report], ReportSection]
