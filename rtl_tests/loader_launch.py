@@ -67,6 +67,22 @@ def _case_json(case: Any) -> dict[str, Any]:
     return d
 
 
+def _write_rtl_cycles(path: Path, cfg: Config, seed: int, rows: list[dict[str, Any]]) -> None:
+    """Measured cycles in the cost model's ``hikv.rtl_cycles/1`` format (hikv.sim.validate):
+    the dense jobs at the built outstanding limit, whose cycles depend only on the fields that
+    format carries (bytes, requests, read latency) -- see docs/loader.md for the others."""
+    beat = cfg.loader.beat_bytes
+    meas = [{"block": "loader", "preset": cfg.name, "bytes": r["beats"] * beat,
+             "requests": r["requests"], "mem_latency_cycles": r["latency"],
+             "cycles": r["cycles"]}
+            for r in rows if r["mode"] == "dense"
+            and r["outstanding"] == cfg.loader.max_outstanding]
+    path.write_text(json.dumps({"schema": "hikv.rtl_cycles/1",
+                                "source": f"hikv rtl --block loader --preset {cfg.name} "
+                                          f"--seed {seed}",
+                                "measurements": meas}, indent=1) + "\n")
+
+
 def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bool = False,
                    simulator: str = "verilator", testcase: str | None = None) -> Any:
     """Run the loader regression for ``cfg``; return a :class:`hikv.hw.blocks.RtlReport`."""
@@ -128,9 +144,11 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
     if "timing" in result:
         rows = result["timing"]
         metrics["timing"] = rows
+        _write_rtl_cycles(run_dir / "rtl_cycles.json", cfg, seed, rows)
         exact = sum(r["cycles"] == r["model"] for r in rows)
         lines.append(f"timing: {len(rows)} jobs without backpressure, measured cycles equal to "
-                     f"job_timing() in {exact}")
+                     f"job_timing() in {exact} (dense rows as hikv.rtl_cycles/1: "
+                     f"{run_dir / 'rtl_cycles.json'})")
         for r in rows:
             if "steady_measured" in r:
                 lines.append(f"  dense, every token, latency {r['latency']:3d}, "
