@@ -28,6 +28,8 @@ Structure (one job at a time)::
 
 Read errors (SLVERR, DECERR) are reported on ``status`` (sticky, with the first error's address)
 and flag the affected tokens' ``err`` bit; they are never passed on as clean data.
+
+The Verilog is one flat module, clean under ``verilator --lint-only -Wall`` (see the helpers).
 """
 
 from __future__ import annotations

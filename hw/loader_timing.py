@@ -4,7 +4,13 @@
 :class:`~hikv.params.KVLayout` and :class:`~hikv.params.LoaderParams`: the RTL, its testbench
 and the cost model (``hikv.sim``) all read them from here, so none is written twice.
 
-The timing part (:func:`job_cycles`, :func:`steady_bytes_per_cycle`) is filled in below.
+The timing contract (docs/loader.md, section 6), asserted against the RTL in cocotb:
+
+* :func:`job_timing`: cycle-level model of one job with an ideal producer and consumer and a
+  fixed-latency pipelined memory; the regression requires the measured cycles to equal it.
+* :func:`steady_bytes_per_cycle`: ``beat_bytes * min(1, outstanding * beats / (latency +
+  beats))``, the memory-side bandwidth of back-to-back requests.
+* :func:`estimate_cycles`: a closed form from byte and request counts, for cost sweeps.
 """
 
 from __future__ import annotations
