@@ -37,6 +37,8 @@ __all__ = ["Case", "Entry", "expected_entries", "make_case", "make_cases", "make
 
 #: AXI RRESP codes.
 SLVERR, DECERR = 2, 3
+#: Timing jobs use slots below this (keeps the paper preset's timing run to minutes).
+TIMING_MAX_SLOTS = 4096
 
 
 @dataclass
@@ -52,7 +54,12 @@ class Case:
     error_beats: dict[int, int] = field(default_factory=dict)  # beat address -> RRESP
     knobs: dict[str, Any] = field(default_factory=dict)        # testbench randomisation
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, images: dict[int, str] | None = None) -> dict[str, Any]:
+        """JSON of the case; with ``images`` (id of a memory dict -> key) the memory is stored
+        once in that table and referenced, so jobs sharing an image do not repeat it."""
+        memory: Any = {str(a): b.hex() for a, b in self.memory.items()}
+        if images is not None:
+            memory = images.setdefault(id(self.memory), f"m{len(images)}")
         return {
             "name": self.name,
             "mode": self.job.mode.value,
@@ -60,7 +67,7 @@ class Case:
             "slots": list(self.job.slots),
             "kept": self.job.kept,
             "channels": list(self.job.channels),
-            "memory": {str(a): b.hex() for a, b in self.memory.items()},
+            "memory": memory,
             "requests": self.requests,
             "outputs": [[t, hex(d), hex(m), e] for t, d, m, e in self.outputs],
             "bytes_read": self.bytes_read,
@@ -153,7 +160,7 @@ def make_case(cfg: Config, rng: random.Random, *, name: str, mode: RecordLayout,
 
     ``error``: RRESP (SLVERR or DECERR) injected on one randomly chosen beat the job reads.
     ``max_slots`` caps the slot range (default ``max_tokens``); ``window`` the address range
-    the region is placed in (default: the whole address space, at most 1 MiB).
+    the region is placed in (default: the address space, at most 1 MiB or twice the region).
     """
     lay, lp = cfg.layout, cfg.loader
     geo = LoaderGeometry(lay, lp)
@@ -173,7 +180,7 @@ def make_case(cfg: Config, rng: random.Random, *, name: str, mode: RecordLayout,
     extent = int((r.start + r.length).max()) if len(r) else 0
     extent = max(extent, (slots[-1] + 1) * lay.stride(probe.record_bytes(lay)))
     extent = -(-extent // lay.burst_bytes) * lay.burst_bytes + lay.burst_bytes
-    space = min(1 << lp.addr_width, window or (1 << 20))
+    space = min(1 << lp.addr_width, window or max(1 << 20, 2 * extent))
     if base is None:
         base = rng.randrange(0, max(1, (space - extent) // lay.burst_bytes)) * lay.burst_bytes
     job = LoaderJob(mode, tuple(slots), base, kept if mode is RecordLayout.MASKED_RECORD
@@ -279,14 +286,20 @@ def make_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
 def make_timing_cases(cfg: Config, seed: int, latencies: tuple[int, ...] = (1, 8, 32),
                       extra: int = 6) -> list[Case]:
     """Jobs for the timing contract, without any backpressure: every layout with every token,
-    with runs and gaps, and with sparse tokens, each at every read latency and every
-    outstanding limit; then ``extra`` random jobs (random layout, kept count, channels,
-    latency and limit), and channel pages without any channel."""
+    with runs and gaps, and with sparse tokens (slots below ``min(max_tokens,
+    TIMING_MAX_SLOTS)``), each at every read latency and every outstanding limit (powers of two
+    and the maximum when there are more than four); then ``extra`` random jobs (random layout,
+    kept count, channels, latency and limit), and channel pages without any channel."""
     rng = random.Random(seed)
     d = cfg.layout.head_dim
     lp = cfg.loader
     D, M, P = RecordLayout.DENSE, RecordLayout.MASKED_RECORD, RecordLayout.CHANNEL_PAGES
     cases = []
+    slots = min(lp.max_tokens, TIMING_MAX_SLOTS)
+    limits = list(range(1, lp.max_outstanding + 1))
+    if lp.max_outstanding > 4:                 # powers of two and the maximum
+        limits = sorted({1 << i for i in range(lp.max_outstanding.bit_length())
+                         if 1 << i <= lp.max_outstanding} | {lp.max_outstanding})
 
     def add(case: Case, lat: int, lim: int) -> None:
         cases.append(dataclasses.replace(case, name=f"{case.name}-L{lat}-O{lim}",
@@ -296,18 +309,19 @@ def make_timing_cases(cfg: Config, seed: int, latencies: tuple[int, ...] = (1, 8
     for mode, kw in ((D, {}), (M, {"kept": d * 3 // 4}), (P, {"channels": list(range(0, d, 2))})):
         for kind in ("all", "runs", "sparse"):
             case = make_case(cfg, rng, name=f"timing-{mode.value}-{kind}", mode=mode,
-                             slot_kind=kind, knobs=_knobs(rng, quiet=True), **kw)
+                             slot_kind=kind, knobs=_knobs(rng, quiet=True), max_slots=slots,
+                             **kw)
             for lat in latencies:
-                for lim in range(1, lp.max_outstanding + 1):
+                for lim in limits:
                     add(case, lat, lim)
     for i in range(extra):
         mode = [D, M, P][i % 3]
         case = make_case(cfg, rng, name=f"timing-random{i}-{mode.value}", mode=mode,
                          slot_kind=rng.choice(["runs", "sparse", "one"]),
-                         knobs=_knobs(rng, quiet=True))
+                         knobs=_knobs(rng, quiet=True), max_slots=slots)
         add(case, rng.randint(1, 2 * max(latencies)), rng.randint(1, lp.max_outstanding))
     case = make_case(cfg, rng, name="timing-pages-none", mode=P, channels=[],
-                     knobs=_knobs(rng, quiet=True))
+                     knobs=_knobs(rng, quiet=True), max_slots=slots)
     add(case, latencies[0], lp.max_outstanding)
     return cases
 

@@ -18,7 +18,7 @@ __all__ = ["TOPLEVEL", "DEFAULT_JOBS", "packed_variant", "tb_config", "run_regre
 TOPLEVEL = "hikv_loader"
 #: Randomized jobs of one regression run (the corner cases count towards it).
 DEFAULT_JOBS = 40
-#: Address window the testbench's memory covers (bytes); regions are placed inside it.
+#: Smallest testbench memory (bytes); it grows to hold the largest region.
 MEMORY_WINDOW = 1 << 20
 
 
@@ -59,12 +59,19 @@ def tb_config(cfg: Config) -> dict[str, Any]:
     }
 
 
-def _case_json(case: Any) -> dict[str, Any]:
+def _case_json(case: Any, images: dict[int, str]) -> dict[str, Any]:
     from hikv.hw.loader import MODE_OF_LAYOUT
 
-    d = case.to_json()
+    d = case.to_json(images)
     d["mode_code"] = MODE_OF_LAYOUT[case.job.mode].value
     return d
+
+
+def _memory_bytes(cfg: Config, cases: list[Any]) -> int:
+    """The testbench memory: every case's image, at least 1 MiB, within the address space."""
+    top = max(a + len(b) for c in cases for a, b in c.memory.items())
+    size = max(MEMORY_WINDOW, 1 << (top - 1).bit_length())
+    return min(1 << cfg.loader.addr_width, size)
 
 
 def _write_rtl_cycles(path: Path, cfg: Config, seed: int, rows: list[dict[str, Any]]) -> None:
@@ -107,11 +114,17 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
                 c.knobs["disorder"] = True
             elif rng.random() < 0.1:
                 c.knobs["misalign_base"] = True
+    timing = make_timing_cases(cfg, seed)
     conf = tb_config(cfg)
     conf["seed"] = seed
-    timing = make_timing_cases(cfg, seed)
-    payload = json.dumps({"cases": [_case_json(c) for c in cases],
-                          "timing": [_case_json(c) for c in timing]})
+    images: dict[int, str] = {}
+    jobs_json = {"cases": [_case_json(c, images) for c in cases],
+                 "timing": [_case_json(c, images) for c in timing]}
+    by_id = {id(c.memory): c.memory for c in cases + timing}
+    jobs_json["images"] = {key: {str(a): b.hex() for a, b in by_id[i].items()}
+                           for i, key in images.items()}
+    payload = json.dumps(jobs_json)
+    conf["memory_bytes"] = _memory_bytes(cfg, cases + timing)
     run_dir = cache_dir() / "runs" / f"loader-{cfg.name}-s{seed}-{text_hash(verilog, payload)}"
     run_dir.mkdir(parents=True, exist_ok=True)
     jobs_path = run_dir / "jobs.json"

@@ -174,6 +174,7 @@ class TB:
         self.cycle = 0
         self.lay = CONF["layouts"]
         self.preset = CONF["preset"]
+        self.images: dict[str, dict[str, str]] = {}
 
     async def reset(self) -> None:
         dut = self.dut
@@ -198,7 +199,7 @@ class TB:
         """Run one job to completion and check everything; return its measurements."""
         dut = self.dut
         knobs = case["knobs"]
-        for a, hx in case["memory"].items():
+        for a, hx in self.images[case["memory"]].items():
             b = bytes.fromhex(hx)
             self.mem[int(a):int(a) + len(b)] = b
         errors = {int(a): r for a, r in case["error_beats"].items()}
@@ -395,6 +396,7 @@ async def _run_cases(dut: Any, memory: str, offset: int) -> None:
         tb.ram = _make_axiram(tb)
     rng = random.Random(seed * 1000 + offset)
     jobs = _load_jobs()
+    tb.images = jobs["images"]
     results = []
     for case in jobs["cases"]:
         if case["knobs"]["memory"] != memory:
@@ -438,7 +440,9 @@ async def loader_timing(dut: Any) -> None:
     await tb.reset()
     rng = random.Random(seed * 1000 + 3)
     rows = []
-    for case in _load_jobs()["timing"]:
+    jobs = _load_jobs()
+    tb.images = jobs["images"]
+    for case in jobs["timing"]:
         r = await tb.run_case(case, rng, memory="pipe")
         lat, lim = case["knobs"]["latency"][0], case["knobs"]["outstanding"]
         model = job_timing(geo, mode=case["mode"], slots=case["slots"], base=case["base"],
