@@ -314,6 +314,28 @@ class KVBytes:
             return np.where(x < b + d, x, b + (x - b) % d)
         return prompt + step
 
+    @property
+    def canonical_prompt(self) -> bool:
+        """SnapKV and HiKV's evicting Stage I: decode depends on ``min(P, B)``, not ``P``."""
+        p = self.policy
+        return self.method is Method.SNAPKV or (p is not None
+                                                 and p.stage1 is Stage1Variant.EVICT)
+
+    def decode_key(self, prompt: np.ndarray | int, step: np.ndarray | int) -> np.ndarray:
+        """One integer ``x`` per (prompt, step) such that everything decode step ``step``
+        reads, attends and keeps is a function of ``x`` alone: ``x = P + j`` (``min(P, B) + j``
+        for SnapKV and evicting HiKV). :meth:`by_key` maps ``x`` back to a (prompt, step)."""
+        prompt = np.asarray(prompt, dtype=np.int64)
+        if self.canonical_prompt:
+            prompt = np.minimum(prompt, self.spec.budget)
+        return prompt + np.asarray(step, dtype=np.int64)
+
+    def by_key(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A (prompt, step) pair with :meth:`decode_key` ``x`` (``x >= 1``)."""
+        x = np.asarray(x, dtype=np.int64)
+        prompt = np.minimum(x - 1, self.spec.budget)
+        return prompt, x - prompt
+
     def step_peak(self, prompt: np.ndarray, step: np.ndarray) -> np.ndarray:
         """Resident tokens during decode step ``step >= 1`` (after the append, before any
         eviction)."""

@@ -190,3 +190,22 @@ def test_h2o_counts_its_scores_like_hikv() -> None:
         for j, acc in enumerate(accounts):
             cached = resident[j]      # tokens before the step's append
             assert acc[0].meta_ideal == cached * SCORE_BYTES, (name, j)
+
+
+@pytest.mark.parametrize("name", METHOD_NAMES)
+def test_decode_key_determines_the_step(name: str) -> None:
+    """Everything a decode step reads and keeps is a function of decode_key alone."""
+    cfg = _small_cfg()
+    model = kv_bytes_model(method_specs(cfg)[name], cfg.layout)
+    rng = np.random.default_rng(7)
+    prompt = rng.integers(0, 300, 2000)
+    step = rng.integers(1, 200, 2000)
+    x = model.decode_key(prompt, step)
+    p2, s2 = model.by_key(x)
+    assert (s2 >= 1).all() and (model.decode_key(p2, s2) == x).all()
+    a, b = model.decode_read(prompt, step), model.decode_read(p2, s2)
+    for f in FIELDS:
+        assert (getattr(a, f) == getattr(b, f)).all(), f
+    assert (model.step_peak(prompt, step) == model.step_peak(p2, s2)).all()
+    assert (model.resident_after_step(prompt, step) == model.resident_after_step(p2, s2)).all()
+    assert (model.scoring_macs(prompt, step, 3) == model.scoring_macs(p2, s2, 3)).all()
