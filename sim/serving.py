@@ -340,6 +340,11 @@ class _Engine:
                   ) -> tuple[bool, int, bool]:
         """Grow ``s`` to ``peak`` blocks, preempting from the tail of ``running`` as needed.
         Returns (allocated, budget given back by victims, anything preempted)."""
+        if peak > self.capacity:
+            raise ParamError(
+                f"serving cannot make progress: request {s.rid} alone needs {peak} KV blocks "
+                f"(prompt {s.prompt} tokens, {s.generated} generated) but the capacity is "
+                f"{self.capacity}; raise device memory or lower workspace_bytes")
         back = 0
         preempted = False
         while peak - s.blocks > self.capacity - self.used:
