@@ -102,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
           f"TPOT {cfg.serving.tpot_slo_s} s; cost model {args.cost_model}")
     sys.stdout.flush()
     runs = run_methods(cfg, wl, args.method, cost_model=args.cost_model, policy=args.policy,
-                       with_goodput=args.goodput, seed=seed)
+                       with_goodput=args.goodput, seed=seed,
+                       progress=lambda name: print(f"  ... {name} done", file=sys.stderr,
+                                                   flush=True))
     rows = [row for _, _, row in runs]
     print(format_table(rows))
     for res, _, _ in runs:

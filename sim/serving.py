@@ -458,8 +458,12 @@ class _Engine:
         d = len(dec)
         can_admit = len(self.running) < self.max_running and self.budget - d > 0
         next_arrival = self.heap[0][0] if self.heap else math.inf
+        # an arrival matters if it could be admitted: the queue is empty, or it may overtake
+        # a blocked head (any order but FCFS)
+        arrival_matters = can_admit and math.isfinite(next_arrival) and (
+            not len(self.waiting) or self.policy.waiting_order != "fcfs")
         # a cap on how far to look ahead: a little past the next arrival when it matters
-        if can_admit and not len(self.waiting) and math.isfinite(next_arrival):
+        if arrival_matters:
             prompt = np.fromiter((s.kv_prompt for s in dec), np.int64, d)
             step0 = np.fromiter((s.step + 1 for s in dec), np.int64, d)
             dt0 = float(self.cost.decode_run_times_s(prompt, step0, 1)[0])
@@ -486,7 +490,7 @@ class _Engine:
         times = np.asarray(self.cost.decode_run_times_s(prompt, step0, k), dtype=np.float64)
         ends = np.cumsum(times)
         # an arrival that could be admitted ends the run with the iteration it falls in
-        if can_admit and not len(self.waiting) and math.isfinite(next_arrival):
+        if arrival_matters:
             m = int(np.searchsorted(t + ends, next_arrival, side="left"))
             if m < k:
                 k = m + 1

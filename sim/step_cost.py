@@ -236,8 +236,10 @@ class RooflineStepCost(StepCostBase):
         return self.linear_time_s(d, d) + attn
 
 
-#: Step-cost factories by name: ``factory(cfg, spec) -> StepCostModel``.
-STEP_COST_MODELS: dict[str, Callable[[Config, MethodSpec], StepCostModel]] = {
+#: Step-cost factories by name: ``factory(cfg, spec) -> StepCostModel``, or the factory's
+#: import path as ``"package.module:attribute"`` (imported on first use, so a cost model in
+#: another module registers itself here without an import cycle).
+STEP_COST_MODELS: dict[str, Callable[[Config, MethodSpec], StepCostModel] | str] = {
     "roofline": RooflineStepCost,
 }
 
@@ -249,4 +251,9 @@ def make_step_cost(name: str, cfg: Config, spec: MethodSpec) -> StepCostModel:
     except KeyError:
         raise ParamError(f"cost model = {name!r} is not one of: "
                          f"{', '.join(sorted(STEP_COST_MODELS))}") from None
+    if isinstance(factory, str):
+        import importlib
+
+        module, _, attr = factory.partition(":")
+        factory = getattr(importlib.import_module(module), attr)
     return factory(cfg, spec)
