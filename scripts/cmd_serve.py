@@ -40,8 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="Poisson workload seed (default: 0)")
     p.add_argument("--policy", help="scheduler policy: vllm-v1, sjf, serial "
                                     "(default: the preset's serving.policy)")
-    p.add_argument("--cost-model", default="roofline",
-                   help="per-iteration latency model (default: roofline)")
+    p.add_argument("--cost-model", default=None,
+                   help="per-iteration latency model: attention-model (decode attention from "
+                        "the attention cost model, the rest by roofline) or roofline "
+                        "(default: attention-model)")
     p.add_argument("--token-budget", type=int, help="override serving.token_budget (tokens)")
     p.add_argument("--max-running", type=int, help="override serving.max_running (sequences)")
     p.add_argument("--ttft-slo", type=float, metavar="S", help="override the TTFT SLO (s)")
@@ -66,9 +68,11 @@ def run(args: argparse.Namespace) -> int:
         run_methods,
         write_csv,
     )
+    from hikv.sim.step_cost import DEFAULT_STEP_COST
     from hikv.sim.workload import poisson_workload, read_azure_trace
 
     cfg = get_preset(args.preset)
+    args.cost_model = args.cost_model or DEFAULT_STEP_COST
     sv = cfg.serving
     changes = {k: v for k, v in (("token_budget", args.token_budget),
                                  ("max_running", args.max_running),

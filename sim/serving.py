@@ -49,7 +49,7 @@ from hikv.params import Config, MethodSpec, ParamError
 
 from .kv_bytes import KVBytes, kv_bytes_model
 from .scheduler import Policy, get_policy
-from .step_cost import IterationBatch, StepCostModel, make_step_cost
+from .step_cost import DEFAULT_STEP_COST, IterationBatch, StepCostModel, make_step_cost
 from .workload import Workload
 
 __all__ = ["LittleCheck", "ServingResult", "simulate", "little_check", "kv_capacity_blocks",
@@ -561,7 +561,7 @@ def little_check(l_integral: float, start_s: float, end_s: float, arrival_s: np.
 
 
 def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str | None = None,
-             cost_model: str = "roofline", policy: str | None = None,
+             cost_model: str = DEFAULT_STEP_COST, policy: str | None = None,
              fast_forward: bool = True) -> ServingResult:
     """Serve ``workload`` with KV method ``spec`` on ``cfg``'s accelerator and model.
 

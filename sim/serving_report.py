@@ -23,6 +23,7 @@ from hikv.params import Config, MethodSpec, ParamError, to_dict
 
 from .kv_bytes import resolve_methods
 from .serving import ServingResult, simulate
+from .step_cost import DEFAULT_STEP_COST
 from .workload import Workload, read_azure_trace
 
 __all__ = [
@@ -57,7 +58,7 @@ class Goodput:
 
 
 def goodput(cfg: Config, spec: MethodSpec, workload: Workload, *,
-            cost_model: str = "roofline", policy: str | None = None, rel_tol: float = 0.02,
+            cost_model: str = DEFAULT_STEP_COST, policy: str | None = None, rel_tol: float = 0.02,
             max_doublings: int = 12) -> Goodput:
     """Search the arrival rate (the workload's times rescaled, :meth:`Workload.at_rate`).
 
@@ -242,7 +243,7 @@ def plot_cdfs(results: Sequence[ServingResult], out_dir: str | os.PathLike[str],
 
 # --------------------------------------------------------------------------- runs
 def run_methods(cfg: Config, workload: Workload, methods: str | Sequence[str], *,
-                cost_model: str = "roofline", policy: str | None = None,
+                cost_model: str = DEFAULT_STEP_COST, policy: str | None = None,
                 with_goodput: bool = False, seed: int | None = None,
                 progress: Callable[[str], None] | None = None
                 ) -> list[tuple[ServingResult, Goodput | None, dict[str, Any]]]:
@@ -262,7 +263,7 @@ def run_methods(cfg: Config, workload: Workload, methods: str | Sequence[str], *
 
 def serving_summary(cfg: Config, trace_path: str | os.PathLike[str],
                     methods: str | Sequence[str] = "all", *, with_goodput: bool = True,
-                    max_requests: int | None = None, cost_model: str = "roofline"
+                    max_requests: int | None = None, cost_model: str = DEFAULT_STEP_COST
                     ) -> list[dict[str, Any]]:
     """Rows for ``hikv report``'s serving section: each method on an Azure trace.
 

@@ -1,11 +1,16 @@
-"""Per-iteration latency of one serving replica: the interface and its roofline implementation.
+"""Per-iteration latency of one serving replica: the interface and two implementations.
 
 The serving simulator asks a :class:`StepCostModel` how long one iteration takes, given what
 the iteration computes (:class:`IterationBatch`). A model is built for one configuration and
 one KV method by a factory registered in :data:`STEP_COST_MODELS` under a name; the simulator
-takes the name (``hikv serve --cost-model NAME``). :class:`RooflineStepCost` (``"roofline"``)
-is the stand-in until the attention cost model (cycles of the sorter, loader and PE array)
-implements the same interface; see docs/serving.md, "Interface for the cost model".
+takes the name (``hikv serve --cost-model NAME``, default :data:`DEFAULT_STEP_COST`):
+
+* ``"attention-model"`` (:class:`AttentionModelStepCost`, the default): decode attention per
+  sequence from the attention cost model (:mod:`hikv.sim.attention_model`: PE and softmax
+  lanes, sorter, loaders, memory latency), the rest by the roofline below;
+* ``"roofline"`` (:class:`RooflineStepCost`): everything by roofline, as follows.
+
+See docs/serving.md, "Interface for the cost model".
 
 Roofline (all SI units; one device of ``cfg.accel``; phases run one after the other):
 
@@ -43,7 +48,9 @@ __all__ = [
     "StepCostModel",
     "StepCostBase",
     "RooflineStepCost",
+    "AttentionModelStepCost",
     "STEP_COST_MODELS",
+    "DEFAULT_STEP_COST",
     "make_step_cost",
 ]
 
@@ -219,9 +226,14 @@ class RooflineStepCost(StepCostBase):
                                            batch.prefill_total)
         if batch.decode_step.size:
             x = self.kv.decode_key(batch.decode_prompt, batch.decode_step)
-            ft, bt = self._decode_tables(int(x.max()))
-            t += max(float(ft[x].sum()) / self.flops_per_s, float(bt[x].sum()) / self.bytes_per_s)
+            t += float(self.decode_attention_time_s(x, None))
         return t
+
+    def decode_attention_time_s(self, x: np.ndarray, axis: int | None) -> np.ndarray:
+        """Decode attention of the sequences with decode keys ``x`` (summed over ``axis``):
+        ``max(sum FLOPs / linear_flops_per_s, sum bytes / bandwidth)``."""
+        ft, bt = self._decode_tables(int(x.max()))
+        return np.maximum(ft[x].sum(axis) / self.flops_per_s, bt[x].sum(axis) / self.bytes_per_s)
 
     def decode_run_times_s(self, prompt: np.ndarray, step: np.ndarray, k: int) -> np.ndarray:
         prompt, step = _arr(prompt), _arr(step)
@@ -231,9 +243,43 @@ class RooflineStepCost(StepCostBase):
         if d == 0:
             return np.zeros(k)
         x = self.kv.decode_key(prompt, step)[:, None] + np.arange(k, dtype=_I64)[None, :]
-        ft, bt = self._decode_tables(int(x.max()))
-        attn = np.maximum(ft[x].sum(0) / self.flops_per_s, bt[x].sum(0) / self.bytes_per_s)
-        return self.linear_time_s(d, d) + attn
+        return self.linear_time_s(d, d) + self.decode_attention_time_s(x, 0)
+
+
+class AttentionModelStepCost(RooflineStepCost):
+    """Decode attention from the attention cost model, the rest by roofline.
+
+    Linear layers and prefill attention as :class:`RooflineStepCost`. Each decoding sequence's
+    attention takes :func:`hikv.sim.attention_model.attention_cost` ``.time_s`` at its cached
+    context (select, sort and attend phases on the accelerator's PE and softmax lanes, the
+    sorter and the loaders, all layers and KV heads), and the sequences of an iteration run one
+    after another on the attention engine (their times add). The cost model's closed forms take
+    the context ``n`` cached tokens: ``n = x - 1`` for decode key ``x``; SnapKV's budget is
+    raised to ``n`` so its resident set keeps growing during decode as it does here; evicting
+    HiKV's time is the cost model's average over one compaction cycle.
+    """
+
+    def __init__(self, cfg: Config, spec: MethodSpec) -> None:
+        super().__init__(cfg, spec)
+        self._att_t = np.zeros(0)
+
+    def attention_table_s(self, xmax: int) -> np.ndarray:
+        """Per decode key ``x <= xmax`` (at least): one sequence's decode attention, seconds."""
+        if xmax >= self._att_t.size:
+            from hikv.params import Method
+
+            from .attention_model import Overrides, attention_cost
+
+            size = max(xmax + 1, 2 * self._att_t.size, 1024)
+            n = np.maximum(np.arange(size, dtype=_I64) - 1, 1)
+            ov = (Overrides(context=n, budget=np.maximum(n, self.spec.budget))
+                  if self.spec.method is Method.SNAPKV else Overrides(context=n))
+            t = np.asarray(attention_cost(self.spec, self.cfg, ov).time_s, dtype=np.float64)
+            self._att_t = np.broadcast_to(t, n.shape).copy()
+        return self._att_t
+
+    def decode_attention_time_s(self, x: np.ndarray, axis: int | None) -> np.ndarray:
+        return self.attention_table_s(int(x.max()))[x].sum(axis)
 
 
 #: Step-cost factories by name: ``factory(cfg, spec) -> StepCostModel``, or the factory's
@@ -241,7 +287,12 @@ class RooflineStepCost(StepCostBase):
 #: another module registers itself here without an import cycle).
 STEP_COST_MODELS: dict[str, Callable[[Config, MethodSpec], StepCostModel] | str] = {
     "roofline": RooflineStepCost,
+    "attention-model": AttentionModelStepCost,
 }
+
+
+#: The step-cost model the simulator, ``hikv serve`` and the report use unless told otherwise.
+DEFAULT_STEP_COST = "attention-model"
 
 
 def make_step_cost(name: str, cfg: Config, spec: MethodSpec) -> StepCostModel:
