@@ -40,7 +40,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -127,7 +127,6 @@ class ServingResult:
     little: LittleCheck
     little_integral: float           # integral of |waiting| + |running| over the window
     wall_s: float
-    extra: dict[str, Any] = field(default_factory=dict)
 
     # ----------------------------------------------------------------- latencies
     @property
