@@ -299,10 +299,14 @@ def directed_jobs(params: SorterParams, rng: random.Random) -> list[SorterJob]:
                 count = 1 if kind != "ties" else 5
                 segs = tuple(tuple(_keys(rng, d, w, kind)) for _ in range(count))
                 s2.append(SorterJob(STAGE2, r, segs, (), f"directed-{kind}"))
-    # a long Stage II job: steady state
-    s2.append(SorterJob(STAGE2, max(1, dmax // 2),
-                        tuple(tuple(_keys(rng, dmax, w, "random")) for _ in range(64)), (),
-                        "directed-steady"))
+    # reference points reported by ``hikv rtl``: the largest jobs, and Stage II steady state
+    for k in sorted({kmax, max(1, kmax // 2)}):
+        s1.append(SorterJob(STAGE1, k, (tuple(_keys(rng, n, w, "random")),),
+                            tuple(range(n)), "bench"))
+    for d in sorted({dmax, max(1, dmax // 2)}):
+        s2.append(SorterJob(STAGE2, max(1, (3 * d) // 4),
+                            tuple(tuple(_keys(rng, d, w, "random")) for _ in range(64)), (),
+                            "bench"))
     out: list[SorterJob] = []
     for i in range(max(len(s1), len(s2))):
         if i < len(s1):
