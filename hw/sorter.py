@@ -67,7 +67,7 @@ Interfaces (``amaranth.lib.stream``, payloads ``data.StructLayout``):
 * ``i``: ``lanes[P]`` of (``key``, ``index``), ``valid`` (per-lane mask, all ones except the
   last beat of a segment), ``last`` (last beat of the Stage I stream / of a Stage II vector).
   The sorter derives lane validity from the configuration; a beat whose ``valid`` or ``last``
-  disagrees sets ``error``.
+  disagrees, or (Stage I) whose labels do not increase, sets ``error``.
 * ``o``: same layout: selected (``key``, ``index``) in ascending index order, dense; ``last``
   marks the final beat of the Stage I job / of each Stage II vector. Lanes above ``valid`` hold
   no meaning.
@@ -274,6 +274,21 @@ class Sorter(wiring.Component):
                 with m.If(ueq(in_segs, 1)):
                     m.d.sync += in_active.eq(0)
             with m.If((self.i.payload.valid != exp_mask) | (self.i.payload.last != last_row)):
+                m.d.sync += error.eq(1)
+
+        # Stage I labels must increase (the output is in arrival order): lanes within a beat
+        # and the first lane against the previous beat's last lane (only the last beat of a
+        # job is partial, so the previous beat is full).
+        labels = [self.i.payload.lanes[lane].index for lane in range(p)]
+        prev_label = Signal(iw, reset_less=True)
+        ordered = Signal()
+        order_terms = [~self.i.payload.valid[lane] | ugt(labels[lane], labels[lane - 1])
+                       for lane in range(1, p)]
+        m.d.comb += ordered.eq(Cat(is_zero(in_row) | ugt(labels[0], prev_label),
+                                   *order_terms).all())
+        with m.If(accept):
+            m.d.sync += prev_label.eq(labels[p - 1])
+            with m.If((mode == SorterMode.STAGE1) & ~ordered):
                 m.d.sync += error.eq(1)
 
         # ------------------------------------------------------------ merge tree + reducer

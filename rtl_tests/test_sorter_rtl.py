@@ -36,6 +36,14 @@ def test_sorter_regression_tiny():
         assert stats[mode]["cycle_checks"] > 1000, stats
 
 
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog not installed")
+def test_sorter_regression_tiny_icarus():
+    """The optional second simulator: a shorter regression on Icarus."""
+    rep = get_block("sorter").run_regression(get_preset("tiny"), seed=SEED, jobs=200,
+                                             simulator="icarus")
+    assert rep.passed, f"preset=tiny seed={SEED} simulator=icarus\n" + "\n".join(rep.lines)
+
+
 def test_sorter_replay_user_vectors():
     from hikv.rtl_tests.sorter_jobs import STAGE1, STAGE2, SorterJob
     from hikv.rtl_tests.sorter_replay import replay, run_sorter

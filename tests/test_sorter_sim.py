@@ -104,6 +104,21 @@ def test_error_flag_on_bad_last():
     assert out == expected_output(job)  # the flag reports; the job itself still runs
 
 
+@pytest.mark.parametrize("labels", [(0, 1, 2, 3, 9, 8), (4, 5, 6, 7, 1, 2), (0, 2, 1, 3, 4, 5)])
+def test_error_flag_on_labels_out_of_order(labels):
+    """Stage I output is in arrival order, so labels must increase; the RTL flags it."""
+    job = SorterJob(STAGE1, 3, ((3, 1, 2, 5, 4, 0),), labels)
+    [(out, _, err)] = simulate(PARAMS, [job], seed=1, backpressure=False)
+    assert err == 1
+    assert sorted(out[0], key=lambda t: t[1]) == expected_output(job)[0]  # the same set
+
+
+def test_no_error_flag_on_increasing_labels():
+    job = SorterJob(STAGE1, 3, ((3, 1, 2, 5, 4, 0),), (2, 3, 5, 7, 11, 13))
+    [(out, _, err)] = simulate(PARAMS, [job], seed=1, backpressure=False)
+    assert err == 0 and out == expected_output(job)
+
+
 def test_bad_configuration_is_dropped_with_error():
     dut = Sorter(PARAMS)
     codec = BeatCodec(PARAMS)
