@@ -279,7 +279,8 @@ class MethodSpec:
     ``budget`` is the number of cached tokens attended per decode step (H2O, SnapKV: resident
     tokens; Quest: tokens in the selected pages; SparQ and Double Sparsity: rows fetched). For
     HiKV the budget and everything else come from ``hikv`` (use :meth:`for_hikv`).
-    ``channels`` is SparQ's ``r`` and Double Sparsity's label channels.
+    ``recent`` is H2O's recent window and SnapKV's observation window (both kept, so at most
+    ``budget``). ``channels`` is SparQ's ``r`` and Double Sparsity's label channels.
     """
 
     method: Method = Method.FULL
@@ -294,7 +295,8 @@ class MethodSpec:
         o = "MethodSpec"
         _enum(o, "method", self.method, Method)
         _int(o, "budget", self.budget, 1)
-        _int(o, "recent", self.recent, 0, self.budget)
+        _int(o, "recent", self.recent, 0,
+             self.budget if self.method in (Method.H2O, Method.SNAPKV) else None)
         _int(o, "channels", self.channels, 1, 1024)
         _int(o, "page_tokens", self.page_tokens, 1, 1024)
         _pow2(o, "page_tokens", self.page_tokens)

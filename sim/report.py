@@ -1,0 +1,594 @@
+"""The attention-level result table of one operating point (``hikv report``).
+
+For a preset: every method's external bytes, attention time and energy per decode step, the
+speedups of HiKV against full KV and against each baseline with the roofline bound beside each
+speedup, the sorter + loader area overhead, and where the seed's reference claims stand against
+ours. Numbers are labelled by where they come from:
+
+* ``reference``: the seed paper's headline claims (DESIGN.md section 1), not computed here;
+* ``model``: this project's analytic cost model (:mod:`hikv.sim.attention_model`) with the byte
+  closed forms checked against the golden model, energy tables from the literature, and the
+  sorter / loader cycle model named in the report (PROVISIONAL until the RTL formulas are wired);
+* ``synthesised``: area from Yosys synthesis of our generated Verilog (:mod:`hikv.sim.area`).
+
+Budgets are *nominal* (the preset's budget for every method) unless an iso-accuracy operating
+point file is given (:func:`load_iso_accuracy`, written by the accuracy study).
+
+Extra sections (the serving model's, later) plug in through :data:`REPORT_SECTIONS`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hikv import __version__
+from hikv.params import (
+    Config,
+    Method,
+    MethodSpec,
+    ParamError,
+    config_to_json,
+    from_dict,
+    to_dict,
+)
+
+from .attention_model import AttentionCost, Overrides, attention_cost
+from .timing import TimingModel, default_timing
+
+__all__ = [
+    "REFERENCE_CLAIMS",
+    "REPORT_SECTIONS",
+    "ReportSection",
+    "IsoAccuracy",
+    "MethodRow",
+    "Report",
+    "code_version",
+    "baseline_specs",
+    "load_iso_accuracy",
+    "build_report",
+    "write_report",
+]
+
+#: The seed's headline claims (DESIGN.md section 1): references, not results of this project.
+REFERENCE_CLAIMS: dict[str, dict[str, Any]] = {
+    "attention_speedup_vs_full": {"value": 7.95, "text": "up to 7.95x attention speedup",
+                                  "conditions": "vs an uncompressed KV baseline, ~1% accuracy "
+                                                "loss"},
+    "attention_energy_reduction_vs_full": {"value": 0.90, "text": "90% lower attention energy",
+                                           "conditions": "vs an uncompressed KV baseline"},
+    "bytes_reduction_vs_sota": {"value": (1.82, 4.87),
+                                "text": "1.82x to 4.87x fewer external memory accesses",
+                                "conditions": "vs state-of-the-art importance-based methods at "
+                                              "equal accuracy"},
+    "area_share": {"value": 0.08, "text": "about 8% of system area",
+                   "conditions": "dedicated sorter + loader hardware"},
+}
+
+#: Importance-based baselines the bytes claim is held against.
+SOTA_METHODS = (Method.H2O, Method.SNAPKV, Method.QUEST, Method.SPARQ, Method.DOUBLE_SPARSITY)
+
+#: name -> "module:callable"; callable(cfg, report) -> ReportSection. The serving model adds
+#: ``"serving"`` here; sections are appended to the Markdown and JSON in this order.
+REPORT_SECTIONS: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """An extra section: a Markdown body and JSON-able rows."""
+
+    title: str
+    markdown: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def code_version() -> str:
+    """``hikv <version>`` plus the git commit of the source tree (``-dirty`` if modified)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty",
+                              "--abbrev=12"], capture_output=True, text=True, timeout=10)
+        tag = rev.stdout.strip() if rev.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        tag = ""
+    return f"{__version__}+{tag}" if tag else __version__
+
+
+# --------------------------------------------------------------------------- operating points
+def baseline_specs(cfg: Config) -> list[MethodSpec]:
+    """The nominal operating point: full KV, each baseline at HiKV's budget, and HiKV.
+
+    H2O's recent window is HiKV's ``recent``; SnapKV's observation window is HiKV's
+    ``obs_window``; Quest pages are the layout's pages; SparQ and Double Sparsity use
+    ``r = d / 8`` channels (the papers' usual setting for d = 128) and Double Sparsity a 4-bit
+    label cache.
+    """
+    p = cfg.policy
+    B = p.budget
+    r = max(1, cfg.layout.head_dim // 8)
+    rec = min(p.recent, B)
+    return [
+        MethodSpec(Method.FULL, budget=B, recent=rec),
+        MethodSpec(Method.H2O, budget=B, recent=rec),
+        MethodSpec(Method.SNAPKV, budget=B, recent=min(p.obs_window, B)),
+        MethodSpec(Method.QUEST, budget=B, recent=rec, page_tokens=cfg.layout.page_tokens),
+        MethodSpec(Method.SPARQ, budget=B, recent=rec, channels=r),
+        MethodSpec(Method.DOUBLE_SPARSITY, budget=B, recent=rec, channels=r, label_bits=4),
+        MethodSpec.for_hikv(p),
+    ]
+
+
+@dataclass(frozen=True)
+class IsoAccuracy:
+    """Iso-accuracy operating points (one MethodSpec per method) from the accuracy study."""
+
+    specs: tuple[MethodSpec, ...]
+    metric: str
+    tolerance: float
+    source: str
+    context: int | None
+    path: str
+
+
+ISO_SCHEMA = "hikv.iso_accuracy/1"
+
+
+def load_iso_accuracy(path: str | Path, cfg: Config) -> IsoAccuracy:
+    """Read an iso-accuracy operating-point file (JSON).
+
+    Format (``schema`` ``"hikv.iso_accuracy/1"``)::
+
+        {"schema": "hikv.iso_accuracy/1", "preset": "paper", "model": "smollm2-135m",
+         "context": 2048, "metric": "ppl_increase_pct", "tolerance": 1.0,
+         "source": "hikv accuracy ... (command)",
+         "points": [{"spec": {...MethodSpec as hikv.params.to_dict...},
+                     "metric_value": 0.8, "within_tolerance": true}, ...]}
+
+    Per method the point used is, among those ``within_tolerance``, the one with the smallest
+    budget (then the fewest channels); full KV needs no point. Errors name the field.
+    """
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ParamError(f"iso-accuracy file {p}: {e}") from None
+    if data.get("schema") != ISO_SCHEMA:
+        raise ParamError(f"iso-accuracy file {p}: schema = {data.get('schema')!r}, expected "
+                         f"{ISO_SCHEMA!r}")
+    for key in ("metric", "tolerance", "points"):
+        if key not in data:
+            raise ParamError(f"iso-accuracy file {p}: missing field {key!r}")
+    best: dict[Method, MethodSpec] = {}
+    for i, pt in enumerate(data["points"]):
+        if "spec" not in pt:
+            raise ParamError(f"iso-accuracy file {p}: points[{i}] has no 'spec'")
+        spec = from_dict(MethodSpec, pt["spec"])
+        if not pt.get("within_tolerance", False):
+            continue
+        cur = best.get(spec.method)
+        if cur is None or (spec.budget, spec.channels) < (cur.budget, cur.channels):
+            best[spec.method] = spec
+    if Method.HIKV not in best:
+        raise ParamError(f"iso-accuracy file {p}: no HiKV point within tolerance")
+    specs = [MethodSpec(Method.FULL, budget=cfg.policy.budget,
+                        recent=min(cfg.policy.recent, cfg.policy.budget))]
+    specs += [best[m] for m in Method if m in best and m is not Method.FULL]
+    return IsoAccuracy(specs=tuple(specs), metric=str(data["metric"]),
+                       tolerance=float(data["tolerance"]), source=str(data.get("source", "")),
+                       context=data.get("context"), path=str(p))
+
+
+# --------------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class MethodRow:
+    """One method at the operating point; per decode step of the whole model (all layers and KV
+    heads) unless the name says ``per_head``."""
+
+    method: str
+    label: str
+    budget: int
+    bytes_burst: float
+    bytes_ideal: float
+    resident_bytes_per_head: float
+    time_s: float
+    roofline_s: float
+    bound: str                         # "memory" or "compute" (roofline)
+    energy_j: float
+    energy_parts_j: dict[str, float]
+    select_cycles_per_head: float
+    sort_cycles_per_head: float
+    attend_cycles_per_head: float
+    layer_cycles: float
+    speedup_vs_full: float = math.nan
+    roofline_bound_vs_full: float = math.nan
+    bytes_reduction_vs_full: float = math.nan
+    energy_reduction_vs_full: float = math.nan
+    hikv_speedup_vs_this: float = math.nan
+    hikv_roofline_bound_vs_this: float = math.nan
+    hikv_bytes_reduction_vs_this: float = math.nan
+    hikv_energy_reduction_vs_this: float = math.nan
+
+
+@dataclass(frozen=True)
+class Report:
+    preset: str
+    config: dict[str, Any]
+    code_version: str
+    timing_model: str
+    timing_provisional: bool
+    timing_source: str
+    budgets: str                       # "nominal" or "iso-accuracy (...)"
+    rows: tuple[MethodRow, ...]
+    area: dict[str, Any]
+    claims: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...]
+    sections: tuple[ReportSection, ...] = ()
+    context_curve: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, method: Method) -> MethodRow:
+        for r in self.rows:
+            if r.method == method.value:
+                return r
+        raise KeyError(method)
+
+
+def _f(x: Any) -> float:
+    return float(np.asarray(x).reshape(-1)[0])
+
+
+def _row(spec: MethodSpec, c: AttentionCost) -> MethodRow:
+    return MethodRow(
+        method=spec.method.value, label=spec.label, budget=spec.budget,
+        bytes_burst=_f(c.bytes_burst), bytes_ideal=_f(c.bytes_ideal),
+        resident_bytes_per_head=_f(c.work.bytes.resident), time_s=_f(c.time_s),
+        roofline_s=_f(c.roofline_s), bound="memory" if bool(np.all(c.memory_bound))
+        else "compute", energy_j=_f(c.energy_j),
+        energy_parts_j={k: _f(v) for k, v in c.energy_parts_j.items()},
+        select_cycles_per_head=_f(c.select_cycles), sort_cycles_per_head=_f(c.sort_cycles),
+        attend_cycles_per_head=_f(c.attend_cycles), layer_cycles=_f(c.layer_cycles))
+
+
+def _area_section(cfg: Config, fetch: bool) -> dict[str, Any]:
+    from .area import accelerator_area, loader_instances
+    from .cells import CellsUnavailable, fetch_cells
+
+    try:
+        if fetch:
+            fetch_cells()
+        ar = accelerator_area(cfg)
+    except CellsUnavailable as e:
+        return {"available": False, "reason": str(e)}
+    items = [{"part": "baseline", "name": i.name, "count": i.count,
+              "unit_area_m2": i.unit_area_m2, "area_m2": i.area_m2,
+              "nand2_equivalents_per_unit": i.nand2_equivalents, "origin": i.origin}
+             for i in ar.baseline]
+    items += [{"part": "hikv", "name": i.name, "count": i.count, "unit_area_m2": i.unit_area_m2,
+               "area_m2": i.area_m2, "nand2_equivalents_per_unit": i.nand2_equivalents,
+               "origin": i.origin} for i in ar.hikv]
+    return {"available": True, "tech_nm": ar.tech_nm, "items": items,
+            "baseline_m2": ar.baseline_m2, "hikv_m2": ar.hikv_m2,
+            "missing_blocks": list(ar.missing), "overhead_vs_baseline": ar.overhead,
+            "share_of_system": ar.share, "loader_instances": loader_instances(cfg),
+            "synthesis": {k: {"top": v.top, "cells": v.cell_count, "flipflops": v.flipflops,
+                              "area_sky130_m2": v.area_m2,
+                              "nand2_equivalents": v.nand2_equivalents, "yosys": v.yosys,
+                              "sram_macros": [dataclasses.asdict(m) for m in v.macros]}
+                          for k, v in ar.synth.items()}}
+
+
+def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = True,
+                 fetch_cells: bool = True, timing: TimingModel | None = None,
+                 sections: bool = True) -> Report:
+    """Evaluate every method of the operating point and assemble the report (no file I/O
+    except the synthesis cache and, with ``fetch_cells``, the cell download)."""
+    timing = timing or default_timing()
+    specs = list(iso.specs) if iso else baseline_specs(cfg)
+    costs = [(s, attention_cost(s, cfg, timing=timing)) for s in specs]
+    rows = [_row(s, c) for s, c in costs]
+    full = next(r for r in rows if r.method == Method.FULL.value)
+    hikv = next(r for r in rows if r.method == Method.HIKV.value)
+    out = []
+    for r in rows:
+        out.append(dataclasses.replace(
+            r,
+            speedup_vs_full=full.time_s / r.time_s,
+            roofline_bound_vs_full=full.roofline_s / r.roofline_s,
+            bytes_reduction_vs_full=full.bytes_burst / r.bytes_burst,
+            energy_reduction_vs_full=1.0 - r.energy_j / full.energy_j,
+            hikv_speedup_vs_this=r.time_s / hikv.time_s,
+            hikv_roofline_bound_vs_this=r.roofline_s / hikv.roofline_s,
+            hikv_bytes_reduction_vs_this=r.bytes_burst / hikv.bytes_burst,
+            hikv_energy_reduction_vs_this=1.0 - hikv.energy_j / r.energy_j))
+    rows = out
+    hikv = next(r for r in rows if r.method == Method.HIKV.value)
+    area_d = _area_section(cfg, fetch_cells) if area else {"available": False,
+                                                            "reason": "not requested"}
+    claims = _claims(rows, hikv, area_d, cfg, timing, iso)
+    notes = _notes(cfg, rows, timing, iso)
+    curve = _context_curve(cfg, specs, timing)
+    rep = Report(preset=cfg.name, config=to_dict(cfg), code_version=code_version(),
+                 timing_model=timing.name, timing_provisional=bool(timing.provisional),
+                 timing_source=timing.source,
+                 budgets=(f"iso-accuracy ({iso.metric} within {iso.tolerance}; {iso.path})"
+                          if iso else "nominal (every method at the preset's budget B)"),
+                 rows=tuple(rows), area=area_d, claims=tuple(claims), notes=tuple(notes),
+                 context_curve=curve)
+    if sections and REPORT_SECTIONS:
+        import importlib
+
+        extra = []
+        for ref in REPORT_SECTIONS.values():
+            mod, _, attr = ref.partition(":")
+            extra.append(getattr(importlib.import_module(mod), attr)(cfg, rep))
+        rep = dataclasses.replace(rep, sections=tuple(extra))
+    return rep
+
+
+def _context_curve(cfg: Config, specs: list[MethodSpec], timing: TimingModel
+                   ) -> dict[str, Any]:
+    """Speedup vs full KV over context lengths (powers of two up to 4x the preset's)."""
+    hi = max(cfg.context * 4, 2 * cfg.policy.budget)
+    ns = np.unique(np.geomspace(max(cfg.policy.budget // 2, 16), hi, 12).astype(int))
+    ov = Overrides(context=ns)
+    full = attention_cost(specs[0], cfg, ov, timing=timing)
+    curves = {}
+    for s in specs[1:]:
+        c = attention_cost(s, cfg, ov, timing=timing)
+        curves[s.label] = (full.time_s / c.time_s).tolist()
+    return {"context": ns.tolist(), "speedup_vs_full": curves}
+
+
+def _claims(rows: list[MethodRow], hikv: MethodRow, area: dict[str, Any], cfg: Config,
+            timing: TimingModel, iso: IsoAccuracy | None) -> list[dict[str, Any]]:
+    cond = (f"preset {cfg.name}, N = {cfg.context}, B = {cfg.policy.budget}, "
+            f"{cfg.model.name}, {cfg.accel.memory.value} "
+            f"{cfg.accel.mem_bandwidth_bytes_per_s / 1e9:g} GB/s, {cfg.accel.pe_lanes} PE lanes,"
+            f" {cfg.accel.tech_nm} nm; sorter/loader timing: {timing.name}"
+            + (" (PROVISIONAL)" if timing.provisional else ""))
+    sota = [r for r in rows if r.method in {m.value for m in SOTA_METHODS}]
+    red = [r.hikv_bytes_reduction_vs_this for r in sota]
+    budgets = "iso-accuracy" if iso else "nominal budgets (no accuracy matching)"
+    ref = REFERENCE_CLAIMS
+    share = area.get("share_of_system", math.nan) if area.get("available") else math.nan
+    if area.get("available") and area.get("missing_blocks"):
+        area_txt = ("pending: " + ", ".join(area["missing_blocks"]) +
+                    " not registered yet (no RTL to synthesise)")
+    elif area.get("available"):
+        area_txt = (f"{100 * share:.1f}% of system ({100 * area['overhead_vs_baseline']:.1f}% "
+                    f"over the baseline), {area['tech_nm']} nm")
+    else:
+        area_txt = "unavailable: " + str(area.get("reason", ""))
+    return [
+        {"claim": "attention speedup vs full KV", "reference": ref[
+            "attention_speedup_vs_full"]["text"],
+         "ours": f"{hikv.speedup_vs_full:.2f}x (roofline bound {hikv.roofline_bound_vs_full:.2f}x"
+                 f", {hikv.bound}-bound)", "ours_value": hikv.speedup_vs_full,
+         "origin": "model", "conditions": cond},
+        {"claim": "attention energy vs full KV",
+         "reference": ref["attention_energy_reduction_vs_full"]["text"],
+         "ours": f"{-100 * hikv.energy_reduction_vs_full:+.1f}%",
+         "ours_value": hikv.energy_reduction_vs_full, "origin": "model", "conditions": cond},
+        {"claim": "external bytes vs importance-based baselines",
+         "reference": ref["bytes_reduction_vs_sota"]["text"],
+         "ours": (f"baseline bytes / HiKV bytes = {min(red):.2f} to {max(red):.2f} (below 1: "
+                  "HiKV reads more; " + ", ".join(
+                      f"{r.label} {r.hikv_bytes_reduction_vs_this:.2f}" for r in sota) + ")"),
+         "ours_value": [min(red), max(red)], "origin": "model", "conditions": cond + "; "
+                                                                               + budgets},
+        {"claim": "sorter + loader area", "reference": ref["area_share"]["text"],
+         "ours": area_txt, "ours_value": share,
+         "origin": "synthesised" if area.get("available") else "unavailable",
+         "conditions": "Yosys -> sky130_fd_sc_hd -> NAND2 eq. -> FreePDK45 x node factor; "
+                       "SRAM 3.5 mm^2/MiB at 45 nm x node factor; loaders replicated to the "
+                       "memory bandwidth, baseline DMA not subtracted"},
+    ]
+
+
+def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccuracy | None
+           ) -> list[str]:
+    a = cfg.accel
+    notes = []
+    full = next(r for r in rows if r.method == Method.FULL.value)
+    inten = (cfg.model.group * 2 * cfg.layout.head_dim) / (2 * cfg.layout.row_bytes)
+    balance = a.pe_lanes * a.clock_hz / a.mem_bandwidth_bytes_per_s
+    notes.append(f"Full-KV decode attention does {inten:.2f} MAC per KV byte (GQA group "
+                 f"{cfg.model.group}); this accelerator balances at {balance:.2f} MAC/byte "
+                 f"({a.pe_lanes} lanes x {a.clock_hz / 1e9:g} GHz / "
+                 f"{a.mem_bandwidth_bytes_per_s / 1e9:g} GB/s), so it is "
+                 f"{full.bound}-bound: speedups follow the "
+                 f"{'bytes' if full.bound == 'memory' else 'MAC'} ratio.")
+    if timing.provisional:
+        notes.append("Sorter and loader cycles come from the PROVISIONAL analytic targets "
+                     "(issues 3 and 4), not yet from the RTL's documented formulas.")
+    if iso is None:
+        notes.append("Budgets are nominal: every method keeps the preset's budget B; no "
+                     "iso-accuracy operating-point file was given (--iso).")
+    elif iso.context is not None and iso.context != cfg.context:
+        notes.append(f"The iso-accuracy points were measured at context {iso.context}, the "
+                     f"table is evaluated at {cfg.context}.")
+    notes.append("Baselines use the same sorter and loader hardware (generous to them).")
+    notes.append("Energy is dynamic only (no leakage or clock tree); DRAM energy is not "
+                 "scaled with the logic node.")
+    return notes
+
+
+# --------------------------------------------------------------------------- output
+def _fmt_bytes(b: float) -> str:
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= k:
+            return f"{b / k:.3f} {unit}"
+    return f"{b:.0f} B"
+
+
+def markdown(rep: Report) -> str:
+    """The report as Markdown."""
+    c = rep.config
+    lines = [f"# HiKV attention-level results: preset `{rep.preset}`", "",
+             f"Code {rep.code_version}; model {c['model']['name']}, context N = {c['context']},"
+             f" budget B = {c['policy']['budget']}, {c['accel']['memory']} "
+             f"{c['accel']['mem_bandwidth_bytes_per_s'] / 1e9:g} GB/s, "
+             f"{c['accel']['pe_lanes']} PE lanes at {c['accel']['clock_hz'] / 1e9:g} GHz, "
+             f"{c['accel']['tech_nm']} nm.", "",
+             f"Budgets: {rep.budgets}. Sorter/loader timing: `{rep.timing_model}`"
+             + (" **(PROVISIONAL)**" if rep.timing_provisional else "") + ".", "",
+             "All figures below are **model** results of this flow (per decode step, all "
+             "layers and KV heads).", "",
+             "| method | bytes/step | full KV bytes / this | time/step (us) | speedup vs full "
+             "[roofline bound] | HiKV speedup vs this [roofline bound] | energy/step (uJ) | "
+             "energy vs full | this bytes / HiKV bytes |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rep.rows:
+        lines.append(
+            f"| {r.label} | {_fmt_bytes(r.bytes_burst)} | {r.bytes_reduction_vs_full:.2f}x | "
+            f"{r.time_s * 1e6:.2f} | {r.speedup_vs_full:.2f}x "
+            f"[{r.roofline_bound_vs_full:.2f}x, {r.bound}] | {r.hikv_speedup_vs_this:.2f}x "
+            f"[{r.hikv_roofline_bound_vs_this:.2f}x] | {r.energy_j * 1e6:.2f} | "
+            f"{-100 * r.energy_reduction_vs_full:+.1f}% | "
+            f"{r.hikv_bytes_reduction_vs_this:.2f}x |")
+    lines += ["", "Cycles per (layer, KV head): select (scoring metadata), sort, attend; "
+              "layer time with the sorter overlapped across KV heads.", "",
+              "| method | select | sort | attend | layer | energy split (DRAM / SRAM / MAC / "
+              "softmax / sorter / loader, %) |", "|---|---|---|---|---|---|"]
+    for r in rep.rows:
+        tot = sum(r.energy_parts_j.values())
+        split = " / ".join(f"{100 * r.energy_parts_j[k] / tot:.1f}" for k in
+                           ("dram", "sram", "mac", "softmax", "sorter", "loader"))
+        lines.append(f"| {r.label} | {r.select_cycles_per_head:.0f} | "
+                     f"{r.sort_cycles_per_head:.0f} | {r.attend_cycles_per_head:.0f} | "
+                     f"{r.layer_cycles:.0f} | {split} |")
+    lines += ["", "## Area (synthesised from our RTL)", ""]
+    a = rep.area
+    if not a.get("available"):
+        lines.append(f"Unavailable: {a.get('reason', '')}")
+    else:
+        lines += [f"At {a['tech_nm']} nm. Loader instances: {a['loader_instances']}.", "",
+                  "| part | item | count | unit area (um^2) | area (mm^2) | NAND2 eq./unit | "
+                  "origin |", "|---|---|---|---|---|---|---|"]
+        for i in a["items"]:
+            lines.append(f"| {i['part']} | {i['name']} | {i['count']:g} | "
+                         f"{i['unit_area_m2'] * 1e12:,.1f} | {i['area_m2'] * 1e6:.4f} | "
+                         f"{i['nand2_equivalents_per_unit']:,.0f} | {i['origin']} |")
+        lines.append("")
+        lines.append(f"Baseline accelerator: {a['baseline_m2'] * 1e6:.4f} mm^2; HiKV blocks: "
+                     f"{a['hikv_m2'] * 1e6:.4f} mm^2.")
+        if a["missing_blocks"]:
+            lines.append(f"Overhead pending: {', '.join(a['missing_blocks'])} not registered "
+                         "in hikv.hw.blocks yet.")
+        else:
+            lines.append(f"Overhead: {100 * a['overhead_vs_baseline']:.2f}% of the baseline, "
+                         f"{100 * a['share_of_system']:.2f}% of the system.")
+    lines += ["", "## Reference claims against ours", "",
+              "| claim | reference (seed paper, not measured here) | ours | origin of ours |",
+              "|---|---|---|---|"]
+    for cl in rep.claims:
+        lines.append(f"| {cl['claim']} | {cl['reference']} | {cl['ours']} | {cl['origin']} |")
+    lines += ["", "Conditions of ours: " + rep.claims[0]["conditions"] + ".", "", "## Notes", ""]
+    lines += [f"- {n}" for n in rep.notes]
+    for s in rep.sections:
+        lines += ["", f"## {s.title}", "", s.markdown]
+    return "\n".join(lines) + "\n"
+
+
+CSV_FIELDS = [f.name for f in dataclasses.fields(MethodRow) if f.name != "energy_parts_j"]
+
+
+def rows_csv(rep: Report) -> str:
+    buf = io.StringIO()
+    parts = ["dram", "sram", "mac", "softmax", "sorter", "loader"]
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["preset", "code_version", "timing_model", "budgets", *CSV_FIELDS,
+                *(f"energy_{p}_j" for p in parts)])
+    for r in rep.rows:
+        w.writerow([rep.preset, rep.code_version, rep.timing_model, rep.budgets,
+                    *(getattr(r, f) for f in CSV_FIELDS),
+                    *(r.energy_parts_j[p] for p in parts)])
+    return buf.getvalue()
+
+
+def report_json(rep: Report) -> dict[str, Any]:
+    d = dataclasses.asdict(rep)
+    d["rows"] = [dataclasses.asdict(r) for r in rep.rows]
+    return _jsonable(d)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, np.generic):
+        return _jsonable(x.item())
+    return x
+
+
+def plot_report(rep: Report, out: Path) -> list[Path]:
+    """Per-method bars (time, energy, bytes vs full KV) and speedup vs context length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    labels = [r.label for r in rep.rows]
+    full = rep.rows[0]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    x = np.arange(len(labels))
+    for i, (name, vals) in enumerate((
+            ("time", [r.time_s / full.time_s for r in rep.rows]),
+            ("energy", [r.energy_j / full.energy_j for r in rep.rows]),
+            ("bytes", [r.bytes_burst / full.bytes_burst for r in rep.rows]))):
+        ax.bar(x + (i - 1) * 0.27, vals, 0.27, label=name)
+    ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=7)
+    ax.set_ylabel("relative to full KV (model)")
+    ax.set_title(f"preset {rep.preset}: per decode step"
+                 + (" (provisional sorter/loader timing)" if rep.timing_provisional else ""))
+    ax.legend()
+    fig.tight_layout()
+    p = out / "methods.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+    cur = rep.context_curve
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for lab, ys in cur["speedup_vs_full"].items():
+        ax.plot(cur["context"], ys, marker="o", ms=3, label=lab)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length N (tokens)")
+    ax.set_ylabel("attention speedup vs full KV (model)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    p = out / "speedup_vs_context.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+    return paths
+
+
+def write_report(rep: Report, out: Path, *, plots: bool = True) -> list[Path]:
+    """Write report.md, report.csv, report.json, config.json (and plots) into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, text in (("report.md", markdown(rep)), ("report.csv", rows_csv(rep)),
+                       ("report.json", json.dumps(report_json(rep), indent=2) + "\n")):
+        (out / name).write_text(text)
+        files.append(out / name)
+    cfg_text = config_to_json(from_dict(Config, rep.config))
+    (out / "config.json").write_text(cfg_text + "\n")
+    files.append(out / "config.json")
+    if plots:
+        files += plot_report(rep, out)
+    return files
+
+

