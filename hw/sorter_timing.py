@@ -43,7 +43,7 @@ from typing import Any
 
 from hikv.params import ParamError, SorterParams
 
-__all__ = ["SorterTiming", "ceil_log2"]
+__all__ = ["SorterTiming", "ceil_log2", "sorter_cycles", "sorter_compares"]
 
 
 def ceil_log2(n: int) -> int:
@@ -202,6 +202,34 @@ class SorterTiming:
         kr = 1 << self.stage2_levels(d)
         return count * rows + kr + (min(r, d) - 1) // self.lanes + self.latency
 
+    # ------------------------------------------------------------------ activity
+    @property
+    def merge_units(self) -> int:
+        """Compare-exchange units of one merge engine: ``P (1 + log P)``."""
+        return self.lanes * (self.log_lanes + 1)
+
+    def _compares(self, rows: int, reducer_steps: int) -> int:
+        # every row passes the pre-sorter, one step of every tree level (used or bypassed;
+        # each step evaluates the whole 2P merge and one head comparator) and the P
+        # threshold comparators of the second pass; the reducer steps min(K, a + b) per run
+        presort = rows * (self.lanes // 2) * self.presort_stages
+        tree = rows * self.levels * (self.merge_units + 1)
+        return presort + tree + reducer_steps * (self.merge_units + 1) + rows * self.lanes
+
+    def stage1_compares(self, n: int, k: int) -> int:
+        """Comparator evaluations of a Stage I job (every unit evaluates once per step; the
+        count does not depend on the data)."""
+        self.check_stage1(n, k)
+        d = self.segment_rows(n)
+        kr = 1 << self.stage1_levels(n, k)
+        return self._compares(d, min(kr, d) + kr * (_cdiv(d, kr) - 1))
+
+    def stage2_compares(self, count: int, d: int, r: int) -> int:
+        """Comparator evaluations of a Stage II job (see :meth:`stage1_compares`)."""
+        self.check_stage2(count, d, r)
+        rows = count * self.segment_rows(d)
+        return self._compares(rows, rows)
+
     def stage2_interval(self, d: int) -> int:
         """Steady-state cycles per Stage II vector: ``ceil(d / P)``."""
         _int("d (vector length)", d, 1, self.max_vec)
@@ -239,3 +267,30 @@ class SorterTiming:
                 "memory_bits_total": sum(self.memory_bits().values()),
                 "comparators": self.comparators()}
 
+
+
+def _job(params: SorterParams, mode: str, n: int, k: int, d: int, count: int,
+         stage1: str, stage2: str) -> int:
+    t = SorterTiming.from_params(params)
+    if mode == "stage1":
+        return 0 if n == 0 else getattr(t, stage1)(int(n), int(k))
+    if mode == "stage2":
+        return 0 if count == 0 else getattr(t, stage2)(int(count), int(d), int(k))
+    raise ParamError(f"sorter mode = {mode!r} is not one of ('stage1', 'stage2')")
+
+
+def sorter_cycles(params: SorterParams, mode: str, *, n: int = 0, k: int = 0, d: int = 0,
+                  count: int = 0) -> int:
+    """Cycles of one job in the cost model's calling convention (``hikv.sim.timing``).
+
+    ``mode="stage1"``: top ``k`` of ``n`` keys; ``mode="stage2"``: ``count`` vectors of ``d``
+    keys, top ``k`` (= r) of each. An empty job (``n`` or ``count`` zero) takes 0 cycles.
+    Scalars only; vectorise with ``numpy.vectorize`` (``excluded={0, 1}``).
+    """
+    return _job(params, mode, n, k, d, count, "stage1_cycles", "stage2_cycles")
+
+
+def sorter_compares(params: SorterParams, mode: str, *, n: int = 0, k: int = 0, d: int = 0,
+                    count: int = 0) -> int:
+    """Comparator evaluations of one job, same convention as :func:`sorter_cycles`."""
+    return _job(params, mode, n, k, d, count, "stage1_compares", "stage2_compares")

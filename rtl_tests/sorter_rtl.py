@@ -121,8 +121,22 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
                         simulator=simulator)
     passed = bool(run.passed and data and data["n_failures"] == 0
                   and data["n_cycle_failures"] == 0)
+    cycles_file = None
+    if data.get("measurements"):
+        # measured cycles of every distinct job run without backpressure, in the format the
+        # cost model validates against (hikv.sim.validate, schema hikv.rtl_cycles/1)
+        cycles_file = run.results_xml.parent / "rtl_cycles.json"
+        cycles_file.write_text(json.dumps({
+            "schema": "hikv.rtl_cycles/1",
+            "source": f"hikv rtl --block sorter --preset {cfg.name} --seed {seed} --jobs {jobs}",
+            "measurements": data["measurements"]}, indent=1))
     metrics = {"stats": data.get("stats", {}), "examples": data.get("examples", []),
                "latency": data.get("latency"), "sim_cycles": data.get("sim_cycles"),
-               "wall_s": data.get("wall_s"), "build_dir": str(run.build_dir)}
+               "wall_s": data.get("wall_s"), "build_dir": str(run.build_dir),
+               "rtl_cycles": str(cycles_file) if cycles_file else None}
+    lines = _summary(cfg, data, passed)
+    if cycles_file:
+        lines.append(f"cycle measurements ({len(data['measurements'])} distinct jobs, "
+                     f"hikv.rtl_cycles/1): {cycles_file}")
     return RtlReport(block="sorter", preset=cfg.name, seed=seed, jobs=jobs, passed=passed,
-                     lines=tuple(_summary(cfg, data, passed)), metrics=metrics, waves=run.waves)
+                     lines=tuple(lines), metrics=metrics, waves=run.waves)

@@ -261,6 +261,7 @@ async def regression(dut: Any) -> None:
     cycle_failures: list[str] = []
     examples: list[dict[str, Any]] = []
     resets = 0
+    measured: dict[tuple[Any, ...], dict[str, Any]] = {}
     n_directed = len(directed)
     for n, (job, ik, ok_) in enumerate(plan):
         if n >= n_directed and (n == n_directed or rng.random() < 0.01):
@@ -297,6 +298,13 @@ async def regression(dut: Any) -> None:
                        f"{run.cycles} cycles, formula {want}")
                 cycle_failures.append(msg)
                 log.error(msg)
+            if job.mode == STAGE1:
+                args = {"mode": STAGE1, "n": job.length, "k": job.k}
+            else:
+                args = {"mode": STAGE2, "d": job.length, "k": job.k,
+                        "count": len(job.segments)}
+            measured.setdefault(tuple(args.values()), {"block": "sorter", "preset": cfg.name,
+                                                       **args, "cycles": run.cycles})
             if job.kind.startswith("bench"):
                 examples.append({"mode": job.mode, "k": job.k, "length": job.length,
                                  "count": job.count, "vectors": len(job.segments),
@@ -312,6 +320,7 @@ async def regression(dut: Any) -> None:
         "failures": failures[:20], "n_failures": len(failures),
         "cycle_failures": cycle_failures[:20], "n_cycle_failures": len(cycle_failures),
         "resets": resets, "examples": examples, "sim_cycles": tb.cycle, "wall_s": wall,
+        "measurements": list(measured.values()),
         "latency": tb.timing.latency,
     })
     log.info(f"done: {sum(s['jobs'] for s in stats.values())} jobs, {tb.cycle} cycles, "

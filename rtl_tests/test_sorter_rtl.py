@@ -34,6 +34,14 @@ def test_sorter_regression_tiny():
     for mode in ("stage1", "stage2"):
         assert stats[mode]["random"] >= 10_000, stats
         assert stats[mode]["cycle_checks"] > 1000, stats
+    # the measured cycles, in the cost model's format, agree with the formula module
+    from hikv.hw.sorter_timing import sorter_cycles
+    from hikv.sim.validate import load_measurements
+
+    rows = load_measurements(rep.metrics["rtl_cycles"])
+    assert len(rows) > 100
+    for m in rows:
+        assert m.cycles == sorter_cycles(cfg.sorter, **m.job), m
 
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog not installed")
@@ -52,12 +60,14 @@ def test_sorter_replay_user_vectors():
     t = SorterTiming.from_params(cfg.sorter)
     res = run_sorter(cfg, stage1=[5, 9, 9, 1, 7, 3], k=3)
     assert res.indices == [[1, 2, 4]] and res.keys == [[9, 9, 7]]
-    assert res.cycles == res.formula_cycles == t.stage1_cycles(6, 3) and res.matches_golden
+    assert res.cycles == res.formula_cycles == t.stage1_cycles(6, 3) == 16  # as in README
+    assert res.matches_golden
     vecs = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]]
     jobs = [SorterJob(STAGE2, 3, tuple(map(tuple, vecs))),
             SorterJob(STAGE1, 16, (tuple(range(64)),), tuple(range(64)))]
     runs = replay(cfg, jobs)
     assert runs[0].indices == [[i for _, i in v] for v in stage2_topr(vecs, 3)]
+    assert runs[0].indices == [[4, 5, 7], [3, 5, 7]]  # as in docs/sorter.md
     assert runs[1].indices == [[i for _, i in stage1_topk(list(range(64)), list(range(64)),
                                                           16)]]
     assert all(r.cycles == r.formula_cycles and r.matches_golden for r in runs)

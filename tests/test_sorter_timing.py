@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hikv.hw.sorter_timing import SorterTiming, ceil_log2
+from hikv.hw.sorter_timing import SorterTiming, ceil_log2, sorter_compares, sorter_cycles
 from hikv.params import ParamError, SorterParams
 from hikv.presets import PRESETS
 
@@ -91,3 +91,22 @@ def test_job_range_errors_name_the_parameter():
         t.stage2_cycles(0, 4, 1)
     with pytest.raises(ParamError, match="must be an integer"):
         t.stage1_cycles(4.0, 1)  # type: ignore[arg-type]
+
+
+def test_cost_model_adapters():
+    prm = PRESETS["default"].sorter
+    t = SorterTiming.from_params(prm)
+    assert sorter_cycles(prm, "stage1", n=2048, k=220) == t.stage1_cycles(2048, 220)
+    assert sorter_cycles(prm, "stage2", d=64, k=48, count=256) == t.stage2_cycles(256, 64, 48)
+    assert sorter_cycles(prm, "stage1", n=0, k=5) == 0
+    assert sorter_compares(prm, "stage2", d=64, k=48, count=0) == 0
+    with pytest.raises(ParamError, match="sorter mode"):
+        sorter_cycles(prm, "stage3", n=4, k=1)
+
+
+def test_compares_count_every_unit_once_per_step():
+    t = SorterTiming.from_params(PRESETS["tiny"].sorter)  # P=4: S=3, levels=2, 12 units
+    rows, steps = 16, 4 + 4 * 3          # n=64, k=16: D=16, K=4 -> reducer 4 + 4*3 steps
+    per_row = 2 * 3 + 2 * (12 + 1) + 4   # presort + tree levels + select
+    assert t.stage1_compares(64, 16) == rows * per_row + steps * (12 + 1)
+    assert t.stage2_compares(3, 16, 5) == 12 * per_row + 12 * (12 + 1)
