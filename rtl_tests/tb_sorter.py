@@ -130,6 +130,7 @@ class JobRun:
     cycles: int
     first_in: int
     aborted: bool = False
+    shape_errors: int = 0     # beats that are not dense (full, or the segment's last: low lanes)
 
 
 class SorterTB:
@@ -179,6 +180,8 @@ class SorterTB:
         self.inp.queue.extend(self.codec.beats(job))
         segs: list[list[tuple[int, int]]] = [[]]
         first = last = None
+        shape_errors = 0
+        full = (1 << self.params.lanes) - 1
         start = self.cycle
         nsegs = len(job.segments)
         while len(segs) <= nsegs:
@@ -186,7 +189,9 @@ class SorterTB:
             if took and first is None:
                 first = self.cycle
             if beat is not None:
-                items, is_last, _ = self.codec.unpack(beat)
+                items, is_last, mask = self.codec.unpack(beat)
+                if not (mask == full or (is_last and mask and mask & (mask + 1) == 0)):
+                    shape_errors += 1
                 segs[-1].extend(items)
                 if is_last:
                     segs.append([])
@@ -198,7 +203,7 @@ class SorterTB:
                 raise AssertionError(f"job {job.describe(8)} hangs: {len(segs) - 1} of "
                                      f"{nsegs} segments out after {deadline} cycles")
         assert first is not None and last is not None
-        return JobRun(segs[:-1], last - first + 1, first)
+        return JobRun(segs[:-1], last - first + 1, first, shape_errors=shape_errors)
 
 
 def _load() -> dict[str, Any]:
@@ -287,6 +292,9 @@ async def regression(dut: Any) -> None:
                    f"{job.describe()} expected={exp} actual={run.segments}")
             failures.append(msg)
             log.error(msg[:4000])
+        if run.shape_errors:
+            failures.append(f"preset={cfg.name} seed={seed} job={n} input={job.describe(8)}: "
+                            f"{run.shape_errors} output beats not dense")
         if int(dut.error.value):
             failures.append(f"preset={cfg.name} seed={seed} job={n}: error flag set")
         if (ik, ok_) == ("always", "always"):
