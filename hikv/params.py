@@ -34,6 +34,8 @@ __all__ = [
     "MemoryType",
     "AcceleratorParams",
     "ModelShape",
+    "SyntheticWorkload",
+    "ServingParams",
     "Method",
     "MethodSpec",
     "Config",
@@ -490,6 +492,77 @@ class ModelShape:
         return int(self.params * self.weight_bytes_per_param)
 
 
+# --------------------------------------------------------------------------- serving
+@dataclass(frozen=True)
+class SyntheticWorkload:
+    """Poisson arrivals with lognormal prompt and output lengths (``hikv serve --rate``).
+
+    Lengths are ``round(exp(N(ln median, sigma^2)))`` clipped to ``[1, max_*_tokens]``; the
+    default medians and sigmas are those of the Azure LLM conversation trace (2023).
+    """
+
+    rate_per_s: float = 5.0
+    requests: int = 2000
+    prompt_median_tokens: float = 1020.0
+    prompt_sigma: float = 0.99
+    output_median_tokens: float = 129.0
+    output_sigma: float = 0.86
+    max_prompt_tokens: int = 16384
+    max_output_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        o = "SyntheticWorkload"
+        _num(o, "rate_per_s", self.rate_per_s, 0, lo_open=True)
+        _int(o, "requests", self.requests, 1, 1 << 24)
+        _num(o, "prompt_median_tokens", self.prompt_median_tokens, 1)
+        _num(o, "prompt_sigma", self.prompt_sigma, 0, 10)
+        _num(o, "output_median_tokens", self.output_median_tokens, 1)
+        _num(o, "output_sigma", self.output_sigma, 0, 10)
+        _int(o, "max_prompt_tokens", self.max_prompt_tokens, 1, 1 << 24)
+        _int(o, "max_output_tokens", self.max_output_tokens, 1, 1 << 24)
+
+
+@dataclass(frozen=True)
+class ServingParams:
+    """Iteration-level serving of one replica (hikv.sim.serving, DESIGN.md section 5).
+
+    ``policy`` names a scheduler of :data:`hikv.sim.scheduler.POLICIES`. Each iteration
+    schedules at most ``token_budget`` tokens and at most ``max_running`` sequences. KV lives
+    in blocks of ``block_tokens`` tokens of full KV (all layers and KV heads); KV capacity is
+    device memory minus weights minus ``workspace_bytes``. Goodput counts a request as good
+    when its TTFT <= ``ttft_slo_s`` and its TPOT <= ``tpot_slo_s``, and is the highest rate at
+    which a fraction ``slo_attainment`` of requests is good. The Little's-law check skips
+    ``steady_trim`` of the arrival span at each end (warm-up and drain).
+    """
+
+    policy: str = "vllm-v1"
+    token_budget: int = 8192
+    max_running: int = 256
+    block_tokens: int = 16
+    workspace_bytes: int = 1 << 30
+    ttft_slo_s: float = 1.0
+    tpot_slo_s: float = 0.1
+    slo_attainment: float = 0.9
+    steady_trim: float = 0.1
+    synthetic: SyntheticWorkload = field(default_factory=SyntheticWorkload)
+
+    def __post_init__(self) -> None:
+        o = "ServingParams"
+        if not isinstance(self.policy, str) or not self.policy:
+            raise ParamError(f"{o}.policy must be a non-empty string, not {self.policy!r}")
+        _int(o, "token_budget", self.token_budget, 1, 1 << 24)
+        _int(o, "max_running", self.max_running, 1, 1 << 20)
+        _int(o, "block_tokens", self.block_tokens, 1, 4096)
+        _int(o, "workspace_bytes", self.workspace_bytes, 0)
+        _num(o, "ttft_slo_s", self.ttft_slo_s, 0, lo_open=True)
+        _num(o, "tpot_slo_s", self.tpot_slo_s, 0, lo_open=True)
+        _num(o, "slo_attainment", self.slo_attainment, 0, 1, lo_open=True)
+        _num(o, "steady_trim", self.steady_trim, 0, 0.45)
+        if not isinstance(self.synthetic, SyntheticWorkload):
+            raise ParamError(f"{o}.synthetic must be a SyntheticWorkload, "
+                             f"not {self.synthetic!r}")
+
+
 # --------------------------------------------------------------------------- config
 @dataclass(frozen=True)
 class Config:
@@ -504,6 +577,7 @@ class Config:
     model: ModelShape = field(default_factory=ModelShape)
     key_format: KeyFormat = KeyFormat.FP16
     context: int = 2048   # N: prompt tokens of the operating point
+    serving: ServingParams = field(default_factory=ServingParams)
 
     def __post_init__(self) -> None:
         o = "Config"
@@ -525,6 +599,13 @@ class Config:
         if self.loader.beat_bytes > self.layout.burst_bytes:
             raise ParamError(f"{o}.loader.data_width = {self.loader.data_width} bits is wider "
                              f"than one burst of layout.burst_bytes = {self.layout.burst_bytes}")
+        kv_room = (self.accel.device_memory_bytes - self.model.weight_bytes
+                   - self.serving.workspace_bytes)
+        if kv_room <= 0:
+            raise ParamError(f"{o}.serving.workspace_bytes = {self.serving.workspace_bytes} "
+                             f"leaves no KV memory: device_memory_bytes = "
+                             f"{self.accel.device_memory_bytes} minus weights "
+                             f"{self.model.weight_bytes} must exceed it")
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)

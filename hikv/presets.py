@@ -15,10 +15,12 @@ from .params import (
     MemoryType,
     ModelShape,
     ParamError,
+    ServingParams,
     SorterParams,
     Stage1Variant,
     Stage2Kind,
     Stage2Rule,
+    SyntheticWorkload,
 )
 
 __all__ = ["MODEL_SHAPES", "PRESETS", "get_preset", "get_model_shape"]
@@ -40,6 +42,16 @@ MODEL_SHAPES: dict[str, ModelShape] = {
 }
 
 
+#: Poisson workload fitted to the Azure LLM conversation trace (2023): medians and standard
+#: deviations of ln(tokens) of ContextTokens (1020, 0.99) and GeneratedTokens (129, 0.86).
+#: Serving SLOs: "paper" takes DistServe's chatbot targets (TTFT 0.25 s, TPOT 0.1 s, 90%);
+#: "default" (a 135M model reading its weights in about 1 ms per iteration) scales them to
+#: TTFT 0.1 s and TPOT 5 ms (about 5x its unloaded iteration time).
+_CONV_LIKE = SyntheticWorkload(rate_per_s=5.0, requests=2000, prompt_median_tokens=1020.0,
+                               prompt_sigma=0.99, output_median_tokens=129.0, output_sigma=0.86,
+                               max_prompt_tokens=16384, max_output_tokens=1024)
+
+
 def _tiny() -> Config:
     return Config(
         name="tiny",
@@ -55,6 +67,13 @@ def _tiny() -> Config:
                                 sram_q_bytes=256, device_memory_bytes=1 << 30),
         model=MODEL_SHAPES["tiny"],
         context=64,
+        serving=ServingParams(policy="vllm-v1", token_budget=256, max_running=16,
+                              block_tokens=4, workspace_bytes=1 << 20, ttft_slo_s=1e-3,
+                              tpot_slo_s=1e-4, slo_attainment=0.9, steady_trim=0.1,
+                              synthetic=SyntheticWorkload(
+                                  rate_per_s=1000.0, requests=200, prompt_median_tokens=40.0,
+                                  prompt_sigma=0.5, output_median_tokens=8.0, output_sigma=0.5,
+                                  max_prompt_tokens=64, max_output_tokens=32)),
     )
 
 
@@ -74,6 +93,10 @@ def _default() -> Config:
         accel=AcceleratorParams(pe_lanes=512, softmax_lanes=32),
         model=MODEL_SHAPES["smollm2-135m"],
         context=2048,
+        serving=ServingParams(policy="vllm-v1", token_budget=8192, max_running=256,
+                              block_tokens=16, workspace_bytes=1 << 30, ttft_slo_s=0.1,
+                              tpot_slo_s=0.005, slo_attainment=0.9, steady_trim=0.1,
+                              synthetic=_CONV_LIKE),
     )
 
 
@@ -96,6 +119,10 @@ def _paper() -> Config:
                                 device_memory_bytes=80 * 2**30, linear_flops_per_s=300e12),
         model=MODEL_SHAPES["llama3-8b"],
         context=32768,
+        serving=ServingParams(policy="vllm-v1", token_budget=8192, max_running=256,
+                              block_tokens=16, workspace_bytes=4 << 30, ttft_slo_s=0.25,
+                              tpot_slo_s=0.1, slo_attainment=0.9, steady_trim=0.1,
+                              synthetic=_CONV_LIKE),
     )
 
 

@@ -62,6 +62,15 @@ def _load(ref: str) -> Any:
 #: name -> Block. Each RTL block adds one entry.
 BLOCKS: dict[str, Block] = {}
 
+BLOCKS["sorter"] = Block(
+    name="sorter",
+    description="reconfigurable importance sorter: Stage I top-k of a token stream, Stage II "
+                "top-r of each short vector (docs/sorter.md)",
+    toplevel="hikv_sorter",
+    make="hikv.hw.sorter:make_sorter",
+    regression="hikv.rtl_tests.sorter_rtl:run_regression",
+)
+
 
 def get_block(name: str) -> Block:
     try:

@@ -243,7 +243,10 @@ class _Evicting(KVCache):
 
 
 class H2O(_Evicting):
-    """Heavy hitters (accumulated attention) + a recent window; evicts one token per step."""
+    """Heavy hitters (accumulated attention) + a recent window; evicts one token per step.
+
+    The accumulated score of every resident token is stored (``SCORE_BYTES`` each, as HiKV's
+    evicting Stage I stores it) and read every step: it is metadata of the step."""
 
     method = Method.H2O
     _wants_col_sums = True
@@ -274,8 +277,9 @@ class H2O(_Evicting):
         self.acc += probs.float().sum(1)
         n = self.resident_tokens
         reads = self._dense_reads(torch.arange(n - 1))
+        reads.append(Read("meta", "scores", contiguous(0, (n - 1) * SCORE_BYTES)))
         self._evict_to(self.spec.budget)
-        res = self.resident_tokens * 2 * self._row_stride()
+        res = self.resident_tokens * (2 * self._row_stride() + SCORE_BYTES)
         return out, self._accounts([reads] * self.kv_heads, res, [n - 1] * self.kv_heads)
 
 

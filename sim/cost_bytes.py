@@ -312,11 +312,17 @@ def step_bytes(spec: MethodSpec, geom: Geometry | KVLayout, n: ArrayLike, *,
         kv = _run(g, 0, n, rb)
         res = (n + 1) * 2 * g.stride(rb)
         return _out(n * rb, n * rb, 0, kv, kv, _zero(), res, n, zero)
-    if m in (Method.H2O, Method.SNAPKV):
+    if m is Method.H2O:                # an accumulated score per resident token, read each step
         c = np.minimum(n, B)
         kv = _run(g, 0, c, rb)
-        after = np.minimum(n + 1, B) if m is Method.H2O else c + 1
-        return _out(c * rb, c * rb, 0, kv, kv, _zero(), after * 2 * g.stride(rb), c, zero)
+        after = np.minimum(n + 1, B)
+        meta_len = c * SCORE_BYTES
+        return _out(c * rb, c * rb, meta_len, kv, kv, _contiguous(g, meta_len),
+                    after * (2 * g.stride(rb) + SCORE_BYTES), c, zero)
+    if m is Method.SNAPKV:
+        c = np.minimum(n, B)
+        kv = _run(g, 0, c, rb)
+        return _out(c * rb, c * rb, 0, kv, kv, _zero(), (c + 1) * 2 * g.stride(rb), c, zero)
     if m is Method.QUEST:
         pt = spec.page_tokens
         n_res = n + 1

@@ -166,7 +166,9 @@ def test_resident_bytes():
     _, acc, _ = _run(MethodSpec(Method.FULL), q, k, v, n_prompt)
     assert [a[0].resident for a in acc] == [(n_prompt + i + 1) * 2 * stride for i in range(6)]
     _, acc, cache = _run(MethodSpec(Method.H2O, budget=32, recent=8), q, k, v, n_prompt)
-    assert all(a[0].resident == 32 * 2 * stride for a in acc)
+    # H2O keeps an accumulated score per resident token, as evicting HiKV does
+    assert all(a[0].resident == 32 * (2 * stride + SCORE_BYTES) for a in acc)
+    assert all(a[0].meta_ideal == a[0].tokens * SCORE_BYTES for a in acc)
     assert cache.resident_tokens == 32
     _, acc, _ = _run(MethodSpec(Method.SNAPKV, budget=32, recent=8), q, k, v, n_prompt)
     assert [a[0].resident for a in acc] == [(33 + i) * 2 * stride for i in range(6)]

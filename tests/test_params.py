@@ -114,7 +114,8 @@ def test_init_wrong_field(cls, name, value, words):
 def test_every_field_has_a_rejection_test():
     covered = {(c, n) for c, n, _, _ in REJECTED}
     structural = {(Config, "name"), (Config, "layout"), (Config, "policy"), (Config, "sorter"),
-                  (Config, "loader"), (Config, "accel"), (Config, "model")}
+                  (Config, "loader"), (Config, "accel"), (Config, "model"),
+                  (Config, "serving")}   # ServingParams: tests/test_serving_params.py
     for cls in (KVLayout, Stage2Rule, HiKVPolicy, SorterParams, LoaderParams,
                 AcceleratorParams, ModelShape, MethodSpec, Config):
         for f in dataclasses.fields(cls):

@@ -1,0 +1,361 @@
+"""Merging sorted runs of rows: the merge engine, one merge-tree level, and the top-K reducer.
+
+A *run* is a sequence of rows whose items are sorted descending across the whole run (lane 0
+of the first row is the largest). All three blocks use the same *merge engine*: it merges a run
+``A`` and a run ``B`` one output row per cycle by keeping the ``P`` smallest items seen so far
+in a feedback register ``X`` and, each cycle, merging ``X`` with the next row of whichever run
+has the larger head item (the row's first item): the top ``P`` of ``X`` and that row are the
+next output row. The first step merges the first rows of both runs; a last "flush" step emits
+``X``. Merging ``a`` and ``b`` rows takes exactly ``a + b`` steps, whatever the data.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .sorter_net import merge_rows, wires
+from .sorter_queue import RowQueue
+from .uops import is_zero, uadd, ueq, uge, ugt, ule, usub
+
+__all__ = ["MergeEngine", "MergeLevel", "Reducer"]
+
+
+def _row(width: int, lanes: int) -> data.ArrayLayout:
+    return data.ArrayLayout(width, lanes)
+
+
+class MergeEngine(wiring.Component):
+    """Merges pairs of descending runs ``A`` and ``B`` read from two row queues.
+
+    A pair is described before it starts by ``pair_a`` and ``pair_b`` (rows of each run, at
+    least one of them non-zero) and ``pair_m`` (output rows, ``1 <= m <= a + b``; fewer than
+    ``a + b`` truncates the merge to its top ``m`` rows and drops the rest of both runs through
+    the queues' ``skip``). ``pair_tag`` travels with the output rows of the pair.
+
+    One step per cycle while the output register is free; a step waits only for the queue
+    heads it needs. The output register carries the row, its step number within the pair and
+    the tag.
+
+    Parameters
+    ----------
+    lanes, width : int
+        Row geometry.
+    max_a, max_b, max_m : int
+        Largest ``pair_a``, ``pair_b``, ``pair_m``.
+    """
+
+    def __init__(self, *, lanes: int, width: int, max_a: int, max_b: int, max_m: int) -> None:
+        for name, v in (("lanes", lanes), ("width", width), ("max_a", max_a),
+                        ("max_b", max_b), ("max_m", max_m)):
+            if not isinstance(v, int) or v < 1:
+                raise TypeError(f"MergeEngine {name} must be a positive integer, not {v!r}")
+        self._lanes, self._width = lanes, width
+        self._max_a, self._max_b, self._max_m = max_a, max_b, max_m
+        row = _row(width, lanes)
+        self.out_layout = data.StructLayout({"row": row, "step": range(max(2, max_m)),
+                                             "tag": 1})
+        super().__init__({
+            "a_valid": In(1), "a_data": In(row), "a_pop": Out(1), "a_skip": Out(range(max_a + 1)),
+            "b_valid": In(1), "b_data": In(row), "b_pop": Out(1), "b_skip": Out(range(max_b + 1)),
+            "pair_valid": In(1), "pair_a": In(range(max_a + 1)), "pair_b": In(range(max_b + 1)),
+            "pair_m": In(range(max_m + 1)), "pair_tag": In(1), "pair_ready": Out(1),
+            "o": Out(stream.Signature(self.out_layout)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        p, w = self._lanes, self._width
+        row = _row(w, p)
+
+        busy = Signal()
+        cnt_a = Signal(range(self._max_a + 1))
+        cnt_b = Signal(range(self._max_b + 1))
+        steps = Signal(range(self._max_m + 1))
+        idx = Signal(range(max(2, self._max_m)))
+        tag = Signal()
+        x = Signal(row, reset_less=True)
+        o_valid = Signal()
+        o_data = Signal(self.out_layout, reset_less=True)
+
+        can = Signal()
+        m.d.comb += can.eq(~o_valid | self.o.ready)
+        a_items = [self.a_data[i] for i in range(p)]
+        b_items = [self.b_data[i] for i in range(p)]
+        zero = Const(0, w)
+
+        fa = Signal()
+        fb = Signal()
+        m.d.comb += [fa.eq(~is_zero(self.pair_a)), fb.eq(~is_zero(self.pair_b))]
+        first_ok = self.pair_valid & (~fa | self.a_valid) & (~fb | self.b_valid)
+        has_a = Signal()
+        has_b = Signal()
+        m.d.comb += [has_a.eq(~is_zero(cnt_a)), has_b.eq(~is_zero(cnt_b))]
+        a_ge = Signal()
+        m.d.comb += a_ge.eq(a_items[0] >= b_items[0])
+        take_a = Signal()
+        take_b = Signal()
+        m.d.comb += [take_a.eq(Mux(has_a & has_b, a_ge, has_a)),
+                     take_b.eq(Mux(has_a & has_b, ~a_ge, ~has_a & has_b))]
+        busy_ok = Mux(has_a & has_b, self.a_valid & self.b_valid,
+                      Mux(has_a, self.a_valid, Mux(has_b, self.b_valid, 1)))
+        fire = Signal()
+        m.d.comb += fire.eq(can & Mux(busy, busy_ok, first_ok))
+
+        x_in = wires(m, [Mux(busy, x[i], Mux(fa & fb, a_items[i], zero)) for i in range(p)], "x_in")
+        y_in = wires(m, [Mux(busy, Mux(take_a, a_items[i], Mux(take_b, b_items[i], zero)),
+                             Mux(fb, b_items[i], a_items[i])) for i in range(p)], "y_in")
+        hi, lo = merge_rows(m, x_in, y_in)
+
+        na = Signal.like(cnt_a)
+        nb = Signal.like(cnt_b)
+        nsteps = Signal.like(steps)
+        done = Signal()
+        m.d.comb += [
+            na.eq(Mux(busy, Mux(take_a, usub(cnt_a, 1), cnt_a),
+                      Mux(fa, usub(self.pair_a, 1), self.pair_a))),
+            nb.eq(Mux(busy, Mux(take_b, usub(cnt_b, 1), cnt_b),
+                      Mux(fb, usub(self.pair_b, 1), self.pair_b))),
+            nsteps.eq(Mux(busy, usub(steps, 1), usub(self.pair_m, 1))),
+            done.eq(is_zero(nsteps)),
+            self.a_pop.eq(fire & Mux(busy, take_a, fa)),
+            self.b_pop.eq(fire & Mux(busy, take_b, fb)),
+            self.a_skip.eq(Mux(fire & done, na, 0)),
+            self.b_skip.eq(Mux(fire & done, nb, 0)),
+            self.pair_ready.eq(fire & ~busy),
+            self.o.valid.eq(o_valid),
+            self.o.payload.eq(o_data),
+            self.busy.eq(busy),
+        ]
+        with m.If(fire):
+            m.d.sync += [
+                x.eq(Cat(*lo)),
+                o_data.row.eq(Cat(*hi)),
+                o_data.step.eq(Mux(busy, idx, 0)),
+                o_data.tag.eq(Mux(busy, tag, self.pair_tag)),
+                o_valid.eq(1),
+                busy.eq(~done),
+                cnt_a.eq(na),
+                cnt_b.eq(nb),
+                steps.eq(nsteps),
+                idx.eq(Mux(busy, uadd(idx, 1), 1)),
+            ]
+            with m.If(~busy):
+                m.d.sync += tag.eq(self.pair_tag)
+        with m.Elif(self.o.ready):
+            m.d.sync += o_valid.eq(0)
+        return m
+
+
+def _connect_queue(m: Module, q: RowQueue, e: MergeEngine, side: str) -> None:
+    m.d.comb += [
+        getattr(e, f"{side}_valid").eq(q.r_valid),
+        getattr(e, f"{side}_data").eq(q.r_data),
+        q.pop.eq(getattr(e, f"{side}_pop")),
+        q.skip.eq(getattr(e, f"{side}_skip")),
+    ]
+
+
+class MergeLevel(wiring.Component):
+    """Level ``j`` of the merge tree: merges consecutive pairs of runs of ``R = 2**j`` rows.
+
+    Rows arrive as a stream of segments of ``seg_rows`` rows each (a segment is sorted into runs
+    independently of its neighbours). Within a segment, rows ``[2qR, 2qR + R)`` form run ``A``
+    and ``[2qR + R, 2qR + 2R)`` run ``B`` of pair ``q`` (the last pair may be short or have no
+    ``B``), so the level's output is the segment sorted into runs of ``2R`` rows. With ``used``
+    low the level passes rows through unchanged (each row is a run of its own). With gapless
+    input, every row leaves ``R + 2`` cycles (used) or ``2`` cycles (unused) after it arrived.
+
+    Members
+    -------
+    i, o : row streams.
+    seg_rows : In
+        Rows per segment (constant during a job).
+    used : In
+        Merge (1) or pass rows through (0).
+    idle : Out
+        Nothing stored, nothing in flight.
+    """
+
+    def __init__(self, *, lanes: int, width: int, level: int, max_seg_rows: int) -> None:
+        if not isinstance(level, int) or level < 0:
+            raise TypeError(f"MergeLevel level must be a non-negative integer, not {level!r}")
+        self._lanes, self._width, self._level = lanes, width, level
+        self._max_seg_rows = max_seg_rows
+        row = _row(width, lanes)
+        super().__init__({
+            "i": In(stream.Signature(row)), "o": Out(stream.Signature(row)),
+            "seg_rows": In(range(max_seg_rows + 1)), "used": In(1), "idle": Out(1),
+        })
+
+    @property
+    def run_rows(self) -> int:
+        return 1 << self._level
+
+    @property
+    def queue_rows(self) -> int:
+        return self.run_rows + 2
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        p, w, j = self._lanes, self._width, self._level
+        r = self.run_rows
+        m.submodules.qa = qa = RowQueue(width=p * w, depth=self.queue_rows)
+        m.submodules.qb = qb = RowQueue(width=p * w, depth=self.queue_rows)
+        m.submodules.engine = eng = MergeEngine(lanes=p, width=w, max_a=r, max_b=r,
+                                                max_m=2 * r)
+        pos_range = range(max(self._max_seg_rows, 2 << j))
+
+        # ---- input steering: run A or run B of the current pair
+        in_pos = Signal(pos_range)
+        to_b = Signal()
+        m.d.comb += to_b.eq(self.used & in_pos[j])
+        accept = Signal()
+        m.d.comb += [
+            self.i.ready.eq(Mux(to_b, qb.w_rdy, qa.w_rdy)),
+            accept.eq(self.i.valid & self.i.ready),
+            qa.w_en.eq(accept & ~to_b),
+            qb.w_en.eq(accept & to_b),
+            qa.w_data.eq(self.i.payload),
+            qb.w_data.eq(self.i.payload),
+        ]
+        with m.If(accept):
+            nxt = uadd(in_pos, 1)
+            m.d.sync += in_pos.eq(Mux(uge(nxt, self.seg_rows), 0, nxt))
+
+        # ---- pair descriptors from the segment position of the next pair
+        e_pos = Signal(pos_range)
+        rem = Signal(range(self._max_seg_rows + 1))
+        a_len = Signal(range(r + 1))
+        b_len = Signal(range(r + 1))
+        m_len = Signal(range(2 * r + 1))
+        m.d.comb += [
+            rem.eq(usub(self.seg_rows, e_pos)),
+            a_len.eq(Mux(~self.used, 1, Mux(ugt(rem, r), r, rem))),
+            b_len.eq(Mux(~self.used, 0, Mux(ugt(rem, 2 * r), r,
+                                            Mux(ugt(rem, r), usub(rem, r), 0)))),
+            m_len.eq(uadd(a_len, b_len)),
+            eng.pair_valid.eq(~is_zero(m_len)),
+            eng.pair_a.eq(a_len),
+            eng.pair_b.eq(b_len),
+            eng.pair_m.eq(m_len),
+            eng.pair_tag.eq(0),
+        ]
+        with m.If(eng.pair_ready):
+            nxt_pair = uadd(e_pos, m_len)
+            m.d.sync += e_pos.eq(Mux(uge(nxt_pair, self.seg_rows), 0, nxt_pair))
+
+        _connect_queue(m, qa, eng, "a")
+        _connect_queue(m, qb, eng, "b")
+        m.d.comb += [
+            self.o.valid.eq(eng.o.valid),
+            self.o.payload.eq(eng.o.payload.row),
+            eng.o.ready.eq(self.o.ready),
+            self.idle.eq(qa.idle & qb.idle & ~eng.busy & ~eng.o.valid),
+        ]
+        return m
+
+
+class Reducer(wiring.Component):
+    """Keeps the running top ``K`` rows of each segment and emits the selection threshold.
+
+    The tree delivers each segment as sorted runs of ``K = k_rows`` rows (the last one may be
+    shorter; ``list_rows`` bounds ``K`` in Stage I, ``run_rows`` a Stage II vector). The
+    reducer merges every run with the list kept so far, truncated to its top
+    ``K`` rows, and writes the result back as the new list (a queue: the old list is read at
+    its head while the new one is appended). On the segment's last run it does not keep the
+    list; instead it emits item ``thr_lane`` of output row ``thr_row`` (the ``k``-th best of
+    the segment) on ``thr``. Merging a run of ``b`` rows takes ``min(K, a + b)`` cycles, so
+    full runs stream through at one row per cycle.
+
+    Members
+    -------
+    i : row stream from the last tree level.
+    thr : item stream, one per segment.
+    seg_rows, k_rows, thr_row, thr_lane : In, constant during a job.
+    idle : Out
+    """
+
+    def __init__(self, *, lanes: int, width: int, list_rows: int, run_rows: int,
+                 max_seg_rows: int) -> None:
+        if run_rows < list_rows:
+            raise ValueError(f"Reducer run_rows ({run_rows}) must be >= list_rows ({list_rows})")
+        self._lanes, self._width = lanes, width
+        self._list_rows = list_rows
+        self._run_rows = run_rows
+        self._max_seg_rows = max_seg_rows
+        row = _row(width, lanes)
+        super().__init__({
+            "i": In(stream.Signature(row)),
+            "thr": Out(stream.Signature(width)),
+            "seg_rows": In(range(max_seg_rows + 1)),
+            "k_rows": In(range(run_rows + 1)),
+            "thr_row": In(range(max(2, run_rows))),
+            "thr_lane": In(range(max(2, lanes))),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        p, w, kmax = self._lanes, self._width, self._list_rows
+        run_max = self._run_rows  # Stage I: K <= list_rows; Stage II: a whole vector
+        m.submodules.qrun = qrun = RowQueue(width=p * w, depth=kmax + 2)
+        m.submodules.qlist = qlist = RowQueue(width=p * w, depth=2 * kmax + 2)
+        m.submodules.qthr = qthr = RowQueue(width=w, depth=4)
+        m.submodules.engine = eng = MergeEngine(lanes=p, width=w, max_a=kmax, max_b=run_max,
+                                                max_m=run_max)
+
+        m.d.comb += [
+            qrun.w_en.eq(self.i.valid & qrun.w_rdy),
+            qrun.w_data.eq(self.i.payload),
+            self.i.ready.eq(qrun.w_rdy),
+        ]
+
+        # ---- run descriptors: run q covers rows [qK, qK + K) of the segment
+        r_pos = Signal(range(self._max_seg_rows + 1))
+        rem = Signal(range(self._max_seg_rows + 1))
+        b_len = Signal(range(run_max + 1))
+        a_len = Signal(range(kmax + 1))
+        total = Signal(range(kmax + run_max + 1))
+        final = Signal()
+        m.d.comb += [
+            rem.eq(usub(self.seg_rows, r_pos)),
+            final.eq(ule(rem, self.k_rows)),
+            b_len.eq(Mux(final, rem, self.k_rows)),
+            a_len.eq(Mux(is_zero(r_pos), 0, self.k_rows)),
+            total.eq(uadd(a_len, b_len)),
+            eng.pair_valid.eq(~is_zero(b_len)),
+            eng.pair_a.eq(a_len),
+            eng.pair_b.eq(b_len),
+            eng.pair_m.eq(Mux(ugt(total, self.k_rows), self.k_rows, total)),
+            eng.pair_tag.eq(final),
+        ]
+        with m.If(eng.pair_ready):
+            m.d.sync += r_pos.eq(Mux(final, 0, uadd(r_pos, self.k_rows)))
+        _connect_queue(m, qlist, eng, "a")
+        _connect_queue(m, qrun, eng, "b")
+
+        # ---- output rows: back into the list, or (last run) pick the threshold
+        o = eng.o
+        is_thr = Signal()
+        thr_item = Signal(w)
+        with m.Switch(self.thr_lane):
+            for lane in range(p):
+                with m.Case(lane):
+                    m.d.comb += thr_item.eq(o.payload.row[lane])
+        m.d.comb += [
+            is_thr.eq(o.payload.tag & ueq(o.payload.step, self.thr_row)),
+            o.ready.eq(Mux(o.payload.tag, Mux(is_thr, qthr.w_rdy, 1), qlist.w_rdy)),
+            qlist.w_en.eq(o.valid & ~o.payload.tag & qlist.w_rdy),
+            qlist.w_data.eq(o.payload.row),
+            qthr.w_en.eq(o.valid & is_thr & qthr.w_rdy),
+            qthr.w_data.eq(thr_item),
+            self.thr.valid.eq(qthr.r_valid),
+            self.thr.payload.eq(qthr.r_data),
+            qthr.pop.eq(self.thr.valid & self.thr.ready),
+            qthr.skip.eq(0),
+            self.idle.eq(qrun.idle & qlist.idle & qthr.idle & ~eng.busy & ~o.valid),
+        ]
+        return m

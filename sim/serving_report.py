@@ -1,0 +1,344 @@
+"""Goodput search, result rows, per-request CSV and latency CDF plots for serving runs.
+
+Nothing here writes a file unless a function is given a path. Rows record every configuration
+field (flattened, ``serving.token_budget``), the seed, the workload and the code version.
+:func:`serving_summary` is the entry point for ``hikv report``'s serving section.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hikv import __version__
+from hikv.params import Config, MethodSpec, ParamError, to_dict
+
+from .kv_bytes import resolve_methods
+from .serving import ServingResult, simulate
+from .step_cost import DEFAULT_STEP_COST
+from .workload import Workload, read_azure_trace
+
+__all__ = [
+    "Goodput",
+    "goodput",
+    "code_version",
+    "config_fields",
+    "result_row",
+    "request_rows",
+    "write_csv",
+    "plot_cdfs",
+    "run_methods",
+    "serving_summary",
+    "best_baseline",
+    "format_table",
+]
+
+
+# --------------------------------------------------------------------------- goodput
+@dataclass(frozen=True)
+class Goodput:
+    """DistServe's goodput: the highest arrival rate at which a fraction ``target`` of the
+    requests meets both SLOs. ``runs`` lists every (rate, attainment) simulated; ``bracketed``
+    is False when the search stopped at its rate limits without seeing both a pass and a
+    fail (then ``rate_per_s`` is a bound: 0 if nothing passed)."""
+
+    rate_per_s: float
+    attainment: float
+    target: float
+    runs: tuple[tuple[float, float], ...]
+    bracketed: bool
+
+
+def goodput(cfg: Config, spec: MethodSpec, workload: Workload, *,
+            cost_model: str = DEFAULT_STEP_COST, policy: str | None = None, rel_tol: float = 0.02,
+            max_doublings: int = 12) -> Goodput:
+    """Search the arrival rate (the workload's times rescaled, :meth:`Workload.at_rate`).
+
+    From the workload's own rate, double (or halve) until attainment crosses
+    ``cfg.serving.slo_attainment``, then bisect geometrically until the bracket is within
+    ``rel_tol``. Assumes attainment falls with rate (true of FCFS queues in practice; a
+    non-monotone case is found only where the search happens to look).
+    """
+    target = cfg.serving.slo_attainment
+    runs: list[tuple[float, float]] = []
+
+    def att(rate: float) -> float:
+        r = simulate(cfg, spec, workload.at_rate(rate), cost_model=cost_model, policy=policy)
+        a = float(r.slo_met().mean())
+        runs.append((rate, a))
+        return a
+
+    r0 = workload.rate_per_s
+    a0 = att(r0)
+    lo, hi = (r0, math.nan) if a0 >= target else (math.nan, r0)
+    for _ in range(max_doublings):
+        if math.isnan(hi):
+            r = lo * 2
+            if att(r) >= target:
+                lo = r
+            else:
+                hi = r
+        elif math.isnan(lo):
+            r = hi / 2
+            if att(r) >= target:
+                lo = r
+            else:
+                hi = r
+        else:
+            break
+    if math.isnan(lo) or math.isnan(hi):
+        best = 0.0 if math.isnan(lo) else lo
+        return Goodput(best, max((a for r, a in runs if r == best), default=0.0), target,
+                       tuple(runs), False)
+    while hi / lo > 1 + rel_tol:
+        mid = math.sqrt(lo * hi)
+        if att(mid) >= target:
+            lo = mid
+        else:
+            hi = mid
+    return Goodput(lo, max(a for r, a in runs if r == lo), target, tuple(runs), True)
+
+
+# --------------------------------------------------------------------------- provenance
+def code_version() -> str:
+    """``git describe --always --dirty`` of the source tree if it is a git checkout, else the
+    package version."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=here,
+                             capture_output=True, text=True, timeout=10, check=True)
+        v = out.stdout.strip()
+        if v:
+            return f"{__version__}+git.{v}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return __version__
+
+
+def config_fields(cfg: Config) -> dict[str, Any]:
+    """Every configuration field, flattened with dotted names."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, d: Any) -> None:
+        if isinstance(d, dict):
+            for k, v in d.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out[f"config.{prefix}"] = d
+
+    walk("", to_dict(cfg))
+    return out
+
+
+def _spec_fields(spec: MethodSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, d: Any) -> None:
+        if isinstance(d, dict):
+            for k, v in d.items():
+                walk(f"{prefix}.{k}", v)
+        else:
+            out[prefix] = d
+
+    walk("spec", to_dict(spec))
+    return out
+
+
+def result_row(result: ServingResult, *, seed: int | None, version: str,
+               good: Goodput | None = None) -> dict[str, Any]:
+    """One summary row: metrics, goodput (if searched), seed, version, spec and config."""
+    row = result.summary()
+    if good is not None:
+        row["goodput_req_per_s"] = good.rate_per_s
+        row["goodput_bracketed"] = good.bracketed
+        row["goodput_runs"] = len(good.runs)
+    row["seed"] = seed
+    row["code_version"] = version
+    row.update(_spec_fields(result.spec))
+    row.update(config_fields(result.config))
+    return row
+
+
+def request_rows(result: ServingResult, *, seed: int | None, version: str
+                 ) -> list[dict[str, Any]]:
+    """Per-request rows (times in seconds from the first arrival)."""
+    r = result
+    cols = {
+        "request": np.arange(len(r.arrival_s)),
+        "arrival_s": r.arrival_s,
+        "prompt_tokens": r.prompt_tokens,
+        "output_tokens": r.output_tokens,
+        "first_scheduled_s": r.first_scheduled_s,
+        "first_token_s": r.first_token_s,
+        "finish_s": r.finish_s,
+        "ttft_s": r.ttft_s,
+        "tpot_s": r.tpot_s,
+        "e2e_s": r.e2e_s,
+        "preemptions": r.preemptions,
+        "recomputed_tokens": r.recomputed_tokens,
+        "slo_met": r.slo_met(),
+    }
+    fixed = {"method": r.method, "policy": r.policy, "cost_model": r.cost_model,
+             "preset": r.config.name, "workload": r.workload, "seed": seed,
+             "code_version": version}
+    names = list(cols)
+    data = [c.tolist() for c in cols.values()]
+    return [{**dict(zip(names, vals, strict=True)), **fixed} for vals in zip(*data, strict=True)]
+
+
+def write_csv(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> Path:
+    """Write ``rows`` (union of their keys, first-seen order) as CSV; returns the path."""
+    p = Path(path)
+    keys: dict[str, None] = {}
+    for row in rows:
+        keys.update(dict.fromkeys(row))
+    with p.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(keys))
+        w.writeheader()
+        w.writerows(rows)
+    return p
+
+
+def plot_cdfs(results: Sequence[ServingResult], out_dir: str | os.PathLike[str],
+              stem: str = "latency_cdf") -> Path:
+    """TTFT, TPOT and end-to-end latency CDFs of ``results``, one curve per method, as one
+    PNG in ``out_dir``; returns its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for ax, (title, attr) in zip(axes, (("TTFT", "ttft_s"), ("TPOT", "tpot_s"),
+                                        ("end-to-end latency", "e2e_s")), strict=True):
+        for r in results:
+            x = np.sort(getattr(r, attr))
+            x = x[~np.isnan(x)]
+            if x.size:
+                ax.plot(x, np.arange(1, x.size + 1) / x.size, label=r.method)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel(f"{title} (s)")
+        ax.set_ylabel("fraction of requests")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    r0 = results[0]
+    fig.suptitle(f"{r0.workload} | preset {r0.config.name} | policy {r0.policy} | "
+                 f"cost model {r0.cost_model}", fontsize=9)
+    fig.tight_layout()
+    path = Path(out_dir) / f"{stem}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------- runs
+def run_methods(cfg: Config, workload: Workload, methods: str | Sequence[str], *,
+                cost_model: str = DEFAULT_STEP_COST, policy: str | None = None,
+                with_goodput: bool = False, seed: int | None = None,
+                progress: Callable[[str], None] | None = None
+                ) -> list[tuple[ServingResult, Goodput | None, dict[str, Any]]]:
+    """Simulate ``workload`` under each method; returns (result, goodput, row) per method."""
+    version = code_version()
+    out = []
+    for name, spec in resolve_methods(cfg, methods).items():
+        res = simulate(cfg, spec, workload, method=name, cost_model=cost_model, policy=policy)
+        good = goodput(cfg, spec, workload, cost_model=cost_model,
+                       policy=policy) if with_goodput else None
+        row = result_row(res, seed=seed, version=version, good=good)
+        out.append((res, good, row))
+        if progress is not None:
+            progress(name)
+    return out
+
+
+def serving_summary(cfg: Config, trace_path: str | os.PathLike[str],
+                    methods: str | Sequence[str] = "all", *, with_goodput: bool = True,
+                    max_requests: int | None = None, cost_model: str = DEFAULT_STEP_COST
+                    ) -> list[dict[str, Any]]:
+    """Rows for ``hikv report``'s serving section: each method on an Azure trace.
+
+    One row per method (see :func:`result_row`: throughput, TTFT/TPOT/end-to-end
+    percentiles, goodput, the Little's-law error, every configuration field). Pick HiKV, full
+    KV and :func:`best_baseline` from them.
+    """
+    wl = read_azure_trace(trace_path)
+    if max_requests is not None:
+        wl = wl.head(max_requests)
+    return [row for _, _, row in run_methods(cfg, wl, methods, cost_model=cost_model,
+                                             with_goodput=with_goodput)]
+
+
+def best_baseline(rows: Iterable[dict[str, Any]], key: str = "goodput_req_per_s"
+                  ) -> dict[str, Any] | None:
+    """The row of the best method other than full KV and HiKV by ``key`` (higher is better;
+    falls back to ``throughput_tok_per_s`` when ``key`` is missing)."""
+    cands = [r for r in rows if r["method"] not in ("full",) and
+             not str(r["method"]).startswith("hikv")]
+    if not cands:
+        return None
+    k = key if all(key in r for r in cands) else "throughput_tok_per_s"
+    return max(cands, key=lambda r: r[k])
+
+
+_TABLE = (
+    ("method", "method", "{}"),
+    ("req/s", "throughput_req_per_s", "{:.3f}"),
+    ("tok/s", "throughput_tok_per_s", "{:.0f}"),
+    ("TTFT p50 ms", "ttft_p50_s", "{:.2f}", 1e3),
+    ("TTFT p99 ms", "ttft_p99_s", "{:.2f}", 1e3),
+    ("TPOT p50 ms", "tpot_p50_s", "{:.3f}", 1e3),
+    ("TPOT p99 ms", "tpot_p99_s", "{:.3f}", 1e3),
+    ("E2E p90 s", "e2e_p90_s", "{:.3f}"),
+    ("E2E p99 s", "e2e_p99_s", "{:.3f}"),
+    ("SLO met", "slo_attainment", "{:.3f}"),
+    ("goodput req/s", "goodput_req_per_s", "{:.3f}"),
+    ("preempt", "preemptions", "{}"),
+    ("KV util mean", "kv_util_mean", "{:.3f}"),
+    ("KV util peak", "kv_util_peak", "{:.3f}"),
+    ("Little L", "little_L", "{:.3f}"),
+    ("lambda*W", "little_lambda_w", "{:.3f}"),
+    ("Little err", "little_rel_error", "{:+.2e}"),
+    ("sim s", "sim_wall_s", "{:.2f}"),
+)
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A fixed-width summary table, one line per row (columns without data are left out)."""
+    cols = [c for c in _TABLE if any(c[1] in r for r in rows)]
+    cells = [[c[0] for c in cols]]
+    for r in rows:
+        line = []
+        for c in cols:
+            v = r.get(c[1])
+            if v is None:
+                line.append("-")
+                continue
+            if len(c) > 3 and isinstance(v, float):
+                v = v * c[3]
+            try:
+                line.append(c[2].format(v))
+            except (ValueError, TypeError):
+                line.append(str(v))
+        cells.append(line)
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+    return "\n".join("  ".join(x.rjust(w) if i else x.ljust(w)
+                               for i, (x, w) in enumerate(zip(row, widths, strict=True)))
+                     for row in cells)
+
+
+def _check_out_dir(out: str | os.PathLike[str]) -> Path:
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise ParamError(f"--out {p} exists and is not a directory")
+    p.mkdir(parents=True, exist_ok=True)
+    return p

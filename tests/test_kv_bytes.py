@@ -1,0 +1,211 @@
+"""The closed-form KV bytes of hikv.sim.kv_bytes against the golden model's byte accounts.
+
+Each case runs a real golden-model cache (random tensors, local generator) through a prefill
+of ``N`` tokens and ``STEPS`` decode steps, and compares every step's ByteAccount of every KV
+head with the closed form at ``(prompt=N, step=j)``: bytes read (ideal and at burst
+granularity, K / V / metadata), tokens read, resident tokens and resident bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from hikv.model.methods import hikv_resident_bytes, make_cache
+from hikv.params import (
+    HiKVPolicy,
+    KVLayout,
+    MethodSpec,
+    Stage1Scorer,
+    Stage1Variant,
+    Stage2Kind,
+    Stage2Rule,
+)
+from hikv.presets import get_preset
+from hikv.sim.kv_bytes import METHOD_NAMES, kv_bytes_model, method_specs, resolve_methods
+
+STEPS = 24
+Q_HEADS, KV_HEADS = 4, 2
+
+
+def _small_cfg(align: int = 64):
+    """The default preset's layout (d = 64, 64-byte bursts) with a small budget so that short
+    prompts cross it, and a compaction interval that cycles within STEPS."""
+    cfg = get_preset("default")
+    policy = dataclasses.replace(cfg.policy, budget=48, sinks=4, recent=8, obs_window=8,
+                                 pool_kernel=3, compact_interval=5)
+    layout = dataclasses.replace(cfg.layout, align_bytes=align)
+    return cfg.replace(policy=policy, layout=layout)
+
+
+def _hikv_variants(policy: HiKVPolicy) -> dict[str, MethodSpec]:
+    v = {
+        "hikv-lowbit": dataclasses.replace(policy, stage1=Stage1Variant.QUERY_AWARE,
+                                           scorer=Stage1Scorer.LOWBIT_KEYS),
+        "hikv-none": dataclasses.replace(policy, stage1=Stage1Variant.NONE),
+        "hikv-kstatic": dataclasses.replace(policy, stage1=Stage1Variant.EVICT,
+                                            k_rule=Stage2Rule(Stage2Kind.STATIC, 40)),
+        "hikv-kchan": dataclasses.replace(policy, k_rule=Stage2Rule(Stage2Kind.QUERY_CHANNELS,
+                                                                    32)),
+        "hikv-delta1": dataclasses.replace(policy, stage1=Stage1Variant.EVICT,
+                                           compact_interval=1),
+    }
+    return {k: MethodSpec.for_hikv(p) for k, p in v.items()}
+
+
+def _run_golden(spec: MethodSpec, cfg, n_prompt: int, seed: int):
+    """Accounts [step][head] and resident tokens after prefill and after each step."""
+    g = torch.Generator().manual_seed(seed)
+    d = cfg.layout.head_dim
+    cache = make_cache(spec, cfg, q_heads=Q_HEADS, kv_heads=KV_HEADS)
+
+    def rnd(h, t):
+        return torch.randn(h, t, d, generator=g)
+
+    cache.prefill(rnd(Q_HEADS, n_prompt), rnd(KV_HEADS, n_prompt), rnd(KV_HEADS, n_prompt))
+    resident = [cache.resident_tokens]
+    accounts = []
+    for _ in range(STEPS):
+        _, acc = cache.decode(rnd(Q_HEADS, 1), rnd(KV_HEADS, 1), rnd(KV_HEADS, 1))
+        accounts.append(acc)
+        resident.append(cache.resident_tokens)
+    return accounts, resident
+
+
+FIELDS = ("k_ideal", "v_ideal", "meta_ideal", "k_burst", "v_burst", "meta_burst", "tokens")
+
+
+def _check(name: str, spec: MethodSpec, cfg, n_prompt: int, seed: int) -> None:
+    model = kv_bytes_model(spec, cfg.layout)
+    accounts, resident = _run_golden(spec, cfg, n_prompt, seed)
+    steps = np.arange(1, STEPS + 1)
+    closed = model.decode_read(np.full(STEPS, n_prompt), steps)
+    res_tok = model.resident_after_step(np.full(STEPS + 1, n_prompt), np.arange(STEPS + 1))
+    ctx = f"{name} ({spec.label}) N={n_prompt} seed={seed} align={cfg.layout.align_bytes}"
+    assert list(res_tok) == resident, f"{ctx}: resident tokens {list(res_tok)} != {resident}"
+    res_bytes = model.storage_bytes(res_tok[1:])
+    exact = model.exact
+    for j, acc in enumerate(accounts):
+        for h, a in enumerate(acc):
+            where = f"{ctx} step={j + 1} head={h}"
+            assert a.resident == res_bytes[j], f"{where}: resident {a.resident} != {res_bytes[j]}"
+            got = {f: int(getattr(closed, f)[j]) for f in FIELDS}
+            want = {f: getattr(a, f) for f in FIELDS}
+            if exact:
+                assert got == want, f"{where}: closed form {got} != golden {want}"
+                continue
+            # upper bounds: never below the golden count, and close to it
+            for f in FIELDS:
+                assert got[f] >= want[f], f"{where}: {f} bound {got[f]} < golden {want[f]}"
+            pt = cfg.layout.page_tokens
+            assert got["tokens"] - want["tokens"] <= 2 * pt, f"{where}: {got} vs {want}"
+
+
+@pytest.mark.parametrize("n_prompt", [5, 40, 90])
+@pytest.mark.parametrize("name", METHOD_NAMES)
+def test_closed_form_matches_golden(name: str, n_prompt: int) -> None:
+    cfg = _small_cfg()
+    _check(name, method_specs(cfg)[name], cfg, n_prompt, seed=1000 + n_prompt)
+
+
+@pytest.mark.parametrize("n_prompt", [5, 90])
+@pytest.mark.parametrize("name", ["hikv-lowbit", "hikv-none", "hikv-kstatic", "hikv-kchan",
+                                  "hikv-delta1"])
+def test_hikv_variants_match_golden(name: str, n_prompt: int) -> None:
+    cfg = _small_cfg()
+    _check(name, _hikv_variants(cfg.policy)[name], cfg, n_prompt, seed=2000 + n_prompt)
+
+
+@pytest.mark.parametrize("name", METHOD_NAMES)
+def test_tiny_preset_matches_golden(name: str) -> None:
+    cfg = get_preset("tiny")
+    _check(name, method_specs(cfg)[name], cfg, 40, seed=3000)
+
+
+@pytest.mark.parametrize("name", ["full", "quest", "sparq", "hikv", "hikv-evict"])
+def test_unaligned_records_are_bounded(name: str) -> None:
+    """align_bytes < burst_bytes: neighbours share bursts; the closed form is a bound."""
+    cfg = _small_cfg(align=16)
+    _check(name, method_specs(cfg)[name], cfg, 90, seed=4000)
+
+
+def test_storage_matches_golden_resident_function() -> None:
+    cfg = get_preset("default")
+    for spec in _hikv_variants(cfg.policy).values():
+        model = kv_bytes_model(spec, cfg.layout)
+        assert spec.hikv is not None
+        for n in (0, 1, 15, 16, 17, 255, 1000):
+            assert int(model.storage_bytes(n)) == hikv_resident_bytes(spec.hikv, cfg.layout, n)
+
+
+def test_residency_during_prefill() -> None:
+    """Capacity methods: H2O evicts after each chunk; SnapKV and HiKV only after the last."""
+    cfg = _small_cfg()
+    specs = method_specs(cfg)
+    b = cfg.policy.budget
+    h2o = kv_bytes_model(specs["h2o"], cfg.layout)
+    snap = kv_bytes_model(specs["snapkv"], cfg.layout)
+    hev = kv_bytes_model(specs["hikv-evict"], cfg.layout)
+    full = kv_bytes_model(specs["full"], cfg.layout)
+    total = 200
+    assert h2o.resident_after_prefill(100, total) == b
+    assert h2o.prefill_peak(100, 50) == b + 50
+    for m in (snap, hev):
+        assert m.resident_after_prefill(100, total) == 100
+        assert m.prefill_peak(100, 100) == 200
+        assert m.resident_after_prefill(total, total) == b
+    assert full.resident_after_prefill(total, total) == total
+    assert (h2o.evicts, snap.evicts, hev.evicts, full.evicts) == (True, True, True, False)
+
+
+def test_resolve_methods_rejects_unknown_names() -> None:
+    cfg = get_preset("default")
+    with pytest.raises(ValueError, match="not one of"):
+        resolve_methods(cfg, "fullkv")
+    names = list(resolve_methods(cfg, "all"))
+    assert names[:7] == ["full", "h2o", "snapkv", "quest", "sparq", "ds", "hikv"]
+    assert "hikv-query" not in names     # the preset's hikv already is query-aware
+    assert list(resolve_methods(cfg, "hikv,full")) == ["hikv", "full"]
+
+
+def test_layout_defaults_are_aligned() -> None:
+    """The presets' records start bursts, so their closed forms are exact (bar page bounds)."""
+    for name in ("tiny", "default", "paper"):
+        lay: KVLayout = get_preset(name).layout
+        assert lay.align_bytes >= lay.burst_bytes
+
+
+def test_h2o_counts_its_scores_like_hikv() -> None:
+    """Golden-model fix: H2O stores and reads one accumulated score per resident token, as
+    HiKV's evicting Stage I does (it used to count neither)."""
+    from hikv.model.methods import SCORE_BYTES
+
+    cfg = _small_cfg()
+    specs = method_specs(cfg)
+    for name in ("h2o", "hikv-evict"):
+        accounts, resident = _run_golden(specs[name], cfg, 90, seed=5)
+        for j, acc in enumerate(accounts):
+            cached = resident[j]      # tokens before the step's append
+            assert acc[0].meta_ideal == cached * SCORE_BYTES, (name, j)
+
+
+@pytest.mark.parametrize("name", METHOD_NAMES)
+def test_decode_key_determines_the_step(name: str) -> None:
+    """Everything a decode step reads and keeps is a function of decode_key alone."""
+    cfg = _small_cfg()
+    model = kv_bytes_model(method_specs(cfg)[name], cfg.layout)
+    rng = np.random.default_rng(7)
+    prompt = rng.integers(0, 300, 2000)
+    step = rng.integers(1, 200, 2000)
+    x = model.decode_key(prompt, step)
+    p2, s2 = model.by_key(x)
+    assert (s2 >= 1).all() and (model.decode_key(p2, s2) == x).all()
+    a, b = model.decode_read(prompt, step), model.decode_read(p2, s2)
+    for f in FIELDS:
+        assert (getattr(a, f) == getattr(b, f)).all(), f
+    assert (model.step_peak(prompt, step) == model.step_peak(p2, s2)).all()
+    assert (model.resident_after_step(prompt, step) == model.resident_after_step(p2, s2)).all()
+    assert (model.scoring_macs(prompt, step, 3) == model.scoring_macs(p2, s2, 3)).all()
