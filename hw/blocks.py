@@ -86,3 +86,11 @@ BLOCKS["loader"] = Block(
     make="hikv.hw.loader:make_loader",
     regression="hikv.rtl_tests.loader_launch:run_regression",
 )
+
+BLOCKS["sorter_loader"] = Block(
+    name="sorter_loader",
+    description="sorter Stage I chained into the loader: token scores -> packed vectors",
+    toplevel="hikv_sorter_loader",
+    make="hikv.hw.sorter_loader:make_sorter_loader",
+    regression="hikv.rtl_tests.loader_launch:run_chain_regression",
+)

@@ -33,7 +33,7 @@ from hikv.model.loader_ref import (
 from hikv.params import Config, ParamError, RecordLayout
 
 __all__ = ["Case", "Entry", "expected_entries", "make_case", "make_cases", "make_timing_cases",
-           "vector_bits"]
+           "make_chain_cases", "vector_bits"]
 
 #: AXI RRESP codes.
 SLVERR, DECERR = 2, 3
@@ -53,6 +53,8 @@ class Case:
     bytes_read: int
     error_beats: dict[int, int] = field(default_factory=dict)  # beat address -> RRESP
     knobs: dict[str, Any] = field(default_factory=dict)        # testbench randomisation
+    scores: list[int] | None = None    # chained sorter: Stage I keys of tokens 0..n-1
+    k: int = 0                         # chained sorter: Stage I k
 
     def to_json(self, images: dict[int, str] | None = None) -> dict[str, Any]:
         """JSON of the case; with ``images`` (id of a memory dict -> key) the memory is stored
@@ -73,6 +75,7 @@ class Case:
             "bytes_read": self.bytes_read,
             "error_beats": {str(a): r for a, r in self.error_beats.items()},
             "knobs": self.knobs,
+            **({"scores": self.scores, "k": self.k} if self.scores is not None else {}),
         }
 
 
@@ -323,6 +326,63 @@ def make_timing_cases(cfg: Config, seed: int, latencies: tuple[int, ...] = (1, 8
     case = make_case(cfg, rng, name="timing-pages-none", mode=P, channels=[],
                      knobs=_knobs(rng, quiet=True), max_slots=slots)
     add(case, latencies[0], lp.max_outstanding)
+    return cases
+
+
+def make_chain_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
+    """Jobs for the sorter -> loader chain, from one seeded random attention head each.
+
+    Per job: a query ``q`` and ``n`` cached keys ``K`` and values ``V`` (fp16, normal); Stage I
+    keys are ``float_to_key(softmax(q K^T / sqrt(d)))``; the golden Stage I is
+    ``stage1_topk(keys, 0..n-1, k)``. The loader then reads, for the selected tokens, one of:
+    V as masked records pruned at write time by the golden Stage II (top ``v_rule.keep`` of
+    ``|V|`` per token, or ``3d/4`` when V is kept whole); K as dense rows; K as channel pages
+    with the query-aware channels (golden Stage II: top ``d/2`` of ``|q|``). Expected: the
+    golden packed output of those tokens (``packed_output``), requests and byte count.
+    """
+    from hikv.model.keys import float_to_key
+    from hikv.model.sorter_ref import stage1_topk, topk_indices, topk_mask
+
+    rng = random.Random(seed)
+    lay, lp, sp = cfg.layout, cfg.loader, cfg.sorter
+    d, fmt, w = lay.head_dim, cfg.key_format, sp.key_width
+    r_v = cfg.policy.v_rule.keep if cfg.policy.v_rule.keep else d * 3 // 4
+    kinds = ["v-masked", "k-dense", "k-channels"]
+    cases = []
+    for i in range(jobs):
+        g = torch.Generator().manual_seed(rng.randrange(1 << 62))
+        n = sp.max_n if i < len(kinds) else rng.randint(1, sp.max_n)
+        k = rng.randint(1, min(sp.max_k, n))
+        q = torch.randn(d, generator=g).to(torch.float16)
+        kk = torch.randn(n, d, generator=g).to(torch.float16)
+        vv = torch.randn(n, d, generator=g).to(torch.float16)
+        probs = torch.softmax(kk.float() @ q.float() / d ** 0.5, -1).to(torch.float16)
+        keys = [int(x) for x in float_to_key(probs, fmt, w).tolist()]
+        slots = tuple(idx for _, idx in stage1_topk(keys, list(range(n)), k))
+        kind = kinds[i % len(kinds)]
+        if kind == "v-masked":
+            mask = topk_mask(float_to_key(vv.abs(), fmt, w), r_v)
+            img, mode, kept, ch = masked_image(vv, mask, lay), RecordLayout.MASKED_RECORD, r_v, ()
+        elif kind == "k-dense":
+            img, mode, kept, ch = dense_image(kk, lay), RecordLayout.DENSE, 0, ()
+        else:
+            ch = tuple(int(c) for c in topk_indices(float_to_key(q.abs(), fmt, w), d // 2))
+            img, mode, kept = channel_page_image(kk, lay), RecordLayout.CHANNEL_PAGES, 0
+        space = min(1 << lp.addr_width, max(1 << 20, 2 * len(img)))
+        base = rng.randrange(0, max(1, (space - len(img) - lay.burst_bytes)
+                                    // lay.burst_bytes)) * lay.burst_bytes
+        job = LoaderJob(mode, slots, base, kept, ch)
+        job.check(lay, lp)
+        reqs = job_requests(job, lay, lp)
+        vecs, msks = packed_output(job, img, lay)
+        outputs = [(s, vector_bits(vecs[j], lay.elem_bytes), _mask_bits(msks[j]), 0)
+                   for j, s in enumerate(slots)]
+        knobs = _knobs(rng)
+        knobs["score_valid"] = rng.choice([1.0, 0.5])
+        cases.append(Case(name=f"chain-{kind}-{i}", job=job, memory={base: img},
+                          requests=[(q_.addr, q_.beats) for q_ in reqs], outputs=outputs,
+                          bytes_read=request_bytes(reqs, lp.beat_bytes), knobs=knobs,
+                          scores=keys, k=k))
     return cases
 
 

@@ -13,11 +13,15 @@ from typing import Any
 
 from hikv.params import Config, ParamError
 
-__all__ = ["TOPLEVEL", "DEFAULT_JOBS", "packed_variant", "tb_config", "run_regression"]
+__all__ = ["TOPLEVEL", "CHAIN_TOPLEVEL", "DEFAULT_JOBS", "DEFAULT_CHAIN_JOBS", "packed_variant",
+           "tb_config", "run_regression", "run_chain_regression"]
 
 TOPLEVEL = "hikv_loader"
+CHAIN_TOPLEVEL = "hikv_sorter_loader"
 #: Randomized jobs of one regression run (the corner cases count towards it).
 DEFAULT_JOBS = 40
+#: Jobs of one chained (sorter -> loader) regression run.
+DEFAULT_CHAIN_JOBS = 24
 #: Smallest testbench memory (bytes); it grows to hold the largest region.
 MEMORY_WINDOW = 1 << 20
 
@@ -57,6 +61,20 @@ def tb_config(cfg: Config) -> dict[str, Any]:
                   "out_stall_cycles"],
         "config": {"layout": cfg.layout.__dict__, "loader": cfg.loader.__dict__},
     }
+
+
+def _sorter_conf(cfg: Config) -> dict[str, Any]:
+    """Field layouts of the sorter's cfg and input beats (for the chained testbench)."""
+    from hikv.hw.sorter import SorterMode, config_layout, io_layout
+
+    io = io_layout(cfg.sorter)
+    lanes = io["lanes"]
+    elem = lanes.shape.elem_shape
+    return {"scfg": _fields(config_layout(cfg.sorter)), "stage1": SorterMode.STAGE1.value,
+            "scores": {"lanes": lanes.offset, "lane_width": elem.size,
+                       "count": lanes.shape.length, "key": _fields(elem)["key"],
+                       "index": _fields(elem)["index"], "valid": _fields(io)["valid"],
+                       "last": _fields(io)["last"]}}
 
 
 def _case_json(case: Any, images: dict[int, str]) -> dict[str, Any]:
@@ -170,3 +188,57 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
                              f"{r['steady_model']:.2f})")
     return RtlReport(block="loader", preset=cfg.name, seed=seed, jobs=len(cases),
                      passed=run.passed, lines=tuple(lines), metrics=metrics, waves=run.waves)
+
+
+def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
+                         waves: bool = False, simulator: str = "verilator") -> Any:
+    """Sorter -> loader chain (``hikv rtl --block sorter_loader``): token scores of seeded
+    random attention heads go through the sorter's Stage I into the loader; every output must
+    equal the golden Stage I + Stage II result (:func:`~hikv.rtl_tests.loader_jobs.
+    make_chain_cases`), with requests, counters and status checked as for the loader."""
+    from hikv.hw.blocks import RtlReport
+    from hikv.hw.sorter_loader import make_sorter_loader
+    from hikv.hw.verilog import to_verilog
+    from hikv.rtl_tests.loader_jobs import make_chain_cases
+    from hikv.toolchain import cache_dir, run_cocotb, text_hash
+
+    n = DEFAULT_CHAIN_JOBS if jobs is None else jobs
+    if n < 1:
+        raise ParamError(f"jobs = {n} is out of range: allowed >= 1")
+    verilog = to_verilog(make_sorter_loader(cfg), CHAIN_TOPLEVEL)
+    cases = make_chain_cases(cfg, seed, n)
+    conf = tb_config(cfg)
+    conf.update(seed=seed, chain=_sorter_conf(cfg), memory_bytes=_memory_bytes(cfg, cases))
+    images: dict[int, str] = {}
+    jobs_json: dict[str, Any] = {"cases": [_case_json(c, images) for c in cases], "timing": []}
+    by_id = {id(c.memory): c.memory for c in cases}
+    jobs_json["images"] = {key: {str(a): b.hex() for a, b in by_id[i].items()}
+                           for i, key in images.items()}
+    payload = json.dumps(jobs_json)
+    run_dir = cache_dir() / "runs" / f"chain-{cfg.name}-s{seed}-{text_hash(verilog, payload)}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "jobs.json").write_text(payload)
+    result_path = run_dir / "result.json"
+    if result_path.exists():
+        result_path.unlink()
+    run = run_cocotb(
+        verilog=verilog, toplevel=CHAIN_TOPLEVEL, test_module="hikv.rtl_tests.tb_loader",
+        build_key=f"chain-{cfg.name}", seed=seed, waves=waves, simulator=simulator,
+        test_dir=run_dir, testcase=["loader_axiram", "loader_pipe"],
+        rewrite_files=[str(Path(__file__).with_name("tb_loader.py"))],
+        extra_env={"HIKV_TB_CONFIG": json.dumps(conf),
+                   "HIKV_TB_JOBS": str(run_dir / "jobs.json"),
+                   "HIKV_TB_RESULT": str(result_path)},
+    )
+    result = json.loads(result_path.read_text()) if result_path.exists() else {}
+    rows = result.get("regression_axiram", []) + result.get("regression_pipe", [])
+    lines = [f"cocotb tests: {run.tests - run.failed}/{run.tests} passed "
+             f"(log: {run.results_xml})"]
+    if rows:
+        lines.append(f"chain: {len(rows)} jobs (scores -> sorter Stage I -> loader), "
+                     f"{sum(r['scores'] for r in rows)} scores, {sum(r['tokens'] for r in rows)} "
+                     f"tokens selected, {sum(r['bytes'] for r in rows)} bytes, every output "
+                     "equal to golden Stage I + Stage II")
+    return RtlReport(block="sorter_loader", preset=cfg.name, seed=seed, jobs=len(cases),
+                     passed=run.passed, lines=tuple(lines), metrics={"chain": rows},
+                     waves=run.waves)

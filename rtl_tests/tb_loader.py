@@ -179,10 +179,13 @@ class TB:
     async def reset(self) -> None:
         dut = self.dut
         Clock(dut.clk, 10, unit="ns").start()
-        for sig in (dut.cfg__valid, dut.tokens__valid, dut.o__ready, dut.axi__arready,
-                    dut.axi__rvalid, dut.axi__rdata, dut.axi__rresp, dut.axi__rlast,
-                    dut.axi__rid, dut.cfg__payload, dut.tokens__payload):
-            sig.value = 0
+        inputs = ["cfg__valid", "cfg__payload", "tokens__valid", "tokens__payload",
+                  "scfg__valid", "scfg__payload", "scores__valid", "scores__payload", "o__ready",
+                  "axi__arready", "axi__rvalid", "axi__rdata", "axi__rresp", "axi__rlast",
+                  "axi__rid"]
+        for name in inputs:
+            if hasattr(dut, name):        # the chained top has scores instead of tokens
+                getattr(dut, name).value = 0
         dut.rst.value = 1
         await ClockCycles(dut.clk, 4)
         dut.rst.value = 0
@@ -211,6 +214,21 @@ class TB:
             i = rng.randrange(1, len(tokens) + 1)
             tokens.insert(i, (tokens[i - 1][0] - rng.randint(0, min(1, tokens[i - 1][0])), 0))
         tokens[-1] = (tokens[-1][0], 1)
+        chain = "scores" in case
+        if chain:       # the sorter chooses the tokens: drive its configuration and scores
+            src = _score_beats(case["scores"])
+            src_valid, src_payload, src_ready = (dut.scores__valid, dut.scores__payload,
+                                                 dut.scores__ready)
+            c = CONF["chain"]
+            scfg_word = pack(c["scfg"], mode=c["stage1"], k=case["k"],
+                             count=len(case["scores"]))
+            p_src = knobs["score_valid"]
+        else:
+            src = [pack(self.lay["tokens"], index=s, last=last) for s, last in tokens]
+            src_valid, src_payload, src_ready = (dut.tokens__valid, dut.tokens__payload,
+                                                 dut.tokens__ready)
+            p_src = knobs["tok_valid"]
+        scfg_sent = not chain
         base = case["base"] | (1 if knobs.get("misalign_base") else 0)
         cfg_word = pack(self.lay["cfg"], mode=case["mode_code"], base=base, kept=case["kept"],
                         cmask=sum(1 << c for c in case["channels"]), outstanding=limit_cfg)
@@ -248,12 +266,14 @@ class TB:
             # ---- drive
             dut.cfg__valid.value = int(not cfg_sent)
             dut.cfg__payload.value = cfg_word
-            if not tok_valid and tok_i < len(tokens) and cfg_sent:
-                if rng.random() < knobs["tok_valid"]:
-                    s, last = tokens[tok_i]
-                    dut.tokens__payload.value = pack(self.lay["tokens"], index=s, last=last)
+            if chain:
+                dut.scfg__valid.value = int(not scfg_sent)
+                dut.scfg__payload.value = scfg_word
+            if not tok_valid and tok_i < len(src) and cfg_sent and scfg_sent:
+                if rng.random() < p_src:
+                    src_payload.value = src[tok_i]
                     tok_valid = True
-            dut.tokens__valid.value = int(tok_valid)
+            src_valid.value = int(tok_valid)
             dut.o__ready.value = int(rng.random() < knobs["out_ready"])
             if pipe is not None:
                 pipe.drive(self.cycle)
@@ -270,7 +290,9 @@ class TB:
             if not cfg_sent and _rd(dut.cfg__ready):
                 cfg_sent = True
                 start = self.cycle
-            if tok_valid and _rd(dut.tokens__ready):
+            if chain and not scfg_sent and _rd(dut.scfg__ready):
+                scfg_sent = True
+            if tok_valid and _rd(src_ready):
                 tok_cycles.append(self.cycle - start)
                 tok_valid = False
                 tok_i += 1
@@ -303,7 +325,10 @@ class TB:
             pipe.idle()
         self._check(case, ars, outs, obs, limit, max_inflight, knobs,
                     _expected_outputs(case, tokens, CONF["page_tokens"]))
+        if chain and _rd(dut.sorter_error):
+            raise self._fail(case, "sorter error flag", 0, 1)
         return {"name": case["name"], "mode": case["mode"], "tokens": len(case["slots"]),
+                "scores": len(case.get("scores", [])),
                 "requests": len(ars), "beats": beats_seen, "cycles": end - start,
                 "bytes": case["bytes_read"], "ar_cycles": ar_cycles, "r_cycles": r_cycles,
                 "tok_cycles": tok_cycles}
@@ -353,6 +378,25 @@ class TB:
         status = {k: _rd(getattr(dut, f"status__{k}")) for k in want_status}
         if status != want_status:
             raise self._fail(case, "status", want_status, status)
+
+
+def _score_beats(keys: list[int]) -> list[int]:
+    """Sorter input beats for Stage I keys of tokens 0..n-1: ``P`` lanes of (key, index), the
+    valid mask (all lanes but the tail of the last beat) and ``last`` on the final beat."""
+    c = CONF["chain"]["scores"]
+    p, lw = c["count"], c["lane_width"]
+    beats = []
+    for b in range(0, len(keys), p):
+        word = 0
+        lanes = range(b, min(b + p, len(keys)))
+        for j, t in enumerate(lanes):
+            base = c["lanes"] + j * lw
+            word |= keys[t] << (base + c["key"][0])
+            word |= t << (base + c["index"][0])
+        word |= ((1 << len(lanes)) - 1) << c["valid"][0]
+        word |= int(b + p >= len(keys)) << c["last"][0]
+        beats.append(word)
+    return beats
 
 
 def _expected_outputs(case: dict[str, Any], tokens: list[tuple[int, int]],

