@@ -86,8 +86,11 @@ def _default() -> Config:
                           compact_interval=16, stage1=Stage1Variant.QUERY_AWARE,
                           v_rule=Stage2Rule(Stage2Kind.STATIC, 48)),
         sorter=SorterParams(lanes=8, key_width=16, max_n=4096, max_k=512, max_vec=128),
+        # 8 reads of 256 B in flight cover the 100-cycle memory latency (Little's law:
+        # 8 x 16 beats >= 100 + 16 cycles), so one loader streams 16 B/cycle; with 4 it would
+        # stream 8.8 B/cycle and the memory bandwidth would need 29 loaders instead of 16
         loader=LoaderParams(addr_width=32, data_width=128, max_burst_beats=16,
-                            max_outstanding=4, id_width=4, max_tokens=4096),
+                            max_outstanding=8, id_width=4, max_tokens=4096),
         # GQA-3 decode does 1.5 MAC per KV byte; 512 MAC/cycle at 1 GHz balances 341 GB/s,
         # above the 256 GB/s of this memory, so full-KV decode attention is memory-bound
         accel=AcceleratorParams(pe_lanes=512, softmax_lanes=32),

@@ -287,22 +287,30 @@ def make_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
 
 
 def make_timing_cases(cfg: Config, seed: int, latencies: tuple[int, ...] = (1, 8, 32),
-                      extra: int = 6) -> list[Case]:
+                      extra: int = 6, limits: tuple[int, ...] | None = None) -> list[Case]:
     """Jobs for the timing contract, without any backpressure: every layout with every token,
     with runs and gaps, and with sparse tokens (slots below ``min(max_tokens,
     TIMING_MAX_SLOTS)``), each at every read latency and every outstanding limit (powers of two
-    and the maximum when there are more than four); then ``extra`` random jobs (random layout,
-    kept count, channels, latency and limit), and channel pages without any channel."""
+    and the maximum when there are more than four, or ``limits``); then ``extra`` random jobs
+    (random layout, kept count, channels, latency and limit), and channel pages without any
+    channel."""
     rng = random.Random(seed)
     d = cfg.layout.head_dim
     lp = cfg.loader
     D, M, P = RecordLayout.DENSE, RecordLayout.MASKED_RECORD, RecordLayout.CHANNEL_PAGES
     cases = []
     slots = min(lp.max_tokens, TIMING_MAX_SLOTS)
+    limits_given = limits
     limits = list(range(1, lp.max_outstanding + 1))
     if lp.max_outstanding > 4:                 # powers of two and the maximum
         limits = sorted({1 << i for i in range(lp.max_outstanding.bit_length())
                          if 1 << i <= lp.max_outstanding} | {lp.max_outstanding})
+    if limits_given is not None:
+        bad = [x for x in limits_given if not 1 <= x <= lp.max_outstanding]
+        if bad:
+            raise ParamError(f"timing limits {bad} out of range: allowed [1, "
+                             f"{lp.max_outstanding}] (max_outstanding)")
+        limits = sorted(set(limits_given))
 
     def add(case: Case, lat: int, lim: int) -> None:
         cases.append(dataclasses.replace(case, name=f"{case.name}-L{lat}-O{lim}",

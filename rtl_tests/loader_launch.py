@@ -14,7 +14,7 @@ from typing import Any
 from hikv.params import Config, ParamError
 
 __all__ = ["TOPLEVEL", "CHAIN_TOPLEVEL", "DEFAULT_JOBS", "DEFAULT_CHAIN_JOBS", "packed_variant",
-           "tb_config", "run_regression", "run_chain_regression"]
+           "tb_config", "slot_fields", "rtl_cycles_rows", "run_regression", "run_chain_regression"]
 
 TOPLEVEL = "hikv_loader"
 CHAIN_TOPLEVEL = "hikv_sorter_loader"
@@ -92,25 +92,55 @@ def _memory_bytes(cfg: Config, cases: list[Any]) -> int:
     return min(1 << cfg.loader.addr_width, size)
 
 
-def _write_rtl_cycles(path: Path, cfg: Config, seed: int, rows: list[dict[str, Any]]) -> None:
-    """Measured cycles in the cost model's ``hikv.rtl_cycles/1`` format (hikv.sim.validate):
-    the dense jobs at the built outstanding limit, whose cycles depend only on the fields that
-    format carries (bytes, requests, read latency) -- see docs/loader.md for the others."""
-    beat = cfg.loader.beat_bytes
-    meas = [{"block": "loader", "preset": cfg.name, "bytes": r["beats"] * beat,
-             "requests": r["requests"], "mem_latency_cycles": r["latency"],
-             "cycles": r["cycles"]}
-            for r in rows if r["mode"] == "dense"
-            and r["outstanding"] == cfg.loader.max_outstanding]
-    path.write_text(json.dumps({"schema": "hikv.rtl_cycles/1",
-                                "source": f"hikv rtl --block loader --preset {cfg.name} "
-                                          f"--seed {seed}",
-                                "measurements": meas}, indent=1) + "\n")
+def slot_fields(slots: list[int]) -> dict[str, Any]:
+    """Ascending slots in the shorter JSON form: ``{"runs": [[start, length], ...]}`` or
+    ``{"slot_mask": hex}`` (bit ``i`` set for slot ``i``); :mod:`hikv.sim.validate` reads both."""
+    runs: list[list[int]] = []
+    for x in slots:
+        if runs and runs[-1][0] + runs[-1][1] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    mask = sum(1 << x for x in slots)
+    as_mask = {"slot_mask": f"{mask:x}"}
+    as_runs = {"runs": runs}
+    return as_mask if len(json.dumps(as_mask)) < len(json.dumps(as_runs)) else as_runs
+
+
+def rtl_cycles_rows(cfg: Config, timing: list[Any], rows: list[dict[str, Any]]
+                    ) -> list[dict[str, Any]]:
+    """Measured timing jobs as ``hikv.rtl_cycles/1`` rows (:mod:`hikv.sim.validate`): the job
+    in full (mode, slots as runs or a bit mask (:func:`slot_fields`), base, kept, channels,
+    read latency, outstanding limit), its byte and request counts, and the measured cycles."""
+    by_name = {c.name: c for c in timing}
+    out = []
+    for r in rows:
+        c = by_name[r["name"]]
+        out.append({"block": "loader", "preset": cfg.name, "name": r["name"],
+                    "mode": c.job.mode.value, **slot_fields(list(c.job.slots)),
+                    "base": c.job.base, "kept": c.job.kept,
+                    "channels": list(c.job.channels), "mem_latency_cycles": r["latency"],
+                    "outstanding": r["outstanding"], "bytes": r["beats"] * cfg.loader.beat_bytes,
+                    "requests": r["requests"], "cycles": r["cycles"]})
+    return out
+
+
+def _write_rtl_cycles(path: Path, cfg: Config, source: str, rows: list[dict[str, Any]]) -> None:
+    path.write_text(json.dumps({"schema": "hikv.rtl_cycles/1", "source": source,
+                                "measurements": rows}, indent=1) + "\n")
 
 
 def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bool = False,
-                   simulator: str = "verilator", testcase: str | None = None) -> Any:
-    """Run the loader regression for ``cfg``; return a :class:`hikv.hw.blocks.RtlReport`."""
+                   simulator: str = "verilator", testcase: str | None = None,
+                   timing_latencies: tuple[int, ...] | None = None,
+                   timing_limits: tuple[int, ...] | None = None) -> Any:
+    """Run the loader regression for ``cfg``; return a :class:`hikv.hw.blocks.RtlReport`.
+
+    ``testcase="loader_timing"`` runs only the timing jobs (no random jobs are generated);
+    ``timing_latencies`` / ``timing_limits`` choose the read latencies and outstanding limits
+    of the timing jobs (default: 1, 8, 32 cycles and every limit, see
+    :func:`~hikv.rtl_tests.loader_jobs.make_timing_cases`). The measured timing jobs are
+    written as ``hikv.rtl_cycles/1`` (``metrics["rtl_cycles"]``)."""
     import random
 
     from hikv.hw.blocks import RtlReport
@@ -123,7 +153,7 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
     if n < 1:
         raise ParamError(f"jobs = {n} is out of range: allowed >= 1")
     verilog = to_verilog(make_loader(cfg), TOPLEVEL)
-    cases = make_cases(cfg, seed, n)
+    cases = [] if testcase == "loader_timing" else make_cases(cfg, seed, n)
     rng = random.Random(seed)
     for c in cases:       # a few jobs exercise out-of-order tokens and an unaligned base
         if c.knobs.get("memory") == "pipe":
@@ -132,7 +162,9 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
                 c.knobs["disorder"] = True
             elif rng.random() < 0.1:
                 c.knobs["misalign_base"] = True
-    timing = make_timing_cases(cfg, seed)
+    timing = make_timing_cases(cfg, seed, limits=timing_limits,
+                               **({"latencies": tuple(timing_latencies)}
+                                  if timing_latencies else {}))
     conf = tb_config(cfg)
     conf["seed"] = seed
     images: dict[int, str] = {}
@@ -175,10 +207,16 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
     if "timing" in result:
         rows = result["timing"]
         metrics["timing"] = rows
-        _write_rtl_cycles(run_dir / "rtl_cycles.json", cfg, seed, rows)
+        source = (f"python -c \"from hikv.presets import get_preset; from "
+                  f"hikv.rtl_tests.loader_launch import run_regression; run_regression("
+                  f"get_preset('{cfg.name}'), seed={seed}, jobs={n}, testcase={testcase!r}, "
+                  f"timing_latencies={timing_latencies!r}, timing_limits={timing_limits!r})\"")
+        _write_rtl_cycles(run_dir / "rtl_cycles.json", cfg, source,
+                          rtl_cycles_rows(cfg, timing, rows))
+        metrics["rtl_cycles"] = str(run_dir / "rtl_cycles.json")
         exact = sum(r["cycles"] == r["model"] for r in rows)
         lines.append(f"timing: {len(rows)} jobs without backpressure, measured cycles equal to "
-                     f"job_timing() in {exact} (dense rows as hikv.rtl_cycles/1: "
+                     f"job_timing() in {exact} (as hikv.rtl_cycles/1: "
                      f"{run_dir / 'rtl_cycles.json'})")
         for r in rows:
             if "steady_measured" in r:

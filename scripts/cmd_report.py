@@ -3,7 +3,9 @@ B, each method's external bytes, attention time and energy per decode step, HiKV
 against full KV and against each baseline with its roofline bound beside it, and the sorter +
 loader area overhead from synthesis of our Verilog. Prints the Markdown table, then where the
 seed's reference claims (7.95x, -90% energy, 1.82-4.87x bytes, ~8% area) stand against ours,
-marking references and model / synthesised figures. Writes report.md, report.csv, report.json,
+marking references and model / synthesised figures, then a serving section (HiKV vs full KV
+and the best baseline on the Azure conversation trace: throughput, TTFT/TPOT P99, goodput).
+Writes report.md, report.csv, report.json,
 config.json and two plots into --out. Units: bytes, seconds (us in tables), joules (uJ in
 tables), m^2 (mm^2 in tables)."""
 
@@ -23,6 +25,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fetch", action="store_true",
                    help="do not download the cell library if missing (area becomes unavailable)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--serving-requests", type=int, default=None, metavar="N",
+                   help="serving section: replay the first N requests of the Azure "
+                   "conversation trace (default 1000, about a minute for the default preset; "
+                   "0 = the whole trace, about 5 minutes)")
+    p.add_argument("--no-serving", action="store_true",
+                   help="skip the serving section (HiKV vs full KV and the best baseline on "
+                   "the Azure conversation trace, found via HIKV_DATA or "
+                   "shared/data/azure-llm-2023)")
     p.add_argument("--quiet", action="store_true", help="print only the output paths")
 
 
@@ -34,7 +44,16 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = get_preset(args.preset)
     iso = load_iso_accuracy(args.iso, cfg) if args.iso else None
-    rep = build_report(cfg, iso=iso, area=not args.no_area, fetch_cells=not args.no_fetch)
+    from hikv.params import ParamError
+    from hikv.sim.serving_report import DEFAULT_REPORT_REQUESTS
+
+    n = DEFAULT_REPORT_REQUESTS if args.serving_requests is None else args.serving_requests
+    if n < 0:
+        raise ParamError(f"--serving-requests = {n} is out of range: allowed >= 0 (0: the "
+                         "whole trace)")
+    rep = build_report(cfg, iso=iso, area=not args.no_area, fetch_cells=not args.no_fetch,
+                       sections=() if args.no_serving else ("serving",),
+                       section_options={"serving": {"max_requests": n or None}})
     out = Path(args.out or f"out/report-{args.preset}")
     files = write_report(rep, out, plots=not args.no_plots)
     if not args.quiet:

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"out/sweep-{args.preset}")
     rows = sw.write_csv(cfg, res, out / "sweep.csv", area)
     print(f"{res.size} design points x {len(specs)} methods evaluated in {res.seconds:.3f} s "
-          f"(timing model {res.timing}{', PROVISIONAL' if res.provisional else ''})")
+          f"(timing model {res.timing})")
     print(f"wrote {out / 'sweep.csv'} ({rows} rows)")
     if not args.no_plots:
         hl = specs[-1].label if specs[-1].method.value == "hikv" else by_name["hikv"].label

@@ -61,14 +61,19 @@ __all__ = [
     "accelerator_area",
     "loader_instances",
     "HIKV_BLOCKS",
+    "COMPOSITE_BLOCKS",
 ]
 
 #: bump when the synthesis script changes (part of the cache key)
 FLOW_VERSION = "3"
 #: memories of at least this many bits are SRAM macros; smaller ones are flip-flops
 DEFAULT_SRAM_MIN_BITS = 4096
-#: HiKV's dedicated blocks (their area is the overhead), as registered in hikv.hw.blocks
+#: HiKV's dedicated blocks (their area is the overhead), as registered in hikv.hw.blocks.
+#: ``sorter_loader`` (the sorter chained into one loader, for verification) is the same logic
+#: as one sorter plus one loader and is never counted beside them.
 HIKV_BLOCKS = ("sorter", "loader")
+#: registered blocks that compose others (never part of the overhead)
+COMPOSITE_BLOCKS = ("sorter_loader",)
 
 
 class SynthError(RuntimeError):
@@ -370,10 +375,11 @@ def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MI
 
 
 def loader_instances(cfg: Config) -> int:
-    """Loader copies needed to take the memory's bandwidth: one loader accepts one AXI beat
-    (``data_width`` bits) per clock, so ``ceil(bandwidth / (beat_bytes x clock))`` of them."""
-    per = cfg.loader.beat_bytes * cfg.accel.clock_hz
-    return max(1, math.ceil(cfg.accel.mem_bandwidth_bytes_per_s / per - 1e-9))
+    """Loader copies that sustain the memory bandwidth, request round trips included
+    (:func:`hikv.sim.timing.loader_instances`)."""
+    from .timing import loader_instances as rule
+
+    return int(rule(cfg))
 
 
 def _item(name: str, count: float, res: SynthResult, tech_nm: int, what: str) -> list[AreaItem]:
@@ -399,6 +405,10 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] = HIKV_BLOCKS,
     """
     from hikv.hw.blocks import BLOCKS
 
+    both = [b for b in blocks if b in COMPOSITE_BLOCKS]
+    if both:
+        raise ParamError(f"blocks = {blocks!r}: {both} compose the sorter and the loader and "
+                         "would count them twice; allowed: the sorter and loader alone")
     a = cfg.accel
     t = a.tech_nm
     mac = unit_synth("mac_lane", cfg, sram_min_bits)

@@ -3,7 +3,8 @@
 **Machine** (:class:`~hikv.params.AcceleratorParams`): ``pe_lanes`` MAC lanes (q.k and p.v),
 ``softmax_lanes`` softmax lanes, an on-chip K/V buffer (``sram_kv_bytes``) and query buffer, an
 external memory of ``mem_bandwidth_bytes_per_s`` and ``mem_latency_s``; HiKV adds one sorter and
-``loader_instances`` loaders (enough AXI beats per cycle to take the memory's bandwidth). All
+:func:`~hikv.sim.timing.loader_instances` loaders (enough that their steady-state rate, request
+round trips included, takes the memory's bandwidth). All
 methods run on this machine; the baselines' selections use the same sorter (generous to them:
 without it their top-k would run on the PE lanes or a host).
 
@@ -20,12 +21,13 @@ without it their top-k would run on the PE lanes or a host).
 
 **Overlap, and why.** Within a phase memory transfer, loader, MACs and softmax overlap (tokens
 are consumed as they stream in; online softmax needs no second pass), so a phase takes the
-maximum of ``bytes / bandwidth + latency``, the loader's cycles, ``MACs / pe_lanes`` and
-``exps / softmax_lanes``, plus a drain (the last token's MACs and the pipeline depth). Within
-one KV head the phases are serial: the sort needs all scores, and the loads need the sort's
-result. Across the KV heads of a layer the work is independent, so the sorter (its own
-resource) works on one head while the memory and PE lanes serve another: with ``H`` heads per
-layer, ``select`` ``a1``, sort ``b`` and attend ``a2`` cycles per head,
+maximum of ``bytes / bandwidth + latency``, the loader's cycles (one instance's share of the
+phase's bytes, requests, masked records and channel-page tokens, by the RTL timing model),
+``MACs / pe_lanes`` and ``exps / softmax_lanes``, plus a drain (the last token's MACs and the
+pipeline depth). Within one KV head the phases are serial: the sort needs all scores, and the
+loads need the sort's result. Across the KV heads of a layer the work is independent, so the
+sorter (its own resource) works on one head while the memory and PE lanes serve another: with
+``H`` heads per layer, ``select`` ``a1``, sort ``b`` and attend ``a2`` cycles per head,
 ``T_layer = max(H (a1 + a2), a1 + H b + a2)`` (datapath-bound or sorter-bound, the two bounds
 of this two-resource pipeline). Layers are serial (layer l+1's query needs layer l's output).
 
@@ -34,8 +36,9 @@ latencies, the sorter or the softmax lanes; the ratio of two methods' roofline t
 speedup's physical bound (the bytes ratio when both are memory-bound).
 
 **Energy per step**: DRAM (burst bytes x J/byte of the memory type), SRAM (ideal bytes written
-by the loader and read by the PE lanes, priced by buffer size), MACs, softmax elements, sorter
-compares, loader requests and beats (:mod:`hikv.sim.energy`). Writes of the current token's
+by the loader and read by the PE lanes, priced by buffer size), MACs, softmax elements, the
+sorter's comparator evaluations (the RTL's per-job count, each comparing ``item_width`` bits),
+loader requests and beats (:mod:`hikv.sim.energy`). Writes of the current token's
 K/V are not counted (one token per step, the same for every method).
 
 Everything is vectorised: any numeric override may be a numpy array and the results broadcast.
@@ -49,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from hikv.hw.sorter_timing import SorterTiming
 from hikv.model.baseline_pe_ref import EXP_LATENCY, MAC_LATENCY
 from hikv.params import (
     Config,
@@ -62,11 +66,10 @@ from hikv.params import (
 )
 
 from . import energy as E
-from .cost_bytes import Geometry, StepBytes, step_bytes
-from .timing import TimingModel, default_timing
+from .kv_bytes import Geometry, StepBytes, step_bytes
+from .timing import TimingModel, default_timing, loader_instances
 
-__all__ = ["Overrides", "SortJob", "StepWork", "AttentionCost", "step_work", "attention_cost",
-           "loader_instances_v"]
+__all__ = ["Overrides", "SortJob", "StepWork", "AttentionCost", "step_work", "attention_cost"]
 
 ArrayLike = Any
 
@@ -116,6 +119,8 @@ class StepWork:
     attend_macs: ArrayLike
     attend_exps: ArrayLike
     sorts: tuple[SortJob, ...] = ()
+    masked_records: ArrayLike = 0     # attend: Stage II records the loaders expand
+    page_tokens: ArrayLike = 0        # attend: retained tokens read from channel pages
 
 
 def _cdiv(a: ArrayLike, b: ArrayLike) -> ArrayLike:
@@ -198,23 +203,27 @@ def step_work(spec: MethodSpec, cfg: Config, ov: Overrides | None = None) -> Ste
     attended = sb.tokens + 1
     attend_macs = G * attended * (qk + d)
     attend_exps = G * attended
+    records, page_toks = zero, zero
+    if m is Method.HIKV:
+        p = spec.hikv
+        assert p is not None
+        if p.v_rule.kind is Stage2Kind.STATIC:
+            records = records + sb.tokens
+        if p.k_rule.kind is Stage2Kind.STATIC:
+            records = records + sb.tokens
+        if p.k_rule.kind in (Stage2Kind.QUERY_CHANNELS, Stage2Kind.CHANNEL_GROUPS):
+            page_toks = sb.tokens + zero
     return StepWork(bytes=sb, select_bytes=select_b + zero, select_requests=select_r + zero,
                     score_macs=score_macs + zero, score_exps=score_exps + zero,
                     attended=attended, qk_dims=qk, attend_macs=attend_macs,
-                    attend_exps=attend_exps, sorts=tuple(sorts))
+                    attend_exps=attend_exps, sorts=tuple(sorts), masked_records=records,
+                    page_tokens=page_toks)
 
 
 def _contig(g: Geometry, length: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
     """(burst bytes, requests) of one array read from its start."""
     blocks = _cdiv(np.maximum(np.asarray(length), 0), g.burst_bytes)
     return blocks * g.burst_bytes * 1.0, _cdiv(blocks * g.burst_bytes, g.max_request_bytes) * 1.0
-
-
-def loader_instances_v(bandwidth_bytes_per_s: ArrayLike, beat_bytes: int, clock_hz: float
-                       ) -> ArrayLike:
-    """Loaders needed to take the memory bandwidth (see :func:`hikv.sim.area.loader_instances`)."""
-    return np.maximum(1, np.ceil(np.asarray(bandwidth_bytes_per_s) / (beat_bytes * clock_hz)
-                                 - 1e-9))
 
 
 @dataclass(frozen=True)
@@ -239,7 +248,6 @@ class AttentionCost:
     macs: ArrayLike
     energy_parts_j: dict[str, ArrayLike] = field(default_factory=dict)
     timing: str = ""
-    provisional_timing: bool = True
     kv_heads: int = 1
 
     @property
@@ -271,18 +279,21 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     sb = w.bytes
     lat = a.mem_latency_s * clock
     bw_cyc = bw / clock
-    inst = loader_instances_v(bw, cfg.loader.beat_bytes, clock)
+    inst = loader_instances(cfg, bw)
 
-    def loader(bytes_: ArrayLike, req: ArrayLike) -> ArrayLike:
+    def loader(bytes_: ArrayLike, req: ArrayLike, records: ArrayLike = 0,
+               page_tokens: ArrayLike = 0) -> ArrayLike:
+        # one instance's share; the bursts of a phase spread evenly over the instances
+        share = lambda x: np.ceil(np.asarray(x, dtype=float) / inst)  # noqa: E731
         return timing.loader_cycles(cfg.loader, lay, bytes=np.asarray(bytes_) / inst,
-                                    requests=np.ceil(np.asarray(req) / inst),
-                                    mem_latency_cycles=lat)
+                                    requests=share(req), mem_latency_cycles=lat,
+                                    records=share(records), page_tokens=share(page_tokens))
 
-    def phase(bytes_: ArrayLike, req: ArrayLike, macs: ArrayLike, exps: ArrayLike
-              ) -> ArrayLike:
+    def phase(bytes_: ArrayLike, req: ArrayLike, macs: ArrayLike, exps: ArrayLike,
+              records: ArrayLike = 0, page_tokens: ArrayLike = 0) -> ArrayLike:
         memt = np.where(np.asarray(bytes_) > 0, np.asarray(bytes_) / bw_cyc + lat, 0.0)
-        return np.maximum.reduce([memt, loader(bytes_, req), np.ceil(macs / pe),
-                                  np.ceil(exps / sm)])
+        return np.maximum.reduce([memt, loader(bytes_, req, records, page_tokens),
+                                  np.ceil(macs / pe), np.ceil(exps / sm)])
 
     sel = phase(w.select_bytes, w.select_requests, w.score_macs, w.score_exps)
     attend_bytes = sb.burst - w.select_bytes
@@ -290,7 +301,8 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     G = cfg.model.group
     d = np.asarray(lay.head_dim if ov.head_dim is None else ov.head_dim)
     drain = np.ceil(G * (w.qk_dims + d) / pe) + MAC_LATENCY + EXP_LATENCY
-    att = phase(attend_bytes, attend_req, w.attend_macs, w.attend_exps) + drain
+    att = phase(attend_bytes, attend_req, w.attend_macs, w.attend_exps, w.masked_records,
+                w.page_tokens) + drain
     if ov.sorter_lanes is not None:
         sorter_p = [dataclasses.replace(sorter, lanes=int(x)) for x in
                     np.unique(np.asarray(ov.sorter_lanes))]
@@ -321,7 +333,8 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         + E.sram_energy_j(0, q_reads, a.sram_q_bytes, tech),
         "mac": E.mac_energy_j(macs, tech),
         "softmax": E.softmax_energy_j(units * (w.score_exps + w.attend_exps), tech),
-        "sorter": E.sorter_energy_j(units * compares, sorter.key_width, tech),
+        "sorter": E.sorter_energy_j(units * compares,
+                                    SorterTiming.from_params(sorter).item_width, tech),
         "loader": E.loader_energy_j(units * sb.requests,
                                     np.ceil(bytes_burst / cfg.loader.beat_bytes), tech),
     }
@@ -331,8 +344,7 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         label=spec.label, work=w, select_cycles=sel, sort_cycles=sort, attend_cycles=att,
         layer_cycles=layer, time_s=time_s, roofline_s=np.maximum(roof_mem, roof_pe),
         memory_bound=roof_mem >= roof_pe, bytes_burst=bytes_burst, bytes_ideal=bytes_ideal,
-        macs=macs, energy_parts_j=parts, timing=timing.name,
-        provisional_timing=bool(timing.provisional), kv_heads=H)
+        macs=macs, energy_parts_j=parts, timing=timing.name, kv_heads=H)
     return res
 
 

@@ -187,9 +187,12 @@ def dram_energy_j(bytes_moved: ArrayLike, memory: MemoryType | str) -> ArrayLike
 
 
 def sorter_energy_j(compares: ArrayLike, key_bits: ArrayLike, tech_nm: ArrayLike) -> ArrayLike:
-    """Sorter: compare-exchanges, each priced as one integer add of the key width (int8 / int16
-    / int32 add, the next width up). Registers and multiplexers are not priced (no entry in the
-    source table): a lower bound, and small beside the memory energy it saves."""
+    """Sorter: comparator evaluations (the RTL's per-job count,
+    :meth:`hikv.hw.sorter_timing.SorterTiming.stage1_compares`), each priced as one integer add
+    of the compared width ``key_bits`` (the sorter compares ``{valid, key, ~index}`` items of
+    ``item_width`` bits; int8 / int16 / int32 add, the next width up). Registers and
+    multiplexers are not priced (no entry in the source table): a lower bound, and small beside
+    the memory energy it saves."""
     tab = load_tables().action_j_45nm
     kb = np.asarray(key_bits)
     per = np.where(kb <= 8, tab["int8_add"], np.where(kb <= 16, tab["int16_add"],

@@ -8,7 +8,8 @@ ours. Numbers are labelled by where they come from:
 * ``reference``: the seed paper's headline claims (DESIGN.md section 1), not computed here;
 * ``model``: this project's analytic cost model (:mod:`hikv.sim.attention_model`) with the byte
   closed forms checked against the golden model, energy tables from the literature, and the
-  sorter / loader cycle model named in the report (PROVISIONAL until the RTL formulas are wired);
+  sorter / loader cycles of the RTL's timing contracts (:class:`hikv.sim.timing.RtlTiming`,
+  checked against cocotb measurements);
 * ``synthesised``: area from Yosys synthesis of our generated Verilog (:mod:`hikv.sim.area`).
 
 Budgets are *nominal* (the preset's budget for every method) unless an iso-accuracy operating
@@ -53,6 +54,7 @@ __all__ = [
     "MethodRow",
     "Report",
     "code_version",
+    "flatten",
     "baseline_specs",
     "load_iso_accuracy",
     "build_report",
@@ -77,9 +79,12 @@ REFERENCE_CLAIMS: dict[str, dict[str, Any]] = {
 #: Importance-based baselines the bytes claim is held against.
 SOTA_METHODS = (Method.H2O, Method.SNAPKV, Method.QUEST, Method.SPARQ, Method.DOUBLE_SPARSITY)
 
-#: name -> "module:callable"; callable(cfg, report) -> ReportSection. The serving model adds
-#: ``"serving"`` here; sections are appended to the Markdown and JSON in this order.
-REPORT_SECTIONS: dict[str, str] = {}
+#: name -> "module:callable"; callable(cfg, report, **options) -> ReportSection, the options
+#: from ``build_report(section_options={name: {...}})``. Sections are appended to the Markdown
+#: and JSON in this order.
+REPORT_SECTIONS: dict[str, str] = {
+    "serving": "hikv.sim.serving_report:report_section",
+}
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,18 @@ class ReportSection:
     title: str
     markdown: str
     rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested dict as one level with dotted names (``prefix`` before each)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
 
 
 def code_version() -> str:
@@ -224,7 +241,6 @@ class Report:
     config: dict[str, Any]
     code_version: str
     timing_model: str
-    timing_provisional: bool
     timing_source: str
     budgets: str                       # "nominal" or "iso-accuracy (...)"
     rows: tuple[MethodRow, ...]
@@ -280,6 +296,7 @@ def _area_section(cfg: Config, fetch: bool) -> dict[str, Any]:
             "share_of_system": ar.share, "loader_instances": loader_instances(cfg),
             "synthesis": {k: {"top": v.top, "cells": v.cell_count, "flipflops": v.flipflops,
                               "area_sky130_m2": v.area_m2,
+                              "sequential_area_sky130_m2": v.sequential_area_m2,
                               "nand2_equivalents": v.nand2_equivalents, "yosys": v.yosys,
                               "sram_macros": [dataclasses.asdict(m) for m in v.macros]}
                           for k, v in ar.synth.items()}}
@@ -287,9 +304,14 @@ def _area_section(cfg: Config, fetch: bool) -> dict[str, Any]:
 
 def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = True,
                  fetch_cells: bool = True, timing: TimingModel | None = None,
-                 sections: bool = True) -> Report:
+                 sections: bool | tuple[str, ...] = False,
+                 section_options: dict[str, dict[str, Any]] | None = None) -> Report:
     """Evaluate every method of the operating point and assemble the report (no file I/O
-    except the synthesis cache and, with ``fetch_cells``, the cell download)."""
+    except the synthesis cache and, with ``fetch_cells``, the cell download).
+
+    ``sections``: True for every section of :data:`REPORT_SECTIONS` (the serving simulation
+    takes a minute or more), or the names to add; ``section_options`` their keyword options.
+    """
     timing = timing or default_timing()
     specs = list(iso.specs) if iso else baseline_specs(cfg)
     costs = [(s, attention_cost(s, cfg, timing=timing)) for s in specs]
@@ -313,22 +335,26 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
     area_d = _area_section(cfg, fetch_cells) if area else {"available": False,
                                                             "reason": "not requested"}
     claims = _claims(rows, hikv, area_d, cfg, timing, iso)
-    notes = _notes(cfg, rows, timing, iso)
+    notes = _notes(cfg, rows, timing, iso, specs)
     curve = _context_curve(cfg, specs, timing)
     rep = Report(preset=cfg.name, config=to_dict(cfg), code_version=code_version(),
-                 timing_model=timing.name, timing_provisional=bool(timing.provisional),
-                 timing_source=timing.source,
+                 timing_model=timing.name, timing_source=timing.source,
                  budgets=(f"iso-accuracy ({iso.metric} within {iso.tolerance}; {iso.path})"
                           if iso else "nominal (every method at the preset's budget B)"),
                  rows=tuple(rows), area=area_d, claims=tuple(claims), notes=tuple(notes),
                  context_curve=curve)
-    if sections and REPORT_SECTIONS:
+    names = tuple(REPORT_SECTIONS) if sections is True else tuple(sections or ())
+    if names:
         import importlib
 
         extra = []
-        for ref in REPORT_SECTIONS.values():
-            mod, _, attr = ref.partition(":")
-            extra.append(getattr(importlib.import_module(mod), attr)(cfg, rep))
+        for name in names:
+            if name not in REPORT_SECTIONS:
+                raise ParamError(f"report section {name!r} is not one of "
+                                 f"{sorted(REPORT_SECTIONS)}")
+            mod, _, attr = REPORT_SECTIONS[name].partition(":")
+            fn = getattr(importlib.import_module(mod), attr)
+            extra.append(fn(cfg, rep, **(section_options or {}).get(name, {})))
         rep = dataclasses.replace(rep, sections=tuple(extra))
     return rep
 
@@ -352,8 +378,7 @@ def _claims(rows: list[MethodRow], hikv: MethodRow, area: dict[str, Any], cfg: C
     cond = (f"preset {cfg.name}, N = {cfg.context}, B = {cfg.policy.budget}, "
             f"{cfg.model.name}, {cfg.accel.memory.value} "
             f"{cfg.accel.mem_bandwidth_bytes_per_s / 1e9:g} GB/s, {cfg.accel.pe_lanes} PE lanes,"
-            f" {cfg.accel.tech_nm} nm; sorter/loader timing: {timing.name}"
-            + (" (PROVISIONAL)" if timing.provisional else ""))
+            f" {cfg.accel.tech_nm} nm; sorter/loader timing: {timing.name}")
     sota = [r for r in rows if r.method in {m.value for m in SOTA_METHODS}]
     red = [r.hikv_bytes_reduction_vs_this for r in sota]
     budgets = "iso-accuracy" if iso else "nominal budgets (no accuracy matching)"
@@ -393,8 +418,27 @@ def _claims(rows: list[MethodRow], hikv: MethodRow, area: dict[str, Any], cfg: C
     ]
 
 
-def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccuracy | None
-           ) -> list[str]:
+def _sorter_jobs_beyond_limits(cfg: Config, specs: list[MethodSpec]) -> list[str]:
+    """The methods whose sorter jobs exceed the preset's sorter (``max_n``, ``max_k``,
+    ``max_vec``), with the job."""
+    from .attention_model import step_work
+    from .timing import RtlTiming
+
+    out = []
+    for s in specs:
+        for job in step_work(s, cfg).sorts:
+            ok = RtlTiming.fits(cfg.sorter, job.mode, n=job.n, k=job.k, d=job.d)
+            if not bool(np.all(ok)):
+                what = (f"top-{int(np.max(job.k))} of {int(np.max(job.n))}"
+                        if job.mode == "stage1" else f"vectors of {int(np.max(job.d))}")
+                out.append(f"{s.label} ({job.mode} {what})")
+    return out
+
+
+def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccuracy | None,
+           specs: list[MethodSpec]) -> list[str]:
+    from .timing import loader_instances
+
     a = cfg.accel
     notes = []
     full = next(r for r in rows if r.method == Method.FULL.value)
@@ -406,9 +450,15 @@ def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccu
                  f"{a.mem_bandwidth_bytes_per_s / 1e9:g} GB/s), so it is "
                  f"{full.bound}-bound: speedups follow the "
                  f"{'bytes' if full.bound == 'memory' else 'MAC'} ratio.")
-    if timing.provisional:
-        notes.append("Sorter and loader cycles come from the PROVISIONAL analytic targets "
-                     "(issues 3 and 4), not yet from the RTL's documented formulas.")
+    notes.append(f"Sorter and loader cycles: {timing.source}. Loaders: "
+                 f"{loader_instances(cfg)} instances, enough that their steady rate "
+                 "(beat_bytes x min(1, outstanding x burst beats / (latency + burst beats))) "
+                 "takes the memory bandwidth.")
+    big = _sorter_jobs_beyond_limits(cfg, specs)
+    if big:
+        notes.append("Sorter jobs larger than the built sorter accepts (max_n = "
+                     f"{cfg.sorter.max_n}, max_k = {cfg.sorter.max_k}) are priced on the same "
+                     "sorter built large enough for them: " + "; ".join(big) + ".")
     if iso is None:
         notes.append("Budgets are nominal: every method keeps the preset's budget B; no "
                      "iso-accuracy operating-point file was given (--iso).")
@@ -438,8 +488,8 @@ def markdown(rep: Report) -> str:
              f"{c['accel']['mem_bandwidth_bytes_per_s'] / 1e9:g} GB/s, "
              f"{c['accel']['pe_lanes']} PE lanes at {c['accel']['clock_hz'] / 1e9:g} GHz, "
              f"{c['accel']['tech_nm']} nm.", "",
-             f"Budgets: {rep.budgets}. Sorter/loader timing: `{rep.timing_model}`"
-             + (" **(PROVISIONAL)**" if rep.timing_provisional else "") + ".", "",
+             f"Budgets: {rep.budgets}. Sorter/loader timing: `{rep.timing_model}` (the RTL's "
+             "timing contracts, checked against cocotb).", "",
              "All figures below are **model** results of this flow (per decode step, all "
              "layers and KV heads).", "",
              "| method | bytes/step | full KV bytes / this | time/step (us) | speedup vs full "
@@ -486,6 +536,7 @@ def markdown(rep: Report) -> str:
         else:
             lines.append(f"Overhead: {100 * a['overhead_vs_baseline']:.2f}% of the baseline, "
                          f"{100 * a['share_of_system']:.2f}% of the system.")
+            lines += ["", *_area_breakdown(a)]
     lines += ["", "## Reference claims against ours", "",
               "| claim | reference (seed paper, not measured here) | ours | origin of ours |",
               "|---|---|---|---|"]
@@ -496,6 +547,33 @@ def markdown(rep: Report) -> str:
     for s in rep.sections:
         lines += ["", f"## {s.title}", "", s.markdown]
     return "\n".join(lines) + "\n"
+
+
+def _area_breakdown(a: dict[str, Any]) -> list[str]:
+    """Where the HiKV area goes: each block's share of the baseline and its flip-flops."""
+    base = a["baseline_m2"]
+    per: dict[str, float] = {}
+    count: dict[str, float] = {}
+    for i in a["items"]:
+        if i["part"] == "hikv":
+            blk = i["name"].split(".")[0]
+            per[blk] = per.get(blk, 0.0) + i["area_m2"]
+            if "." not in i["name"]:
+                count[blk] = i["count"]
+    out = []
+    for blk, area in per.items():
+        syn = a["synthesis"].get(blk, {})
+        seq = syn.get("sequential_area_sky130_m2", 0.0) / max(syn.get("area_sky130_m2", 1), 1e-30)
+        out.append(f"- {blk}: {count.get(blk, 1):g} x {area / count.get(blk, 1) * 1e6:.4f} "
+                   f"mm^2 = {100 * area / base:.1f}% of the baseline; "
+                   f"{syn.get('flipflops', 0):,} flip-flops per copy ({100 * seq:.0f}% of its "
+                   "cell area)")
+    if "loader" in per and count.get("loader", 1) > 1:
+        one = per["loader"] / count["loader"]
+        rest = sum(v for k, v in per.items() if k != "loader")
+        out.append(f"- with one loader instead of {count['loader']:g}: "
+                   f"{100 * (rest + one) / base:.1f}% of the baseline")
+    return out
 
 
 CSV_FIELDS = [f.name for f in dataclasses.fields(MethodRow) if f.name != "energy_parts_j"]
@@ -532,6 +610,16 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def save_figure(fig: Any, path: Path) -> Path:
+    """Lay out ``fig``, write it to ``path`` as PNG (120 dpi), close it; returns ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_report(rep: Report, out: Path) -> list[Path]:
     """Per-method bars (time, energy, bytes vs full KV) and speedup vs context length."""
     import matplotlib
@@ -551,14 +639,9 @@ def plot_report(rep: Report, out: Path) -> list[Path]:
         ax.bar(x + (i - 1) * 0.27, vals, 0.27, label=name)
     ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=7)
     ax.set_ylabel("relative to full KV (model)")
-    ax.set_title(f"preset {rep.preset}: per decode step"
-                 + (" (provisional sorter/loader timing)" if rep.timing_provisional else ""))
+    ax.set_title(f"preset {rep.preset}: per decode step")
     ax.legend()
-    fig.tight_layout()
-    p = out / "methods.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(save_figure(fig, out / "methods.png"))
     cur = rep.context_curve
     fig, ax = plt.subplots(figsize=(6, 4))
     for lab, ys in cur["speedup_vs_full"].items():
@@ -568,11 +651,7 @@ def plot_report(rep: Report, out: Path) -> list[Path]:
     ax.set_ylabel("attention speedup vs full KV (model)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    p = out / "speedup_vs_context.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(save_figure(fig, out / "speedup_vs_context.png"))
     return paths
 
 

@@ -2,7 +2,7 @@
 
 Nothing here writes a file unless a function is given a path. Rows record every configuration
 field (flattened, ``serving.token_budget``), the seed, the workload and the code version.
-:func:`serving_summary` is the entry point for ``hikv report``'s serving section.
+:func:`serving_summary` and :func:`report_section` make ``hikv report``'s serving section.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-import subprocess
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from hikv import __version__
 from hikv.params import Config, MethodSpec, ParamError, to_dict
 
 from .kv_bytes import resolve_methods
+from .report import ReportSection, code_version, flatten
 from .serving import ServingResult, simulate
 from .step_cost import DEFAULT_STEP_COST
 from .workload import Workload, read_azure_trace
@@ -39,6 +39,9 @@ __all__ = [
     "serving_summary",
     "best_baseline",
     "format_table",
+    "report_section",
+    "REPORT_METHODS",
+    "DEFAULT_REPORT_REQUESTS",
 ]
 
 
@@ -108,48 +111,13 @@ def goodput(cfg: Config, spec: MethodSpec, workload: Workload, *,
 
 
 # --------------------------------------------------------------------------- provenance
-def code_version() -> str:
-    """``git describe --always --dirty`` of the source tree if it is a git checkout, else the
-    package version."""
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=here,
-                             capture_output=True, text=True, timeout=10, check=True)
-        v = out.stdout.strip()
-        if v:
-            return f"{__version__}+git.{v}"
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return __version__
-
-
 def config_fields(cfg: Config) -> dict[str, Any]:
-    """Every configuration field, flattened with dotted names."""
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, d: Any) -> None:
-        if isinstance(d, dict):
-            for k, v in d.items():
-                walk(f"{prefix}.{k}" if prefix else k, v)
-        else:
-            out[f"config.{prefix}"] = d
-
-    walk("", to_dict(cfg))
-    return out
+    """Every configuration field, flattened with dotted names (``config.`` first)."""
+    return flatten(to_dict(cfg), "config.")
 
 
 def _spec_fields(spec: MethodSpec) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, d: Any) -> None:
-        if isinstance(d, dict):
-            for k, v in d.items():
-                walk(f"{prefix}.{k}", v)
-        else:
-            out[prefix] = d
-
-    walk("spec", to_dict(spec))
-    return out
+    return flatten(to_dict(spec), "spec.")
 
 
 def result_row(result: ServingResult, *, seed: int | None, version: str,
@@ -342,3 +310,74 @@ def _check_out_dir(out: str | os.PathLike[str]) -> Path:
         raise ParamError(f"--out {p} exists and is not a directory")
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+#: Methods the report's serving section simulates: full KV, the importance-based baselines
+#: (the best of them by goodput is shown) and HiKV as the preset configures it.
+REPORT_METHODS = ("full", "h2o", "snapkv", "quest", "sparq", "ds", "hikv")
+#: Requests of the conversation trace the report replays by default (its first N): keeps
+#: ``hikv report --preset default`` near a minute with the goodput searches of 7 methods.
+DEFAULT_REPORT_REQUESTS = 1000
+
+
+def report_section(cfg: Config, report: Any = None, *, max_requests: int | None =
+                   DEFAULT_REPORT_REQUESTS, trace: str | os.PathLike[str] | None = None
+                   ) -> ReportSection:
+    """``hikv report``'s serving section: HiKV against full KV and the best importance-based
+    baseline (by goodput) on the Azure conversation trace (first ``max_requests`` requests;
+    None for all 19,366): throughput, TTFT and TPOT P99, goodput under the preset's SLOs.
+
+    The trace is ``trace`` or found by :func:`hikv.sim.workload.find_azure_trace`; without it
+    the section says so and how to provide it.
+    """
+    from .workload import find_azure_trace
+
+    title = "Serving (model): Azure conversation trace"
+    path = trace if trace is not None else find_azure_trace("conv")
+    if path is None or not Path(path).is_file():
+        return ReportSection(title, "Skipped: the Azure LLM inference conversation trace "
+                             "(AzureLLMInferenceTrace_conv.csv) was not found. Set HIKV_DATA to "
+                             "a directory holding azure-llm-2023/, or place it in "
+                             "shared/data/azure-llm-2023 above the source tree.", [])
+    if max_requests is not None and max_requests < 1:
+        raise ParamError(f"max_requests = {max_requests} is out of range: allowed >= 1 "
+                         "(or None for the whole trace)")
+    t0 = time.perf_counter()
+    try:
+        rows = serving_summary(cfg, path, list(REPORT_METHODS), max_requests=max_requests)
+    except ParamError as e:
+        return ReportSection(title, f"Skipped: the trace cannot be served on preset "
+                             f"{cfg.name}: {e}", [])
+    wall = time.perf_counter() - t0
+    by = {r["method"]: r for r in rows}
+    best = best_baseline(rows)
+    show = [by["full"]] + ([best] if best else []) + [by["hikv"]]
+    n = int(by["full"]["requests"]) if "requests" in by["full"] else max_requests
+    sv = cfg.serving
+    head = (f"Preset {cfg.name} ({cfg.model.name}), {Path(path).name}: "
+            + (f"the first {n:,} requests" if max_requests is not None else "every request")
+            + f" (`hikv report --serving-requests N` sets how many); scheduler {sv.policy}, "
+            f"token budget {sv.token_budget}, step cost `{DEFAULT_STEP_COST}`; SLOs TTFT "
+            f"{sv.ttft_slo_s * 1e3:g} ms and TPOT {sv.tpot_slo_s * 1e3:g} ms for "
+            f"{100 * sv.slo_attainment:g}% of requests. Best baseline: the highest goodput "
+            f"among {', '.join(m for m in REPORT_METHODS if m not in ('full', 'hikv'))}. "
+            f"Throughput and latencies at the trace's own arrival rate; goodput is the highest "
+            f"rate meeting the SLOs (DistServe). Simulated in {wall:.0f} s.")
+    lines = [head, "", "| method | throughput (req/s) | tokens/s | TTFT P99 (ms) | "
+             "TPOT P99 (ms) | goodput (req/s) | goodput vs full KV | Little's-law error |",
+             "|---|---|---|---|---|---|---|---|"]
+    keys = ("method", "throughput_req_per_s", "throughput_tok_per_s", "ttft_p99_s",
+            "tpot_p99_s", "goodput_req_per_s", "goodput_bracketed", "little_rel_error",
+            "slo_attainment", "preemptions", "kv_util_peak")
+    out = []
+    for r in show:
+        role = ("full KV" if r["method"] == "full" else "HiKV" if r["method"] == "hikv"
+                else "best baseline")
+        g = r["goodput_req_per_s"] / by["full"]["goodput_req_per_s"]
+        lines.append(f"| {r['method']} ({role}) | {r['throughput_req_per_s']:.3f} | "
+                     f"{r['throughput_tok_per_s']:.0f} | {r['ttft_p99_s'] * 1e3:.2f} | "
+                     f"{r['tpot_p99_s'] * 1e3:.3f} | {r['goodput_req_per_s']:.3f} | "
+                     f"{g:.2f}x | {r['little_rel_error']:+.1e} |")
+        out.append({**{k: r.get(k) for k in keys}, "role": role, "requests": n,
+                    "trace": str(path)})
+    return ReportSection(title, "\n".join(lines), out)

@@ -31,9 +31,9 @@ import numpy as np
 
 from hikv.params import Config, MemoryType, MethodSpec, ParamError, to_dict
 
-from .attention_model import Overrides, attention_cost, loader_instances_v
-from .report import baseline_specs, code_version
-from .timing import TimingModel, default_timing
+from .attention_model import Overrides, attention_cost
+from .report import baseline_specs, code_version, flatten, save_figure
+from .timing import TimingModel, default_timing, loader_instances
 
 __all__ = ["AXES", "SweepResult", "grid", "sample", "evaluate", "area_columns", "write_csv",
            "plot_sweep", "bench", "pareto_mask"]
@@ -51,17 +51,6 @@ AXES: dict[str, tuple[str, tuple[str, ...]]] = {
     "bandwidth": ("mem_bandwidth_bytes_per_s", ("accel.mem_bandwidth_bytes_per_s",)),
     "tech_nm": ("tech_nm", ("accel.tech_nm",)),
 }
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flat(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def _check_axes(axes: dict[str, list[Any]]) -> None:
@@ -104,7 +93,6 @@ class SweepResult:
     points: dict[str, np.ndarray]
     methods: dict[str, dict[str, np.ndarray]]
     timing: str
-    provisional: bool
     seconds: float            # wall time of the analytic evaluation
 
     @property
@@ -150,8 +138,7 @@ def evaluate(cfg: Config, points: dict[str, np.ndarray], specs: list[MethodSpec]
         cols.update({f"energy_{k}_j": b(v) for k, v in c.energy_parts_j.items()})
         out[s.label] = cols
     dt = time.perf_counter() - t0
-    return SweepResult(points=points, methods=out, timing=timing.name,
-                       provisional=bool(timing.provisional), seconds=dt)
+    return SweepResult(points=points, methods=out, timing=timing.name, seconds=dt)
 
 
 def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
@@ -175,7 +162,7 @@ def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int) -> dict[str
         lanes = np.broadcast_to(points.get("sorter_lanes", np.asarray(cfg.sorter.lanes)), (n,))
         bw = np.broadcast_to(points.get("bandwidth",
                                         np.asarray(a.mem_bandwidth_bytes_per_s)), (n,))
-        inst = loader_instances_v(bw, cfg.loader.beat_bytes, a.clock_hz)
+        inst = loader_instances(cfg, bw)
         ld = block_synth(BLOCKS["loader"], cfg)
         ld_area = logic_area_m2(ld.nand2_equivalents, tech) + sram_area_m2(ld.macro_bytes, tech)
         sorter_area = np.zeros(n)
@@ -193,7 +180,7 @@ def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int) -> dict[str
 def write_csv(cfg: Config, res: SweepResult, path: Path,
               area: dict[str, np.ndarray] | None = None) -> int:
     """One row per (design point, method): config fields, axis values, results, version."""
-    base = _flat(to_dict(cfg))
+    base = flatten(to_dict(cfg))
     n = res.size
     set_cols = {c: name for name, (_, cols) in AXES.items() if name in res.points for c in cols}
     config_cols = sorted(base)
@@ -205,7 +192,7 @@ def write_csv(cfg: Config, res: SweepResult, path: Path,
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["point", "method", *config_cols, *result_cols, *area_cols, "timing_model",
-                    "timing_provisional", "code_version"])
+                    "code_version"])
         pts = {k: np.broadcast_to(v, (n,)) for k, v in res.points.items()}
         for label, cols in res.methods.items():
             cols_b = {k: np.broadcast_to(v, (n,)) for k, v in cols.items()}
@@ -219,8 +206,7 @@ def write_csv(cfg: Config, res: SweepResult, path: Path,
                     ar = [float(area["area_baseline_m2"][i]),
                           float(area["area_hikv_m2"][i]) if is_hikv else "",
                           float(area["area_overhead"][i]) if is_hikv else ""]
-                w.writerow([i, label, *cfg_vals, *res_vals, *ar, res.timing, res.provisional,
-                            version])
+                w.writerow([i, label, *cfg_vals, *res_vals, *ar, res.timing, version])
                 rows += 1
     return rows
 
@@ -257,7 +243,7 @@ def plot_sweep(cfg: Config, res: SweepResult, out: Path, hikv_label: str,
     ctx = np.broadcast_to(res.points.get("context", np.asarray(cfg.context)), (n,))
     groups = sorted(set(ctx.tolist()))[-6:]
     paths = []
-    tag = " (provisional sorter/loader timing)" if res.provisional else ""
+    tag = f" (sorter/loader timing: {res.timing})"
     xlabel = "HiKV attention speedup vs full KV on the preset's hardware (model)"
     ys = [("energy", np.asarray(h["energy_j"]) * 1e6, "HiKV energy per decode step (uJ)",
            "pareto_energy_speedup.png")]
@@ -283,11 +269,7 @@ def plot_sweep(cfg: Config, res: SweepResult, out: Path, hikv_label: str,
         ax.set_title(f"{title} vs speedup" + tag, fontsize=8)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        p = out / fname
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(save_figure(fig, out / fname))
     # speedup vs context (other axes at the preset's values), one line per budget
     budgets = sorted(set(np.asarray(res.points.get("budget", [cfg.policy.budget])).tolist()))
     ctx = np.unique(np.geomspace(max(min(budgets) // 2, 16), max(cfg.context * 4, 4096),
@@ -306,11 +288,7 @@ def plot_sweep(cfg: Config, res: SweepResult, out: Path, hikv_label: str,
     ax.set_title(f"preset {cfg.name}; dotted: roofline bound" + tag, fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    p = out / "speedup_vs_context.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(save_figure(fig, out / "speedup_vs_context.png"))
     return paths
 
 

@@ -1,39 +1,50 @@
 """Cycle models of HiKV's sorter and loader behind one interface, :class:`TimingModel`.
 
-The sorter (issue 3) and the loader (issue 4) each document a timing formula that their cocotb
-regressions check against the RTL. Until those formulas are wired in here, the cost model uses
-:class:`ProvisionalTiming`: analytic targets from the issues, **PROVISIONAL**, not validated
-against any RTL. Every report names the timing model it used and says whether it is provisional.
+The sorter (issue 3) and the loader (issue 4) each document their timing in a standard-library
+module that their cocotb regressions check against the RTL job by job:
+:mod:`hikv.hw.sorter_timing` (closed forms, exact) and :mod:`hikv.hw.loader_timing` (a
+cycle-level job model, exact, and a closed form for sweeps). :class:`RtlTiming` is the adapter
+the cost model uses (``"rtl"``, the default).
 
 Interface (all arguments broadcast as numpy arrays; results are cycles, float arrays):
 
 ``sorter_cycles(params, mode, *, n, k, d, count)``
-    ``mode="stage1"``: top-``k`` of a stream of ``n`` keys (one job), from the first key in to
-    the last selected index out. ``mode="stage2"``: ``count`` vectors of ``d`` elements, keep
-    ``k`` of each (one job of back-to-back vectors).
+    ``mode="stage1"``: top-``k`` of a stream of ``n`` keys (one job), from the cycle the first
+    input beat is accepted to the cycle the last output beat is accepted (the RTL's definition,
+    docs/sorter.md). ``mode="stage2"``: ``count`` back-to-back vectors of ``d`` elements, keep
+    ``k`` of each (one job). An empty job (``n``, ``k`` or ``count`` zero) takes 0 cycles.
 ``sorter_compares(params, mode, *, n, k, d, count)``
-    compare-exchange operations of the same job (for :func:`hikv.sim.energy.sorter_energy_j`).
-``loader_cycles(params, layout, *, bytes, requests, mem_latency_cycles)``
+    comparator evaluations of the same job (for :func:`hikv.sim.energy.sorter_energy_j`).
+``loader_cycles(params, layout, *, bytes, requests, mem_latency_cycles, records, page_tokens)``
     one loader instance reading ``bytes`` (burst granular) in ``requests`` AXI read requests
     from a memory whose first data beat returns ``mem_latency_cycles`` after the request, from
-    the first request to the last packed word out.
-
-To wire an RTL helper's formula: implement these three methods (a thin adapter around the
-helper's stdlib-only module), add the class to :data:`TIMING_MODELS`, and make
-:func:`default_timing` return it.
+    the ``cfg`` handshake to ``status.done`` (the RTL's definition, docs/loader.md section 6:
+    2 cycles before the first token is taken and 2 after the last output are included).
+    ``records``: masked records among them (the expander takes ``expand_cycles`` per record);
+    ``page_tokens``: retained tokens of channel pages (one output cycle each). No bytes: 0.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from hikv.params import KVLayout, LoaderParams, ParamError, SorterParams
+from hikv.hw.loader_timing import (
+    DONE_CYCLES,
+    FIRST_TOKEN_CYCLE,
+    LoaderGeometry,
+    job_timing,
+    steady_bytes_per_cycle,
+)
+from hikv.hw.sorter_timing import SorterTiming
+from hikv.params import Config, KVLayout, LoaderParams, ParamError, SorterParams
 
-__all__ = ["TimingModel", "ProvisionalTiming", "TIMING_MODELS", "get_timing", "default_timing",
-           "SORTER_MODES"]
+__all__ = ["TimingModel", "RtlTiming", "TIMING_MODELS", "get_timing", "default_timing",
+           "SORTER_MODES", "sorter_for_job", "loader_instances", "unique_apply"]
 
 ArrayLike = Any
 SORTER_MODES = ("stage1", "stage2")
@@ -44,7 +55,6 @@ class TimingModel(Protocol):
     """Sorter and loader cycles (see the module docstring for the contract)."""
 
     name: str
-    provisional: bool
     source: str
 
     def sorter_cycles(self, params: SorterParams, mode: str, *, n: ArrayLike = 0,
@@ -56,77 +66,152 @@ class TimingModel(Protocol):
         ...
 
     def loader_cycles(self, params: LoaderParams, layout: KVLayout, *, bytes: ArrayLike,
-                      requests: ArrayLike, mem_latency_cycles: ArrayLike) -> ArrayLike:
+                      requests: ArrayLike, mem_latency_cycles: ArrayLike,
+                      records: ArrayLike = 0, page_tokens: ArrayLike = 0) -> ArrayLike:
         ...
 
 
-def _log2(x: ArrayLike) -> ArrayLike:
-    return np.log2(np.maximum(np.asarray(x, dtype=float), 2.0))
+def unique_apply(fn: Callable[..., float], *args: ArrayLike) -> ArrayLike:
+    """``fn`` of Python ints, applied to broadcast integer arrays once per distinct tuple
+    (sweeps repeat few distinct jobs); a float for scalar arguments."""
+    arrs = np.broadcast_arrays(*(np.asarray(a, dtype=np.int64) for a in args))
+    shape = arrs[0].shape
+    flat = np.stack([a.reshape(-1) for a in arrs], axis=1)
+    uniq, inv = np.unique(flat, axis=0, return_inverse=True)
+    vals = np.array([fn(*map(int, row)) for row in uniq], dtype=float)
+    out = vals[inv.reshape(-1)].reshape(shape)
+    return out if out.ndim else float(out)
 
 
-class ProvisionalTiming:
-    """PROVISIONAL analytic targets from issues 3 and 4 (to be replaced by the RTL formulas).
+def sorter_for_job(params: SorterParams, *, n: int = 0, k: int = 0, d: int = 0
+                   ) -> SorterParams:
+    """``params``, with ``max_n`` / ``max_k`` / ``max_vec`` raised where a job exceeds them.
 
-    Sorter with ``P`` lanes and a ``P``-input bitonic network of depth
-    ``s (s + 1) / 2``, ``s = log2 P`` (its pipeline latency ``Ls = s (s + 1) / 2 + 2``):
+    The cost model prices a job longer than the built sorter accepts (e.g. SparQ's Stage I
+    over all ``N + 1`` tokens when ``max_n = N``) on the same sorter built large enough for it:
+    the same lanes, and the pipeline latency of the larger build (one more merge-tree level
+    per doubling of ``max_k``). Reports say when this happens (:meth:`RtlTiming.fits`).
+    """
+    mn, mk, mv = max(params.max_n, n, k), max(params.max_k, k), max(params.max_vec, d)
+    if (mn, mk, mv) == (params.max_n, params.max_k, params.max_vec):
+        return params
+    return dataclasses.replace(params, max_n=mn, max_k=mk, max_vec=mv)
 
-    * Stage I: ``2 ceil(n / P) + ceil(k / P) + Ls`` (two passes over the stream, then the
-      ``k`` results out, ``P`` per cycle);
-    * Stage II: ``count ceil(d / P) + Ls``;
-    * compares per key: ``s (s + 1) / 4`` in the network plus ``log2 k`` to merge into the
-      running top-``k``.
 
-    Loader (one instance, ``beat_bytes`` per cycle, at most ``max_outstanding`` requests in
-    flight): ``max(ceil(bytes / beat_bytes), ceil(requests / max_outstanding) L) + L + 2`` with
-    ``L = mem_latency_cycles``: the data beats, or the request round trips when too few
-    requests are in flight to cover the latency, plus one latency to fill and two cycles of
-    packing pipeline.
+def loader_instances(cfg: Config, bandwidth_bytes_per_s: ArrayLike | None = None
+                     ) -> ArrayLike:
+    """Loader copies that sustain the memory bandwidth (``cfg``'s, or an array of them).
+
+    One loader carries ``steady_bytes_per_cycle`` = ``beat_bytes x min(1, N b / (L + b))``
+    (:func:`hikv.hw.loader_timing.steady_bytes_per_cycle`) with requests of ``b =
+    max_burst_beats`` beats, ``N = max_outstanding`` reads in flight and ``L`` the memory
+    latency in cycles: each outstanding slot carries one request per ``L + b`` cycles (the RTL
+    frees a slot the cycle after the request's last beat). So
+    ``ceil(bandwidth / (clock x steady_bytes_per_cycle))`` copies, at least one.
+    """
+    a = cfg.accel
+    bw = np.asarray(a.mem_bandwidth_bytes_per_s if bandwidth_bytes_per_s is None
+                    else bandwidth_bytes_per_s, dtype=float)
+    lat = max(1, round(a.mem_latency_s * a.clock_hz))
+    per = steady_bytes_per_cycle(LoaderGeometry(cfg.layout, cfg.loader), latency=lat)
+    out = np.maximum(1, np.ceil(bw / (a.clock_hz * per) - 1e-9))
+    return int(out) if out.ndim == 0 else out
+
+
+class RtlTiming:
+    """The RTL's documented timing, validated against cocotb measurements.
+
+    * Sorter: :class:`hikv.hw.sorter_timing.SorterTiming` cycles and comparator evaluations,
+      exact for the RTL (no data dependence). Jobs beyond the built limits are priced on a
+      sorter built for them (:func:`sorter_for_job`).
+    * Loader, cost model: the closed form :func:`hikv.hw.loader_timing.estimate_cycles`
+      (vectorised here; ``tests/test_cost_timing.py`` checks it equals the scalar function),
+      from byte and request counts, within 10 % of the cycle-level model for contiguous jobs
+      and runs with gaps (docs/loader.md).
+    * Loader, fully described job (:meth:`loader_job_cycles`): the cycle-level model
+      :func:`hikv.hw.loader_timing.job_timing`, which the cocotb regression requires to equal
+      the measured cycles; :mod:`hikv.sim.validate` uses it for recorded jobs.
     """
 
-    name = "provisional"
-    provisional = True
-    source = ("PROVISIONAL analytic targets of issues 3 (sorter) and 4 (loader); not validated "
-              "against RTL")
+    name = "rtl"
+    source = ("RTL timing contracts: hikv.hw.sorter_timing (SorterTiming, exact) and "
+              "hikv.hw.loader_timing (estimate_cycles closed form; job_timing cycle-level "
+              "model), both asserted against the RTL in cocotb")
 
     @staticmethod
-    def _check(params: SorterParams, mode: str) -> None:
+    def _job(params: SorterParams, mode: str, what: str) -> Callable[..., float]:
         if mode not in SORTER_MODES:
             raise ParamError(f"sorter mode = {mode!r} is not one of {SORTER_MODES}")
 
+        def one(n: int, k: int, d: int, count: int) -> float:
+            if mode == "stage1":
+                if n <= 0 or k <= 0:
+                    return 0.0
+                t = SorterTiming.from_params(sorter_for_job(params, n=n, k=k))
+                return float(getattr(t, f"stage1_{what}")(n, k))
+            if count <= 0 or d <= 0 or k <= 0:
+                return 0.0
+            t = SorterTiming.from_params(sorter_for_job(params, d=d))
+            return float(getattr(t, f"stage2_{what}")(count, d, min(k, d)))
+
+        return one
+
     def sorter_cycles(self, params: SorterParams, mode: str, *, n: ArrayLike = 0,
                       k: ArrayLike = 0, d: ArrayLike = 0, count: ArrayLike = 0) -> ArrayLike:
-        self._check(params, mode)
-        P = np.asarray(params.lanes)
-        s = _log2(P)
-        lat = s * (s + 1) / 2 + 2
-        if mode == "stage1":
-            n, k = np.asarray(n), np.asarray(k)
-            c = 2 * -(-n // P) + -(-k // P) + lat
-            return np.where(n > 0, c, 0.0)
-        d, count = np.asarray(d), np.asarray(count)
-        c = count * -(-d // P) + lat
-        return np.where(count > 0, c, 0.0)
+        return unique_apply(self._job(params, mode, "cycles"), n, k, d, count)
 
     def sorter_compares(self, params: SorterParams, mode: str, *, n: ArrayLike = 0,
                         k: ArrayLike = 0, d: ArrayLike = 0, count: ArrayLike = 0) -> ArrayLike:
-        self._check(params, mode)
-        s = _log2(params.lanes)
-        per = s * (s + 1) / 4 + _log2(k)
-        keys = np.asarray(n) if mode == "stage1" else np.asarray(count) * np.asarray(d)
-        return keys * per
+        return unique_apply(self._job(params, mode, "compares"), n, k, d, count)
+
+    @staticmethod
+    def fits(params: SorterParams, mode: str, *, n: ArrayLike = 0, k: ArrayLike = 0,
+             d: ArrayLike = 0) -> ArrayLike:
+        """Whether the job fits the built sorter (else it is priced on a larger build)."""
+        if mode == "stage1":
+            return (np.asarray(n) <= params.max_n) & (np.asarray(k) <= params.max_k)
+        return np.asarray(d) <= params.max_vec
 
     def loader_cycles(self, params: LoaderParams, layout: KVLayout, *, bytes: ArrayLike,
-                      requests: ArrayLike, mem_latency_cycles: ArrayLike) -> ArrayLike:
-        b = np.asarray(bytes, dtype=float)
-        beats = np.ceil(b / params.beat_bytes)
+                      requests: ArrayLike, mem_latency_cycles: ArrayLike,
+                      records: ArrayLike = 0, page_tokens: ArrayLike = 0) -> ArrayLike:
+        """:func:`hikv.hw.loader_timing.estimate_cycles`, vectorised (see the class doc)::
+
+            FIRST_TOKEN_CYCLE + 1 + max(L + beats - 1 + page_tokens,
+                                        ceil(requests / N) (L + beats / requests) - 1,
+                                        (records - 1) expand_cycles) + hold + 1 + DONE_CYCLES
+
+        ``beats = ceil(bytes / beat_bytes)``, ``requests`` rounded up; ``hold`` is
+        ``expand_cycles`` with masked records, 0 for channel pages only, else 1.
+        """
+        geo = LoaderGeometry(layout, params)
+        beats = np.ceil(np.asarray(bytes, dtype=float) / params.beat_bytes)
+        req = np.maximum(np.ceil(np.asarray(requests, dtype=float)), 1.0)
         lat = np.asarray(mem_latency_cycles, dtype=float)
-        rounds = np.ceil(np.asarray(requests, dtype=float) / params.max_outstanding) * lat
-        return np.where(b > 0, np.maximum(beats, rounds) + lat + 2, 0.0)
+        rec = np.asarray(records, dtype=float)
+        pt = np.asarray(page_tokens, dtype=float)
+        hold = np.where(rec > 0, geo.expand_cycles, np.where(pt > 0, 0, 1))
+        bus = lat + beats - 1 + pt
+        mem = np.ceil(req / params.max_outstanding) * (lat + beats / req) - 1
+        exp = np.where(rec > 0, (rec - 1) * geo.expand_cycles, 0.0)
+        c = FIRST_TOKEN_CYCLE + 1 + np.maximum(np.maximum(bus, mem), exp) + hold + 1 \
+            + DONE_CYCLES
+        return np.where(beats > 0, c, 0.0)
+
+    @staticmethod
+    def loader_job_cycles(params: LoaderParams, layout: KVLayout, *, mode: str,
+                          slots: list[int], mem_latency_cycles: int, base: int = 0,
+                          kept: int = 0, channels: tuple[int, ...] | list[int] = (),
+                          outstanding: int | None = None) -> int:
+        """Cycles of one fully described job: :func:`hikv.hw.loader_timing.job_timing`."""
+        return job_timing(LoaderGeometry(layout, params), mode=mode, slots=list(slots),
+                          base=base, kept=kept, channels=list(channels),
+                          latency=mem_latency_cycles, outstanding=outstanding).cycles
 
 
 #: name -> "module:class" of the timing models the cost model can use
 TIMING_MODELS: dict[str, str] = {
-    "provisional": "hikv.sim.timing:ProvisionalTiming",
+    "rtl": "hikv.sim.timing:RtlTiming",
 }
 
 
@@ -145,5 +230,5 @@ def get_timing(name: str) -> TimingModel:
 
 
 def default_timing() -> TimingModel:
-    """The timing model reports use: the RTL-validated one once wired, else provisional."""
-    return get_timing("rtl" if "rtl" in TIMING_MODELS else "provisional")
+    """The timing model reports use: the RTL's (``"rtl"``)."""
+    return get_timing("rtl")

@@ -7,14 +7,21 @@ acceptance criterion is equality for every preset; :func:`compare` reports every
 
 File format::
 
-    {"schema": "hikv.rtl_cycles/1", "source": "hikv rtl --block sorter --preset tiny --seed 1",
+    {"schema": "hikv.rtl_cycles/1", "source": "the command that measured them",
      "measurements": [
         {"block": "sorter", "preset": "tiny", "mode": "stage1", "n": 64, "k": 16,
          "cycles": 53},
         {"block": "sorter", "preset": "tiny", "mode": "stage2", "d": 16, "k": 12, "count": 4,
          "cycles": 27},
-        {"block": "loader", "preset": "tiny", "bytes": 1024, "requests": 8,
-         "mem_latency_cycles": 20, "cycles": 300}]}
+        {"block": "loader", "preset": "tiny", "mode": "dense", "runs": [[0, 64]], "base": 0,
+         "kept": 0, "channels": [], "mem_latency_cycles": 8, "outstanding": 2,
+         "bytes": 2048, "requests": 64, "cycles": 1030}]}
+
+A loader row with ``runs`` (the retained slots as ``[start, length]`` runs) or
+``slot_mask`` (hex, bit ``i`` for slot ``i``) describes its job in full and is predicted by the
+timing model's ``loader_job_cycles`` (the cycle-level model); a row with only ``bytes``,
+``requests`` and ``mem_latency_cycles`` by ``loader_cycles`` (the closed form). Fields a row
+carries for information only (``name``) are ignored.
 """
 
 from __future__ import annotations
@@ -69,14 +76,33 @@ def load_measurements(path: str | Path) -> list[CycleMeasurement]:
     return out
 
 
+def _slots(job: dict[str, Any]) -> list[int]:
+    if "slot_mask" in job:
+        m = int(job["slot_mask"], 16)
+        return [i for i in range(m.bit_length()) if m >> i & 1]
+    return [s for start, length in job["runs"] for s in range(start, start + length)]
+
+
 def predict(timing: TimingModel, m: CycleMeasurement) -> float:
     """The timing model's cycles for the measured job, with the preset's block parameters."""
     cfg = get_preset(m.preset)
+    job = {k: v for k, v in m.job.items() if k != "name"}
     if m.block == "sorter":
-        job = dict(m.job)
         mode = job.pop("mode")
         return float(timing.sorter_cycles(cfg.sorter, mode, **job))
-    return float(timing.loader_cycles(cfg.loader, cfg.layout, **m.job))
+    if "runs" in job or "slot_mask" in job:
+        fn = getattr(timing, "loader_job_cycles", None)
+        if fn is None:
+            raise ParamError(f"timing model {timing.name!r} cannot price a fully described "
+                             "loader job (no loader_job_cycles)")
+        return float(fn(cfg.loader, cfg.layout, mode=job["mode"], slots=_slots(job),
+                        base=job.get("base", 0), kept=job.get("kept", 0),
+                        channels=job.get("channels", ()),
+                        mem_latency_cycles=job["mem_latency_cycles"],
+                        outstanding=job.get("outstanding")))
+    return float(timing.loader_cycles(cfg.loader, cfg.layout, bytes=job["bytes"],
+                                      requests=job["requests"],
+                                      mem_latency_cycles=job["mem_latency_cycles"]))
 
 
 def compare(timing: TimingModel, measurements: list[CycleMeasurement]) -> list[Mismatch]:

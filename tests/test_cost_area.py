@@ -64,7 +64,7 @@ def test_node_and_sram_models():
     assert A.nand2_area_m2("asap7") == pytest.approx(0.087e-12)
     with pytest.raises(ParamError, match="NAND2 reference"):
         A.nand2_area_m2("tsmc5")
-    cfg = get_preset("paper")
+    cfg = get_preset("paper")      # 16 reads of 16 beats in flight cover 100 cycles
     assert A.loader_instances(cfg) == math.ceil(460e9 / (32 * 1e9))
 
 
@@ -157,3 +157,28 @@ def test_accelerator_area_works_once_blocks_register(monkeypatch):
 
 def _make_tiny(cfg):
     return _TinyBlock()
+
+
+def test_chained_sorter_loader_is_never_counted_beside_its_parts(monkeypatch):
+    """``sorter_loader`` is one sorter plus one loader (a verification top): the overhead
+    counts the sorter once and the loader per instance, never the chain as well."""
+    from hikv.hw import blocks
+
+    assert "sorter_loader" in blocks.BLOCKS
+    assert "sorter_loader" not in A.HIKV_BLOCKS and "sorter_loader" in A.COMPOSITE_BLOCKS
+    with pytest.raises(ParamError, match="count them twice"):
+        A.accelerator_area(get_preset("tiny"), blocks=("sorter", "loader", "sorter_loader"))
+    cells_or_skip()
+    seen = []
+    real = A.block_synth
+
+    def spy(block, cfg, **kw):
+        seen.append(block.name)
+        return real(block, cfg, **kw)
+
+    monkeypatch.setattr(A, "block_synth", spy)
+    ar = A.accelerator_area(get_preset("tiny"))
+    assert seen == ["sorter", "loader"]
+    assert [i.name for i in ar.hikv if "." not in i.name] == ["sorter", "loader"]
+    assert [i.count for i in ar.hikv if "." not in i.name] == [1, A.loader_instances(
+        get_preset("tiny"))]

@@ -27,8 +27,10 @@ def test_table_rows_and_ratios():
         assert r.hikv_roofline_bound_vs_this == pytest.approx(r.roofline_s / hikv.roofline_s)
         assert r.bound in ("memory", "compute")
         assert r.speedup_vs_full <= r.roofline_bound_vs_full * 1.05
-    assert rep.timing_provisional and "nominal" in rep.budgets
-    assert any("PROVISIONAL" in n for n in rep.notes)
+    assert rep.timing_model == "rtl" and "nominal" in rep.budgets
+    assert any("sorter_timing" in n and "16 instances" in n for n in rep.notes)
+    assert not any("PROVISIONAL" in n.upper() for n in rep.notes)
+    assert "provisional" not in R.rows_csv(rep).lower()
 
 
 def test_claims_mark_references_and_ours():
@@ -43,7 +45,9 @@ def test_claims_mark_references_and_ours():
         "reference"]
     assert claims["sorter + loader area"]["origin"] == "unavailable"
     md = R.markdown(rep)
-    assert "reference (seed paper, not measured here)" in md and "PROVISIONAL" in md
+    assert "reference (seed paper, not measured here)" in md and "PROVISIONAL" not in md
+    # SparQ's and Double Sparsity's Stage I over N + 1 = 32,769 tokens exceeds max_n = 32,768
+    assert any("larger than the built sorter" in n and "sparq" in n for n in rep.notes)
 
 
 def test_iso_accuracy_file(tmp_path):
@@ -74,30 +78,73 @@ def test_iso_accuracy_file(tmp_path):
         R.load_iso_accuracy(bad, cfg)
 
 
-def _section(cfg, rep):
-    return R.ReportSection("Serving", f"serving of {rep.preset}", [{"x": 1}])
+def _section(cfg, rep, **kw):
+    return R.ReportSection("Serving", f"serving of {rep.preset} {kw}", [{"x": 1}])
 
 
 def test_extra_sections_hook(monkeypatch):
     monkeypatch.setitem(R.REPORT_SECTIONS, "serving", f"{__name__}:_section")
-    rep = R.build_report(get_preset("tiny"), area=False)
+    assert R.build_report(get_preset("tiny"), area=False).sections == ()
+    rep = R.build_report(get_preset("tiny"), area=False, sections=True,
+                         section_options={"serving": {"max_requests": 7}})
     assert [s.title for s in rep.sections] == ["Serving"]
-    assert "## Serving\n\nserving of tiny" in R.markdown(rep)
+    assert "## Serving\n\nserving of tiny {'max_requests': 7}" in R.markdown(rep)
+    with pytest.raises(ParamError, match="report section"):
+        R.build_report(get_preset("tiny"), area=False, sections=("nope",))
 
 
-def test_cli_writes_all_outputs(tmp_path, capsys):
+def _trace(path, n=60, gap_s=0.4):
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for i in range(n):
+        rows.append(f"2023-11-16 18:{15 + int(i * gap_s) // 60:02d}:"
+                    f"{int(i * gap_s) % 60:02d}.{int(1e7 * (i * gap_s % 1)):07d},"
+                    f"{200 + 37 * (i % 11)},{5 + 3 * (i % 7)}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_serving_section_full_best_baseline_and_hikv(tmp_path):
+    from hikv.sim.serving_report import report_section
+
+    sec = report_section(get_preset("default"), None, max_requests=40,
+                         trace=_trace(tmp_path / "conv.csv"))
+    roles = [r["role"] for r in sec.rows]
+    assert roles == ["full KV", "best baseline", "HiKV"]
+    assert sec.rows[0]["method"] == "full" and sec.rows[2]["method"] == "hikv"
+    assert sec.rows[1]["method"] in ("h2o", "snapkv", "quest", "sparq", "ds")
+    assert all(r["requests"] == 40 and r["goodput_req_per_s"] > 0 for r in sec.rows)
+    assert "the first 40 requests" in sec.markdown and "TPOT P99" in sec.markdown
+    missing = report_section(get_preset("default"), None, trace=tmp_path / "none.csv")
+    assert missing.rows == [] and "Skipped" in missing.markdown and "HIKV_DATA" in \
+        missing.markdown
+    with pytest.raises(ParamError, match="max_requests"):
+        report_section(get_preset("default"), None, max_requests=0,
+                       trace=tmp_path / "conv.csv")
+
+
+def test_cli_writes_all_outputs(tmp_path, capsys, monkeypatch):
     out = tmp_path / "rep"
-    assert main(["report", "--preset", "tiny", "--no-area", "--out", str(out)]) == 0
+    monkeypatch.setenv("HIKV_DATA", str(tmp_path))
+    _trace(tmp_path / "AzureLLMInferenceTrace_conv.csv", n=30)
+    assert main(["report", "--preset", "default", "--no-area", "--out", str(out),
+                 "--serving-requests", "20"]) == 0
     text = capsys.readouterr().out
     assert "Reference claims against ours" in text
+    assert "## Serving (model): Azure conversation trace" in text and "first 20" in text
     for name in ("report.md", "report.csv", "report.json", "config.json", "methods.png",
                  "speedup_vs_context.png"):
         assert (out / name).stat().st_size > 0, name
     data = json.loads((out / "report.json").read_text())
-    assert data["preset"] == "tiny" and len(data["rows"]) == 7
+    assert data["preset"] == "default" and len(data["rows"]) == 7
+    assert [r["role"] for r in data["sections"][0]["rows"]] == ["full KV", "best baseline",
+                                                                  "HiKV"]
     lines = (out / "report.csv").read_text().splitlines()
     assert len(lines) == 8 and "speedup_vs_full" in lines[0]
+    assert main(["report", "--preset", "tiny", "--no-area", "--no-serving", "--out",
+                 str(out)]) == 0
     assert main(["report", "--preset", "nope", "--no-area", "--out", str(out)]) == 2
+    assert main(["report", "--preset", "tiny", "--no-area", "--serving-requests", "-1",
+                 "--out", str(out)]) == 2
 
 
 def test_area_section_with_synthesis():

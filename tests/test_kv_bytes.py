@@ -209,3 +209,35 @@ def test_decode_key_determines_the_step(name: str) -> None:
     assert (model.step_peak(prompt, step) == model.step_peak(p2, s2)).all()
     assert (model.resident_after_step(prompt, step) == model.resident_after_step(p2, s2)).all()
     assert (model.scoring_macs(prompt, step, 3) == model.scoring_macs(p2, s2, 3)).all()
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default", "paper"])
+def test_serving_and_cost_model_views_agree(preset: str) -> None:
+    """One module, two views: the serving model's per-sequence reads (KVBytes.decode_read at
+    the first decode step after a prompt of n tokens) equal the cost model's step_bytes with n
+    cached tokens for every method where both are exact (the presets' burst-aligned records;
+    evicting HiKV is compared per state, since step_bytes averages it over a compaction
+    cycle)."""
+    from hikv.sim.kv_bytes import Geometry, step_bytes
+
+    cfg = get_preset(preset)
+    g = Geometry.of(cfg.layout, cfg.loader)
+    b = cfg.policy.budget
+    ns = np.array([1, 3, b // 2, b - 1, b, b + 1, 2 * b + 5, 4 * b + 17])
+    for name, spec in method_specs(cfg).items():
+        model = kv_bytes_model(spec, cfg.layout)
+        if name == "hikv-evict":
+            ns_e = np.array([1, b - 3, b])             # no eviction yet: a prefix of n tokens
+            got = model.decode_read(ns_e, np.ones_like(ns_e))
+            want = step_bytes(spec, g, ns_e)
+        else:
+            got = model.decode_read(ns, np.ones_like(ns))
+            want = step_bytes(spec, g, ns)
+        for f in FIELDS:
+            np.testing.assert_array_equal(np.asarray(getattr(got, f), dtype=float),
+                                          np.asarray(getattr(want, f), dtype=float),
+                                          err_msg=f"{preset} {name} {f}")
+        r = model.storage_bytes(ns + 1)
+        if spec.hikv is not None and name != "hikv-evict":
+            np.testing.assert_array_equal(r, step_bytes(spec, g, ns).resident,
+                                          err_msg=f"{preset} {name} resident")
