@@ -228,7 +228,8 @@ def run_cocotb(
     """Build ``verilog`` (cached by its hash under :func:`cache_dir`) and run cocotb tests.
 
     ``test_module`` is an importable module name (e.g. ``hikv.rtl_tests.tb_sorter``). Build
-    directories are keyed by ``build_key``, the simulator, the Verilog text and ``waves``, so
+    directories are keyed by ``build_key``, the simulator, the Verilog text, ``waves`` and the
+    cocotb and simulator installation (builds embed their absolute paths), so
     an unchanged design is not rebuilt and one directory serves one configuration. Waveforms are
     written only when ``waves`` is true, into the run's ``test_dir`` (never the working
     directory). A failing cocotb test is reported in the result (``passed`` false), not
@@ -238,8 +239,13 @@ def run_cocotb(
     """
     from cocotb_tools.runner import get_results, get_runner
 
+    import cocotb
+
     setup_environ()
-    digest = text_hash(verilog, simulator, str(waves))
+    # The build embeds absolute paths of cocotb's and the simulator's files (make dependency
+    # files), so a build directory is only valid for one installation: key it on them too.
+    install = f"{Path(cocotb.__file__).resolve()}|{shutil.which(simulator)}|{cocotb.__version__}"
+    digest = text_hash(verilog, simulator, str(waves), install)
     build_dir = cache_dir() / "build" / f"{build_key}-{simulator}-{digest}"
     build_dir.mkdir(parents=True, exist_ok=True)
     src = build_dir / f"{toplevel}.v"
