@@ -127,12 +127,38 @@ class KVCache(ABC):
             raise ParamError("prefill must come first, once per cache")
         out, sums, obs = causal_prefill(q, k, v, self.scale, col_sums=self._wants_col_sums,
                                         window=self._obs_window)
+        self.adopt_prefill(q, k, v, sums, obs)
+        return out
+
+    @property
+    def prefill_stats(self) -> tuple[bool, int]:
+        """What :meth:`prefill` needs from prompt attention besides its output: (column sums
+        wanted, observation window), the ``col_sums`` and ``window`` of
+        :func:`~hikv.model.attention.causal_prefill`."""
+        return self._wants_col_sums, self._obs_window
+
+    def adopt_prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      sums: torch.Tensor | None, obs: torch.Tensor | None) -> None:
+        """Set the state :meth:`prefill` sets, from statistics computed elsewhere.
+
+        ``sums`` and ``obs`` must be what ``causal_prefill(q, k, v, scale, col_sums=,
+        window=)`` returns for this cache's :attr:`prefill_stats` (``None`` where not wanted).
+        Lets several caches (methods) share one prompt attention pass; the state is the same
+        as after :meth:`prefill`. The cache keeps references to ``k``, ``v``, ``sums`` and
+        ``obs``; none of the methods modifies them in place.
+        """
+        self._check(q, k, v)
+        if self.seen:
+            raise ParamError("prefill must come first, once per cache")
+        want_sums, window = self.prefill_stats
+        if (sums is not None) != want_sums or (obs is not None) != (window > 0):
+            raise ParamError(f"{type(self).__name__} needs col_sums={want_sums} and "
+                             f"window={window} statistics from the prompt attention")
         n = k.shape[1]
         self.k, self.v = self._store(k), self._store_v(v)
         self.pos = torch.arange(n).expand(self.kv_heads, n).clone()
         self.seen = n
         self._after_prefill(q, k, sums, obs)
-        return out
 
     def decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                ) -> tuple[torch.Tensor, list[ByteAccount]]:
