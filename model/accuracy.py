@@ -96,7 +96,9 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
 
     HiKV labels take sinks, recent window, observation window, pooling, compaction interval
     and scorer from ``policy`` (a preset's); Stage II rules come only from the label (absent =
-    whole vectors). SparQ's and Double Sparsity's ``r`` default to ``head_dim / 4``.
+    whole vectors). SparQ's and Double Sparsity's ``r`` default to ``head_dim / 4``; H2O's
+    recent window and SnapKV's observation window are ``policy.recent`` (at most half the
+    budget), as HiKV's.
     """
     t = text.strip()
     if t == "full":
@@ -106,7 +108,9 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
         method = {"h2o": Method.H2O, "snapkv": Method.SNAPKV, "quest": Method.QUEST,
                   "sparq": Method.SPARQ, "ds": Method.DOUBLE_SPARSITY}[m["m"]]
         r = int(m["r"]) if m["r"] else max(1, head_dim // 4)
-        return MethodSpec(method=method, budget=int(m["b"]), channels=r)
+        b = int(m["b"])
+        return MethodSpec(method=method, budget=b, channels=r,
+                          recent=min(policy.recent, b // 2))
     m = _HIKV_RE.match(t)
     if m:
         s1 = _S1_ALIASES.get(m["s1"])
@@ -155,16 +159,12 @@ def family(spec: MethodSpec) -> str:
     return re.sub(r"@\d+", "", spec_label(spec))
 
 
-def baseline_specs(budgets: Iterable[int], head_dim: int) -> list[MethodSpec]:
-    """H2O, SnapKV, Quest, SparQ and Double Sparsity at each budget (r = head_dim / 4)."""
-    r = max(1, head_dim // 4)
-    out = []
-    for b in budgets:
-        out += [MethodSpec(Method.H2O, budget=b), MethodSpec(Method.SNAPKV, budget=b),
-                MethodSpec(Method.QUEST, budget=b),
-                MethodSpec(Method.SPARQ, budget=b, channels=r),
-                MethodSpec(Method.DOUBLE_SPARSITY, budget=b, channels=r)]
-    return out
+def baseline_specs(budgets: Iterable[int], policy: HiKVPolicy, head_dim: int
+                   ) -> list[MethodSpec]:
+    """H2O, SnapKV, Quest, SparQ and Double Sparsity at each budget (see
+    :func:`parse_method`)."""
+    return [parse_method(f"{m}@{b}", policy, head_dim) for b in budgets
+            for m in ("h2o", "snapkv", "quest", "sparq", "ds")]
 
 
 def hikv_spec(policy: HiKVPolicy, *, budget: int | None = None,

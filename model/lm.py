@@ -50,6 +50,7 @@ __all__ = [
     "LMShape",
     "LM",
     "load_lm",
+    "wrap_model",
     "resolve_model",
     "lm_config",
     "WindowKV",
@@ -182,6 +183,14 @@ def load_lm(source: str | os.PathLike, *, cache: Path | None = None,
     kw: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
     tok = AutoTokenizer.from_pretrained(folder, **kw)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw)
+    lm = wrap_model(model, tok, name=name, source=str(folder / (gguf or "")))
+    lm.load_s = time.perf_counter() - t0
+    return lm
+
+
+def wrap_model(model: Any, tokenizer: Any, *, name: str, source: str = "") -> LM:
+    """Route an already built transformers causal LM through the golden model (sets its
+    attention implementation to ``"hikv"``) and describe its shape."""
     model.eval()
     _register()
     model.set_attn_implementation(ATTN_NAME)
@@ -203,8 +212,7 @@ def load_lm(source: str | os.PathLike, *, cache: Path | None = None,
         intermediate=getattr(cfg, "intermediate_size", 4 * cfg.hidden_size),
         vocab=cfg.vocab_size, scale=scales.pop(),
         windows=tuple(getattr(m, "sliding_window", None) or None for m in mods))
-    return LM(model=model, tokenizer=tok, shape=shape, source=str(folder / (gguf or "")),
-              load_s=time.perf_counter() - t0)
+    return LM(model=model, tokenizer=tokenizer, shape=shape, source=source)
 
 
 def lm_config(base: Config, shape: LMShape) -> Config:

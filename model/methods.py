@@ -170,8 +170,7 @@ class KVCache(ABC):
             self.v = torch.zeros(self.kv_heads, 0, self.d, dtype=v.dtype)
             self.pos = torch.zeros(self.kv_heads, 0, dtype=torch.int64)
         assert self.v is not None and self.pos is not None
-        self.k = torch.cat([self.k, self._store(k)], dim=1)
-        self.v = torch.cat([self.v, self._store_v(v)], dim=1)
+        self._append(self._store(k), self._store_v(v))
         self.pos = torch.cat([self.pos, torch.full((self.kv_heads, 1), self.seen)], dim=1)
         self.seen += 1
         self.steps += 1
@@ -182,6 +181,43 @@ class KVCache(ABC):
     @property
     def resident_tokens(self) -> int:
         return 0 if self.k is None else int(self.k.shape[1])
+
+    def _append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """``self.k``/``self.v`` plus one entry, in amortised O(1): they are views of
+        capacity buffers that double when full (the values are those ``torch.cat`` gives)."""
+        assert self.k is not None and self.v is not None
+        n = self.k.shape[1]
+        buf = getattr(self, "_kvbuf", None)
+        if buf is None or buf[0] is not self.k or buf[2].shape[1] <= n:
+            cap = max(64, 2 * (n + 1))
+            kb = self.k.new_empty(self.kv_heads, cap, self.d)
+            vb = self.v.new_empty(self.kv_heads, cap, self.d)
+            kb[:, :n] = self.k
+            vb[:, :n] = self.v
+        else:
+            kb, vb = buf[2], buf[3]
+        kb[:, n] = k[:, 0]
+        vb[:, n] = v[:, 0]
+        self.k, self.v = kb[:, : n + 1], vb[:, : n + 1]
+        self._kvbuf = (self.k, self.v, kb, vb)
+
+    def _page_bounds(self, pt: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`_page_bounds` of ``self.k``, updated incrementally while the cache only
+        grows by :meth:`_append` (exact: only the pages touched since are recomputed)."""
+        assert self.k is not None
+        n = self.resident_tokens
+        c = getattr(self, "_pbounds", None)
+        buf = getattr(self, "_kvbuf", None)
+        if (c is None or c[0] != pt or c[1] > n or buf is None or buf[0] is not self.k
+                or c[4] is not buf[2]):
+            kmin, kmax = _page_bounds(self.k, pt)
+        else:
+            p0 = (c[1] - 1) // pt if c[1] else 0
+            tmin, tmax = _page_bounds(self.k[:, p0 * pt:], pt)
+            kmin = torch.cat([c[2][:, :p0], tmin], 1)
+            kmax = torch.cat([c[3][:, :p0], tmax], 1)
+        self._pbounds = (pt, n, kmin, kmax, None if buf is None else buf[2])
+        return kmin, kmax
 
     # ----------------------------------------------------------------- hooks
     _wants_col_sums = False
@@ -371,7 +407,7 @@ class Quest(KVCache):
         n = self.resident_tokens
         pages = -(-n // pt)
         n_sel = max(1, self.spec.budget // pt)
-        kmin, kmax = _page_bounds(self.k, pt)
+        kmin, kmax = self._page_bounds(pt)
         scores = _quest_scores(qg, kmin, kmax)
         scores[:, -1] = float("inf")                        # the current page
         sel_pages = _float_topk(scores, n_sel)              # [Hkv, p]
@@ -617,7 +653,7 @@ class HiKV(_Evicting):
         if p.scorer is Stage1Scorer.PAGE_BOUNDS:
             # whole pages: a chosen page adds its tokens that are not forced already
             pt = self.layout.page_tokens
-            kmin, kmax = _page_bounds(self.k, pt)
+            kmin, kmax = self._page_bounds(pt)
             scores = _quest_scores(qg, kmin, kmax)                       # [Hkv, pages]
             page_of = torch.arange(n) // pt
             cand_pages = torch.unique(page_of[~forced])
