@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from hikv.model import accuracy as A
 from hikv.model.accuracy_suite import SUITES, stage1_specs, stage2_specs
+from hikv.model.lm import LMShape, lm_config
 from hikv.params import Method, ParamError, Stage1Scorer, Stage1Variant, Stage2Kind
 from hikv.presets import get_preset
 
@@ -168,7 +167,10 @@ def test_suite_method_lists() -> None:
     on_top = [x for x in s2 if x.hikv.stage1 is Stage1Variant.QUERY_AWARE]  # type: ignore
     alone = [x for x in s2 if x.hikv.stage1 is Stage1Variant.NONE]  # type: ignore
     assert len(on_top) == len(alone) == 12 and all(x.budget == 256 for x in on_top)
-    gem = dataclasses.replace(CFG, layout=dataclasses.replace(CFG.layout, head_dim=256))
+    shape = LMShape(name="g", layers=2, q_heads=4, kv_heads=1, head_dim=256, hidden=640,
+                    intermediate=2048, vocab=1000, scale=0.0625, windows=(None, 512))
+    gem = lm_config(CFG, shape)
+    assert gem.layout.head_dim == 256 and gem.sorter.max_vec >= 256
     keeps256 = sorted({(x.hikv.k_rule.keep or x.hikv.v_rule.keep)  # type: ignore
                        for x in stage2_specs(s, gem, None)})
     assert keeps256 == [128, 192, 224]
