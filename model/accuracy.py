@@ -515,23 +515,44 @@ def _passkey_by_label(pk_rows: Seq[dict[str, Any]]) -> dict[str, tuple[int, int]
     return {k: (v[0], v[1]) for k, v in agg.items()}
 
 
+def _cell(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r.get("filler"), r.get("question"), r.get("length"), r.get("depth"))
+
+
 def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), *,
               ppl_tol: float = 0.01, passkey_tol: float = 0.0
               ) -> list[dict[str, Any]]:
     """Per method family, the smallest tested budget at which perplexity is within
-    ``ppl_tol`` (relative) of full KV and passkey accuracy (over all ``pk_rows`` cells of
-    that method) is at least full KV's minus ``passkey_tol``, with every larger tested budget
-    passing too. Rows carry that budget's bytes per decode step per (layer, KV head) and in
-    total (``* units``), or ``iso_budget = None`` when no tested budget passes (then the
-    numbers are those of the largest budget, marked ``reached = False``). Families whose
-    label has no budget (full KV, HiKV without Stage I) are rows of their own.
+    ``ppl_tol`` (relative) of full KV and passkey accuracy over the method's ``pk_rows``
+    cells is at least full KV's over the same cells minus ``passkey_tol``, with every larger
+    tested budget passing too. Rows carry that budget's bytes per decode step per
+    (layer, KV head) and in total (``* units``), or ``iso_budget = None`` when no tested
+    budget passes (then the numbers are those of the largest budget, ``reached = False``).
+    A method without passkey rows fails the passkey criterion when full KV has some.
     """
     full = [r for r in ppl_rows if r["label"] == "full"]
     if not full:
         raise ParamError("the perplexity rows need a 'full' (full KV) row as reference")
     ref_ppl = full[0]["ppl"]
-    pk = _passkey_by_label(pk_rows)
-    ref_pk = pk.get("full")
+    cells: dict[str, dict[tuple[Any, ...], tuple[int, int]]] = {}
+    for r in pk_rows:
+        c = cells.setdefault(r["label"], {})
+        old = c.get(_cell(r), (0, 0))
+        c[_cell(r)] = (old[0] + r["correct"], old[1] + r["trials"])
+    ref_cells = cells.get("full")
+
+    def passkey_of(label: str) -> tuple[int, int, float] | None:
+        """(correct, trials, full KV's accuracy on the same cells) or None."""
+        mine = cells.get(label)
+        if mine is None or ref_cells is None:
+            return None
+        common = [c for c in mine if c in ref_cells]
+        got = sum(mine[c][0] for c in common), sum(mine[c][1] for c in common)
+        ref = sum(ref_cells[c][0] for c in common), sum(ref_cells[c][1] for c in common)
+        if not got[1]:
+            return None
+        return got[0], got[1], ref[0] / ref[1]
+
     fams: dict[str, list[dict[str, Any]]] = {}
     for r in ppl_rows:
         fams.setdefault(r["family"], []).append(r)
@@ -542,12 +563,12 @@ def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), 
         def ok(r: dict[str, Any]) -> bool:
             if r["ppl"] > ref_ppl * (1 + ppl_tol):
                 return False
-            if ref_pk is None:
+            if ref_cells is None:
                 return True
-            got = pk.get(r["label"])
+            got = passkey_of(r["label"])
             if got is None:
                 return False
-            return got[0] / got[1] >= ref_pk[0] / ref_pk[1] - passkey_tol - 1e-12
+            return got[0] / got[1] >= got[2] - passkey_tol - 1e-12
 
         passing = [ok(r) for r in rows]
         best = None
@@ -556,7 +577,7 @@ def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), 
                 best = i
                 break
         chosen = rows[best] if best is not None else rows[-1]
-        got = pk.get(chosen["label"])
+        got = passkey_of(chosen["label"])
         out.append({
             "family": fam, "label": chosen["label"], "method": chosen["method"],
             "iso_budget": chosen["budget"] if best is not None else None,
@@ -564,6 +585,7 @@ def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), 
             "ppl": chosen["ppl"], "ppl_rel": chosen["ppl"] / ref_ppl - 1,
             "passkey_correct": None if got is None else got[0],
             "passkey_trials": None if got is None else got[1],
+            "passkey_full_acc": None if got is None else got[2],
             "bytes_ideal": chosen.get("bytes_ideal"), "bytes_burst": chosen.get("bytes_burst"),
             "bytes_meta_ideal": chosen.get("bytes_meta_ideal"),
             "bytes_meta_burst": chosen.get("bytes_meta_burst"),

@@ -64,6 +64,7 @@ class Suite:
     essay_depths: tuple[float, ...]
     essay_trials: int
     essay_budgets: tuple[int, ...] = (256,)
+    stage2_questions: tuple[str, ...] | None = None   # passkey question modes of Stage II
     ratios: tuple[tuple[int, int], ...] = ((7, 8), (3, 4), (1, 2))
     layout_aligns: tuple[int, ...] = (64, 8)
     aux_tokens: int = 1536       # layout and fidelity: one window of this many tokens
@@ -74,11 +75,11 @@ class Suite:
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite(name="full", budgets=(64, 128, 256, 512, 1024), ppl_windows=4, ppl_window=2048,
-          ppl_prefix=1024, pk_lengths=(1024, 2048, 4096), pk_depths=(0.1, 0.5, 0.9),
+          ppl_prefix=1536, pk_lengths=(1024, 2048), pk_depths=(0.1, 0.5, 0.9),
           pk_trials=6, pk_questions=("decode", "prefill"), essay_lengths=(2048,),
-          essay_depths=(0.25, 0.75), essay_trials=30),
+          essay_depths=(0.25, 0.75), essay_trials=30, stage2_questions=("decode",)),
     Suite(name="gemma", budgets=(64, 128, 256, 512, 1024), ppl_windows=4, ppl_window=2048,
-          ppl_prefix=1024, pk_lengths=(1024, 2048), pk_depths=(0.1, 0.5, 0.9), pk_trials=6,
+          ppl_prefix=1536, pk_lengths=(1024, 2048), pk_depths=(0.1, 0.5, 0.9), pk_trials=6,
           pk_questions=("decode",), essay_lengths=(), essay_depths=(), essay_trials=0,
           aux_tokens=1280),
     Suite(name="quick", budgets=(64, 256), ppl_windows=2, ppl_window=1024, ppl_prefix=768,
@@ -201,9 +202,10 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
     def ppl(specs: list[MethodSpec], c: Config = cfg) -> list[dict[str, Any]]:
         return A.perplexity(lm, specs, c, windows, suite.ppl_prefix, batch=batch, log=log)
 
-    def pk(specs: list[MethodSpec]) -> list[dict[str, Any]]:
+    def pk(specs: list[MethodSpec], questions: tuple[str, ...] | None = None
+           ) -> list[dict[str, Any]]:
         rows = []
-        for q in suite.pk_questions:
+        for q in questions or suite.pk_questions:
             rows += A.passkey(lm, specs, cfg, lengths=suite.pk_lengths, depths=suite.pk_depths,
                               trials=suite.pk_trials, filler="classic", question=q, seed=seed,
                               batch=batch, log=log)
@@ -233,7 +235,7 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
             f"{best_row['bytes_burst']:.0f} burst bytes per step per (layer, KV head))")
     s2 = stage2_specs(suite, cfg, best)
     ppl2 = R.phase("ppl_stage2", lambda: ppl(s2))
-    pk2 = R.phase("passkey_stage2", lambda: pk(s2))
+    pk2 = R.phase("passkey_stage2", lambda: pk(s2, suite.stage2_questions))
 
     lay_specs = [MethodSpec()] + ([best] if best is not None else []) + \
         [s for s in s2 if best is not None and s.hikv is not None and

@@ -174,3 +174,18 @@ def test_suite_method_lists() -> None:
     keeps256 = sorted({(x.hikv.k_rule.keep or x.hikv.v_rule.keep)  # type: ignore
                        for x in stage2_specs(s, gem, None)})
     assert keeps256 == [128, 192, 224]
+
+
+def test_iso_table_compares_passkey_on_the_same_cells() -> None:
+    ppl = [_row("full", 10.0, 1000, 256), _row("h2o@64", 10.0, 100, 64)]
+    pk = [{"label": "full", "correct": 3, "trials": 6, "filler": "classic",
+           "question": "decode", "length": 4096, "depth": 0.5},
+          {"label": "full", "correct": 6, "trials": 6, "filler": "classic",
+           "question": "decode", "length": 1024, "depth": 0.5},
+          {"label": "h2o@64", "correct": 6, "trials": 6, "filler": "classic",
+           "question": "decode", "length": 1024, "depth": 0.5}]
+    # h2o ran only the 1024 cell, where full KV scores 6/6: 6/6 passes
+    t = {r["family"]: r for r in A.iso_table(ppl, pk)}
+    assert t["h2o"]["reached"] and t["h2o"]["passkey_full_acc"] == 1.0
+    pk[2] = {**pk[2], "correct": 5}
+    assert not {r["family"]: r for r in A.iso_table(ppl, pk)}["h2o"]["reached"]
