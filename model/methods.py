@@ -50,7 +50,7 @@ from .layout import (
     contiguous,
     dense_rows,
     masked_records,
-    page_channels,
+    page_channel_runs,
 )
 from .sorter_ref import topk_indices
 
@@ -726,7 +726,7 @@ class HiKV(_Evicting):
             reads.append(Read("k", "k", masked_records(cached, lay, kr.keep)))
         else:
             assert ch is not None
-            reads.append(Read("k", "k", page_channels(cached, ch, lay)))
+            reads.append(Read("k", "k", page_channel_runs(cached, ch, lay)))
         vr = p.v_rule
         if vr.kind is Stage2Kind.NONE:
             reads.append(Read("v", "v", dense_rows(cached, lay)))

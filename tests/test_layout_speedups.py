@@ -81,3 +81,27 @@ def test_account_one_range_region() -> None:
             parts = [Read("meta", "m", contiguous(start, h)),
                      Read("meta", "m", contiguous(start + h, length - h))]
             assert account(parts, lay, 0, 0).meta_burst == a.meta_burst, (start, length)
+
+
+def test_page_channel_runs_read_the_same_bytes() -> None:
+    from hikv.model.layout import page_channel_runs
+
+    seed = 13
+    g = torch.Generator().manual_seed(seed)
+    for trial in range(80):
+        lay = KVLayout(head_dim=[16, 64, 256][trial % 3], page_tokens=[4, 16, 64][trial % 3],
+                       burst_bytes=[16, 64][trial % 2], align_bytes=64)
+        n = int(torch.randint(1, 400, (1,), generator=g))
+        if trial % 4 == 0:
+            t = torch.arange(n)                             # every token: long runs
+        else:
+            t = torch.randperm(n, generator=g)[: int(torch.randint(0, n + 1, (1,),
+                                                                   generator=g))]
+        c = torch.randperm(lay.head_dim, generator=g)[: int(torch.randint(0, lay.head_dim + 1,
+                                                                          (1,), generator=g))]
+        runs, elems = page_channel_runs(t, c, lay), page_channels(t, c, lay)
+        a = account([Read("k", "k", runs)], lay, 0, 0)
+        b = account([Read("k", "k", elems)], lay, 0, 0)
+        assert (a.k_ideal, a.k_burst) == (b.k_ideal, b.k_burst), f"seed {seed} trial {trial}"
+        assert torch.equal(torch.sort(runs.start).values, runs.start)
+        assert len(runs) <= len(elems)
