@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 
 from hikv.params import KVLayout, ParamError
@@ -36,6 +37,7 @@ __all__ = [
     "dense_rows",
     "masked_records",
     "page_channels",
+    "page_channel_runs",
     "contiguous",
     "burst_blocks",
     "burst_bytes",
@@ -158,22 +160,89 @@ def page_channels(tokens: torch.Tensor, channels: torch.Tensor, layout: KVLayout
     off = (t % layout.page_tokens) * eb
     # address order: page, then channel, then token within page
     start = page[:, None] * page_bytes + c[None, :] * chunk + off[:, None]
-    start = torch.sort(start.reshape(-1)).values
+    if c.numel() > 1 and bool((c[1:] == c[:-1]).any()):
+        start = torch.sort(start.reshape(-1)).values
+    else:
+        start = _page_channel_order(page, start, c.numel())
     return Ranges(start, torch.full_like(start, eb))
+
+
+def page_channel_runs(tokens: torch.Tensor, channels: torch.Tensor, layout: KVLayout
+                      ) -> Ranges:
+    """The bytes of :func:`page_channels` (same ideal bytes, same burst blocks) as fewer
+    ranges: the elements of one channel of consecutive tokens of one page are adjacent in
+    memory, so each such run is one range. Ranges come in address order. Tokens and channels
+    must be distinct."""
+    t = torch.sort(_i64(tokens)).values
+    c = torch.sort(_i64(channels)).values
+    if c.numel() and int(c.max()) >= layout.head_dim:
+        raise ParamError(f"channel {int(c.max())} out of range: allowed [0, {layout.head_dim})")
+    if (t.numel() > 1 and bool((t[1:] == t[:-1]).any())) or \
+            (c.numel() > 1 and bool((c[1:] == c[:-1]).any())):
+        raise ParamError("page_channel_runs needs distinct tokens and channels")
+    if t.numel() == 0 or c.numel() == 0:
+        return Ranges.empty()
+    pt, eb = layout.page_tokens, layout.elem_bytes
+    chunk = layout.channel_chunk_bytes
+    tn = t.numpy()
+    page = tn // pt
+    brk = np.ones(tn.size, dtype=bool)
+    brk[1:] = (tn[1:] != tn[:-1] + 1) | (page[1:] != page[:-1])
+    first = np.flatnonzero(brk)                        # run starts (token indices)
+    size = np.diff(np.append(first, tn.size))          # tokens per run
+    rpage = torch.from_numpy(page[first])
+    start = (rpage[:, None] * (layout.head_dim * chunk) + c[None, :] * chunk
+             + torch.from_numpy((tn[first] % pt) * eb)[:, None])          # [runs, r]
+    length = torch.from_numpy(size * eb)[:, None].expand(-1, c.numel())
+    order = _page_channel_order(rpage, torch.arange(start.numel()).reshape(start.shape),
+                                c.numel())
+    return Ranges(start.reshape(-1)[order], length.reshape(-1)[order])
+
+
+def _page_channel_order(page: torch.Tensor, start: torch.Tensor, r: int) -> torch.Tensor:
+    """``start`` [m, r] (sorted tokens x distinct sorted channels) flattened in ascending
+    address order without sorting: within the run of tokens of one page (``a`` tokens before
+    it, ``s`` in it), element (token i, channel j) goes to ``a * r + j * s + (i - a)``."""
+    m = page.numel()
+    if m == 0 or r == 0:
+        return start.reshape(-1)
+    pg = page.numpy()
+    idx = np.arange(m)
+    new = np.ones(m, dtype=bool)
+    new[1:] = pg[1:] != pg[:-1]
+    a = np.maximum.accumulate(np.where(new, idx, 0))           # first token of the page run
+    ends = np.append(np.flatnonzero(new)[1:], m)               # run ends, per run
+    size = (ends - idx[new])[np.cumsum(new) - 1]               # run size, per token
+    pos = (a * r)[:, None] + np.arange(r)[None, :] * size[:, None] + (idx - a)[:, None]
+    out = np.empty(m * r, dtype=np.int64)
+    out[pos.reshape(-1)] = start.numpy().reshape(-1)
+    return torch.from_numpy(out)
+
+
+def _new_blocks_np(start: np.ndarray, length: np.ndarray, burst: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_new_blocks` on int64 numpy arrays (numpy: small arrays, low per-call cost)."""
+    keep = length > 0
+    if not keep.all():
+        start, length = start[keep], length[keep]
+    first = start // burst
+    last = (start + length - 1) // burst
+    if first.size > 1 and (first[1:] < first[:-1]).any():   # already in order: no sort needed
+        order = np.argsort(first, kind="stable")
+        first, last = first[order], last[order]
+    prev_max = np.empty_like(last)
+    if last.size:
+        prev_max[0] = -1
+        np.maximum.accumulate(last[:-1], out=prev_max[1:])
+    lo = np.maximum(first, prev_max + 1)
+    return lo, np.maximum(last - lo + 1, 0)
 
 
 def _new_blocks(r: Ranges, burst: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per range (sorted by first block), the first block not touched by an earlier range and
     the number of new blocks from there: their union is the set of blocks touched."""
-    keep = r.length > 0
-    first = r.start[keep] // burst
-    last = (r.start[keep] + r.length[keep] - 1) // burst
-    order = torch.argsort(first, stable=True)
-    first, last = first[order], last[order]
-    prev_max = torch.cummax(last, 0).values if last.numel() else last
-    prev_max = torch.cat([torch.tensor([-1], dtype=torch.int64), prev_max[:-1]])
-    lo = torch.maximum(first, prev_max + 1)
-    return lo, (last - lo + 1).clamp(min=0)
+    lo, counts = _new_blocks_np(r.start.numpy(), r.length.numpy(), burst)
+    return torch.from_numpy(lo), torch.from_numpy(counts)
 
 
 def burst_blocks(r: Ranges, burst: int) -> torch.Tensor:
@@ -193,7 +262,7 @@ def _ramp(counts: torch.Tensor) -> torch.Tensor:
 
 def burst_bytes(r: Ranges, burst: int) -> int:
     """Bytes delivered at burst granularity: distinct blocks touched times ``burst``."""
-    return int(_new_blocks(r, burst)[1].sum()) * burst
+    return int(_new_blocks_np(r.start.numpy(), r.length.numpy(), burst)[1].sum()) * burst
 
 
 def account(reads: list[Read], layout: KVLayout, resident: int, tokens: int) -> ByteAccount:
@@ -206,9 +275,20 @@ def account(reads: list[Read], layout: KVLayout, resident: int, tokens: int) -> 
         ideal[rd.kind] += rd.ranges.ideal_bytes
         by_region.setdefault((rd.kind, rd.region), []).append(rd.ranges)
     burst = {"k": 0, "v": 0, "meta": 0}
+    bb = layout.burst_bytes
     for (kind, _), parts in by_region.items():
-        merged = Ranges(torch.cat([p.start for p in parts]), torch.cat([p.length for p in parts]))
-        burst[kind] += burst_bytes(merged, layout.burst_bytes)
+        if len(parts) == 1 and len(parts[0]) == 1:     # one range: blocks from its ends
+            st0, ln0 = int(parts[0].start[0]), int(parts[0].length[0])
+            if ln0 > 0:
+                burst[kind] += ((st0 + ln0 - 1) // bb - st0 // bb + 1) * bb
+            continue
+        if len(parts) == 1:
+            st, ln = parts[0].start.numpy(), parts[0].length.numpy()
+        else:
+            st = np.concatenate([p.start.numpy() for p in parts])
+            ln = np.concatenate([p.length.numpy() for p in parts])
+        burst[kind] += int(_new_blocks_np(st, ln, layout.burst_bytes)[1].sum()) \
+            * layout.burst_bytes
     return ByteAccount(k_ideal=ideal["k"], v_ideal=ideal["v"], meta_ideal=ideal["meta"],
                        k_burst=burst["k"], v_burst=burst["v"], meta_burst=burst["meta"],
                        resident=resident, tokens=tokens)

@@ -50,7 +50,7 @@ from .layout import (
     contiguous,
     dense_rows,
     masked_records,
-    page_channels,
+    page_channel_runs,
 )
 from .sorter_ref import topk_indices
 
@@ -127,12 +127,38 @@ class KVCache(ABC):
             raise ParamError("prefill must come first, once per cache")
         out, sums, obs = causal_prefill(q, k, v, self.scale, col_sums=self._wants_col_sums,
                                         window=self._obs_window)
+        self.adopt_prefill(q, k, v, sums, obs)
+        return out
+
+    @property
+    def prefill_stats(self) -> tuple[bool, int]:
+        """What :meth:`prefill` needs from prompt attention besides its output: (column sums
+        wanted, observation window), the ``col_sums`` and ``window`` of
+        :func:`~hikv.model.attention.causal_prefill`."""
+        return self._wants_col_sums, self._obs_window
+
+    def adopt_prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      sums: torch.Tensor | None, obs: torch.Tensor | None) -> None:
+        """Set the state :meth:`prefill` sets, from statistics computed elsewhere.
+
+        ``sums`` and ``obs`` must be what ``causal_prefill(q, k, v, scale, col_sums=,
+        window=)`` returns for this cache's :attr:`prefill_stats` (``None`` where not wanted).
+        Lets several caches (methods) share one prompt attention pass; the state is the same
+        as after :meth:`prefill`. The cache keeps references to ``k``, ``v``, ``sums`` and
+        ``obs``; none of the methods modifies them in place.
+        """
+        self._check(q, k, v)
+        if self.seen:
+            raise ParamError("prefill must come first, once per cache")
+        want_sums, window = self.prefill_stats
+        if (sums is not None) != want_sums or (obs is not None) != (window > 0):
+            raise ParamError(f"{type(self).__name__} needs col_sums={want_sums} and "
+                             f"window={window} statistics from the prompt attention")
         n = k.shape[1]
         self.k, self.v = self._store(k), self._store_v(v)
         self.pos = torch.arange(n).expand(self.kv_heads, n).clone()
         self.seen = n
         self._after_prefill(q, k, sums, obs)
-        return out
 
     def decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                ) -> tuple[torch.Tensor, list[ByteAccount]]:
@@ -144,8 +170,7 @@ class KVCache(ABC):
             self.v = torch.zeros(self.kv_heads, 0, self.d, dtype=v.dtype)
             self.pos = torch.zeros(self.kv_heads, 0, dtype=torch.int64)
         assert self.v is not None and self.pos is not None
-        self.k = torch.cat([self.k, self._store(k)], dim=1)
-        self.v = torch.cat([self.v, self._store_v(v)], dim=1)
+        self._append(self._store(k), self._store_v(v))
         self.pos = torch.cat([self.pos, torch.full((self.kv_heads, 1), self.seen)], dim=1)
         self.seen += 1
         self.steps += 1
@@ -156,6 +181,43 @@ class KVCache(ABC):
     @property
     def resident_tokens(self) -> int:
         return 0 if self.k is None else int(self.k.shape[1])
+
+    def _append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """``self.k``/``self.v`` plus one entry, in amortised O(1): they are views of
+        capacity buffers that double when full (the values are those ``torch.cat`` gives)."""
+        assert self.k is not None and self.v is not None
+        n = self.k.shape[1]
+        buf = getattr(self, "_kvbuf", None)
+        if buf is None or buf[0] is not self.k or buf[2].shape[1] <= n:
+            cap = max(64, 2 * (n + 1))
+            kb = self.k.new_empty(self.kv_heads, cap, self.d)
+            vb = self.v.new_empty(self.kv_heads, cap, self.d)
+            kb[:, :n] = self.k
+            vb[:, :n] = self.v
+        else:
+            kb, vb = buf[2], buf[3]
+        kb[:, n] = k[:, 0]
+        vb[:, n] = v[:, 0]
+        self.k, self.v = kb[:, : n + 1], vb[:, : n + 1]
+        self._kvbuf = (self.k, self.v, kb, vb)
+
+    def _page_bounds(self, pt: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`_page_bounds` of ``self.k``, updated incrementally while the cache only
+        grows by :meth:`_append` (exact: only the pages touched since are recomputed)."""
+        assert self.k is not None
+        n = self.resident_tokens
+        c = getattr(self, "_pbounds", None)
+        buf = getattr(self, "_kvbuf", None)
+        if (c is None or c[0] != pt or c[1] > n or buf is None or buf[0] is not self.k
+                or c[4] is not buf[2]):
+            kmin, kmax = _page_bounds(self.k, pt)
+        else:
+            p0 = (c[1] - 1) // pt if c[1] else 0
+            tmin, tmax = _page_bounds(self.k[:, p0 * pt:], pt)
+            kmin = torch.cat([c[2][:, :p0], tmin], 1)
+            kmax = torch.cat([c[3][:, :p0], tmax], 1)
+        self._pbounds = (pt, n, kmin, kmax, None if buf is None else buf[2])
+        return kmin, kmax
 
     # ----------------------------------------------------------------- hooks
     _wants_col_sums = False
@@ -349,7 +411,7 @@ class Quest(KVCache):
         n = self.resident_tokens
         pages = -(-n // pt)
         n_sel = max(1, self.spec.budget // pt)
-        kmin, kmax = _page_bounds(self.k, pt)
+        kmin, kmax = self._page_bounds(pt)
         scores = _quest_scores(qg, kmin, kmax)
         scores[:, -1] = float("inf")                        # the current page
         sel_pages = _float_topk(scores, n_sel)              # [Hkv, p]
@@ -595,7 +657,7 @@ class HiKV(_Evicting):
         if p.scorer is Stage1Scorer.PAGE_BOUNDS:
             # whole pages: a chosen page adds its tokens that are not forced already
             pt = self.layout.page_tokens
-            kmin, kmax = _page_bounds(self.k, pt)
+            kmin, kmax = self._page_bounds(pt)
             scores = _quest_scores(qg, kmin, kmax)                       # [Hkv, pages]
             page_of = torch.arange(n) // pt
             cand_pages = torch.unique(page_of[~forced])
@@ -668,7 +730,7 @@ class HiKV(_Evicting):
             reads.append(Read("k", "k", masked_records(cached, lay, kr.keep)))
         else:
             assert ch is not None
-            reads.append(Read("k", "k", page_channels(cached, ch, lay)))
+            reads.append(Read("k", "k", page_channel_runs(cached, ch, lay)))
         vr = p.v_rule
         if vr.kind is Stage2Kind.NONE:
             reads.append(Read("v", "v", dense_rows(cached, lay)))

@@ -1,0 +1,617 @@
+"""Accuracy of HiKV and the baselines on a real LM, with real decoding.
+
+Every evaluation drives a model loaded by :func:`hikv.model.lm.load_lm`; each method's caches
+make their decisions step by step as decoding proceeds (nothing is masked after the fact).
+Several methods share one prompt pass and are then decoded side by side, batched through the
+model's dense layers (:func:`hikv.model.lm.step`); each keeps its own caches.
+
+* :func:`perplexity`: teacher-forced perplexity on long text. Each window of ``window`` tokens
+  is split into a prompt of ``prefix`` tokens (prefilled with full attention, as every method
+  does) and the rest, fed token by token through ``decode``; the loss counts the predictions
+  made by decode steps only (``window - prefix - 1`` per window).
+* :func:`passkey`: the passkey (needle) test: a 5-digit key hidden at a depth of a haystack
+  (the classic repeated filler, or Paul Graham essays), then the question; teacher-forced: a
+  trial passes when every answer token is the model's top-1 prediction (the same as greedy
+  decoding producing the key). ``question="decode"`` feeds the question through decode after
+  a prefill of the haystack (the cache policy decides before it knows the question);
+  ``question="prefill"`` prefills the haystack and the question but its last token.
+* :func:`fidelity`: per layer, the relative L2 error and cosine of each method's attention output
+  against full attention over every token on the same inputs, at each decode step.
+* :func:`capture`: real q, k, v (RoPE applied) and attention probabilities of chosen layers, for
+  the RTL tests and the cost model.
+* :func:`iso_table`: per method family the smallest budget that keeps perplexity within a
+  tolerance of full KV and passkey accuracy unchanged, with its bytes per decode step.
+
+Bytes are the methods' own :class:`~hikv.model.layout.ByteAccount`\\ s: per decode step, per
+(layer, KV head) of the layers the method manages, ideal and at burst granularity, metadata
+included, averaged over every decode step of the perplexity windows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import re
+import time
+from collections.abc import Callable, Iterable
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hikv.params import (
+    Config,
+    HiKVPolicy,
+    Method,
+    MethodSpec,
+    ParamError,
+    Stage1Scorer,
+    Stage1Variant,
+    Stage2Kind,
+    Stage2Rule,
+    to_dict,
+)
+
+from .layout import ByteAccount
+from .lm import LM, Sequence, prefill, step
+
+__all__ = [
+    "parse_method",
+    "family",
+    "baseline_specs",
+    "hikv_spec",
+    "text_windows",
+    "perplexity",
+    "PasskeyCase",
+    "passkey_case",
+    "passkey",
+    "fidelity",
+    "capture",
+    "iso_table",
+    "CLASSIC_FILLER",
+]
+
+Log = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+# =========================================================================== method labels
+_HIKV_RE = re.compile(r"^hikv-(?P<s1>[a-z_]+)(?:@(?P<b>\d+))?(?:/lowbit(?P<lb>\d+))?"
+                      r"(?P<rest>(?:/[kv]:[a-z_]+\d+(?:g\d+)?)*)$")
+_RULE_RE = re.compile(r"/(?P<t>[kv]):(?P<kind>[a-z_]+?)(?P<keep>\d+)(?:g(?P<g>\d+))?")
+_BASE_RE = re.compile(r"^(?P<m>h2o|snapkv|quest|sparq|ds)@(?P<b>\d+)(?:/r(?P<r>\d+))?$")
+_S1_ALIASES = {"qa": "query_aware", "query_aware": "query_aware", "evict": "evict",
+               "none": "none"}
+
+
+def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
+    """A :class:`MethodSpec` from a label such as ``full``, ``h2o@256``, ``sparq@256/r16``,
+    ``hikv-evict@256``, ``hikv-qa@256/v:static48``, ``hikv-qa@256/lowbit4`` (query-aware
+    Stage I scored by 4-bit keys instead of page bounds) or ``hikv-none/k:channel_groups32g8``.
+
+    HiKV labels take sinks, recent window, observation window, pooling, compaction interval
+    and scorer from ``policy`` (a preset's); Stage II rules come only from the label (absent =
+    whole vectors). SparQ's and Double Sparsity's ``r`` default to ``head_dim / 4``; H2O's
+    recent window and SnapKV's observation window are ``policy.recent`` (at most half the
+    budget), as HiKV's.
+    """
+    t = text.strip()
+    if t == "full":
+        return MethodSpec()
+    m = _BASE_RE.match(t)
+    if m:
+        method = {"h2o": Method.H2O, "snapkv": Method.SNAPKV, "quest": Method.QUEST,
+                  "sparq": Method.SPARQ, "ds": Method.DOUBLE_SPARSITY}[m["m"]]
+        r = int(m["r"]) if m["r"] else max(1, head_dim // 4)
+        b = int(m["b"])
+        return MethodSpec(method=method, budget=b, channels=r,
+                          recent=min(policy.recent, b // 2))
+    m = _HIKV_RE.match(t)
+    if m:
+        s1 = _S1_ALIASES.get(m["s1"])
+        if s1 is None:
+            raise ParamError(f"method {text!r}: Stage I {m['s1']!r} is not one of "
+                             f"{sorted(_S1_ALIASES)}")
+        budget = int(m["b"]) if m["b"] else policy.budget
+        rules = {"k": Stage2Rule(), "v": Stage2Rule()}
+        for r in _RULE_RE.finditer(m["rest"]):
+            try:
+                kind = Stage2Kind(r["kind"])
+            except ValueError:
+                raise ParamError(f"method {text!r}: Stage II kind {r['kind']!r} is not one of "
+                                 f"{[k.value for k in Stage2Kind]}") from None
+            group = int(r["g"]) if r["g"] else Stage2Rule().group
+            rules[r["t"]] = Stage2Rule(kind, int(r["keep"]), group)
+        recent = min(policy.recent, max(0, budget - policy.sinks))
+        scorer = Stage1Scorer.LOWBIT_KEYS if m["lb"] else Stage1Scorer.PAGE_BOUNDS
+        bits = int(m["lb"]) if m["lb"] else policy.lowbit_bits
+        pol = dataclasses.replace(policy, budget=budget, recent=recent,
+                                  stage1=Stage1Variant(s1), k_rule=rules["k"],
+                                  v_rule=rules["v"], scorer=scorer, lowbit_bits=bits)
+        pol.check_head_dim(head_dim)
+        return MethodSpec.for_hikv(pol)
+    raise ParamError(f"method {text!r} is not a method label: use full, h2o@B, snapkv@B, "
+                     "quest@B, sparq@B[/rR], ds@B[/rR], hikv-{evict,qa,none}@B[/lowbitN]"
+                     "[/k:{static,query_channels,channel_groups}N[gG]][/v:staticN]")
+
+
+def spec_label(spec: MethodSpec) -> str:
+    """:attr:`MethodSpec.label`, with the channel group size where it is not the default."""
+    lab = spec.label
+    p = spec.hikv
+    if p is not None:
+        r = p.k_rule
+        if r.kind is Stage2Kind.CHANNEL_GROUPS:
+            lab = lab.replace(f"k:{r.kind.value}{r.keep}", f"k:{r.kind.value}{r.keep}g{r.group}")
+        if p.stage1 is Stage1Variant.QUERY_AWARE and p.scorer is Stage1Scorer.LOWBIT_KEYS:
+            head, _, rest = lab.partition("/")
+            lab = f"{head}/lowbit{p.lowbit_bits}" + (f"/{rest}" if rest else "")
+    return lab
+
+
+def family(spec: MethodSpec) -> str:
+    """The label without the budget: ``h2o``, ``sparq/r16``, ``hikv-evict/v:static48``."""
+    return re.sub(r"@\d+", "", spec_label(spec))
+
+
+def baseline_specs(budgets: Iterable[int], policy: HiKVPolicy, head_dim: int
+                   ) -> list[MethodSpec]:
+    """H2O, SnapKV, Quest, SparQ and Double Sparsity at each budget (see
+    :func:`parse_method`)."""
+    return [parse_method(f"{m}@{b}", policy, head_dim) for b in budgets
+            for m in ("h2o", "snapkv", "quest", "sparq", "ds")]
+
+
+def hikv_spec(policy: HiKVPolicy, *, budget: int | None = None,
+              stage1: Stage1Variant | None = None, k_rule: Stage2Rule | None = None,
+              v_rule: Stage2Rule | None = None) -> MethodSpec:
+    """HiKV with ``policy``'s fields, some replaced."""
+    b = policy.budget if budget is None else budget
+    pol = dataclasses.replace(
+        policy, budget=b, recent=min(policy.recent, max(0, b - policy.sinks)),
+        stage1=policy.stage1 if stage1 is None else stage1,
+        k_rule=policy.k_rule if k_rule is None else k_rule,
+        v_rule=policy.v_rule if v_rule is None else v_rule)
+    return MethodSpec.for_hikv(pol)
+
+
+def _spec_row(spec: MethodSpec) -> dict[str, Any]:
+    d = to_dict(spec)
+    hk = d.pop("hikv")
+    row = {"label": spec_label(spec), "family": family(spec), **d}
+    if hk:
+        row.update({f"hikv_{k}": (v if not isinstance(v, dict) else
+                                  f"{v['kind']}:{v['keep']}:{v['group']}")
+                    for k, v in hk.items()})
+    return row
+
+
+# =========================================================================== text
+def text_windows(lm: LM, text: str, window: int, count: int) -> list[list[int]]:
+    """``count`` non-overlapping windows of ``window`` tokens, evenly spread over ``text``;
+    each starts with the tokenizer's default prefix (e.g. ``<bos>``)."""
+    ids = lm.encode(text)
+    pre = lm.prefix_ids
+    body = window - len(pre)
+    if body < 2:
+        raise ParamError(f"window = {window} is out of range: allowed >= {len(pre) + 2}")
+    if count < 1:
+        raise ParamError(f"count = {count} is out of range: allowed >= 1")
+    if count * body > len(ids):
+        raise ParamError(f"{count} windows of {window} tokens need {count * body} tokens; the "
+                         f"text has {len(ids)}")
+    step_ = (len(ids) - body) // max(1, count - 1) if count > 1 else 0
+    return [pre + ids[i * step_: i * step_ + body] for i in range(count)]
+
+
+def _batches(items: list, size: int) -> list[list]:
+    return [items[i: i + size] for i in range(0, len(items), size)]
+
+
+#: memory the K/V copies of the methods decoded side by side may take (bytes, float32)
+KV_MEMORY_BYTES = 6 * 2**30
+
+
+def _cap_batch(lm: LM, batch: int, tokens: int) -> int:
+    """``batch`` limited so that that many full-length caches fit :data:`KV_MEMORY_BYTES`."""
+    s = lm.shape
+    per_seq = tokens * s.layers * s.kv_heads * s.head_dim * 4 * 2
+    return max(1, min(batch, KV_MEMORY_BYTES // max(1, per_seq)))
+
+
+def _eta(t0: float, done: float, total: float) -> str:
+    el = time.perf_counter() - t0
+    if done <= 0:
+        return f"{el:.0f} s"
+    return f"{el:.0f} s, ETA {el / done * (total - done):.0f} s"
+
+
+def _bytes_row(total: ByteAccount, steps: int, units: int) -> dict[str, float]:
+    if steps == 0 or units == 0:
+        return {}
+    d = total.as_dict()
+    return {f"bytes_{k}": v / (steps * units) for k, v in d.items()}
+
+
+# =========================================================================== perplexity
+def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int]],
+               prefix: int, *, batch: int = 64, log: Log = _quiet) -> list[dict[str, Any]]:
+    """Teacher-forced perplexity of each spec over ``windows`` (see the module docstring).
+
+    Returns one row per spec: ``ppl``, ``nll`` (mean, nats), ``tokens``, ``ppl_w<i>`` per
+    window, and ``bytes_*`` per decode step per (layer, KV head) (ideal, burst, k/v/meta,
+    resident, tokens), plus ``units`` (layer, KV head pairs counted).
+    """
+    specs = list(specs)
+    if not specs:
+        return []
+    for w in windows:
+        if not 0 < prefix < len(w) - 1:
+            raise ParamError(f"prefix = {prefix} is out of range: allowed [1, {len(w) - 2}] "
+                             f"for windows of {len(w)} tokens")
+    nll = [[0.0] * len(windows) for _ in specs]
+    cnt = [[0] * len(windows) for _ in specs]
+    acc = [ByteAccount() for _ in specs]
+    steps = [0] * len(specs)
+    units = 0
+    total_steps = sum(len(w) - 1 - prefix for w in windows) * len(specs)
+    done = 0
+    t0 = time.perf_counter()
+    batch = _cap_batch(lm, batch, max(len(w) for w in windows))
+    for wi, ids in enumerate(windows):
+        for chunk in _batches(list(range(len(specs))), batch):
+            seqs = [Sequence(lm, specs[i], cfg) for i in chunk]
+            units = seqs[0].units
+            prefill(lm, seqs, ids[:prefix])
+            n_dec = len(ids) - 1 - prefix
+            for t in range(prefix, len(ids) - 1):
+                lg = step(lm, seqs, [ids[t]] * len(seqs))
+                lp = torch.log_softmax(lg, -1)[:, ids[t + 1]]
+                for b, i in enumerate(chunk):
+                    nll[i][wi] -= float(lp[b])
+                    cnt[i][wi] += 1
+                done += len(chunk)
+                k = t - prefix + 1
+                if k % 128 == 0 or k == n_dec:
+                    log(f"  perplexity window {wi + 1}/{len(windows)} step {k}/{n_dec} "
+                        f"({len(chunk)} methods) {_eta(t0, done, total_steps)}")
+            for b, i in enumerate(chunk):
+                for a in seqs[b].accounts:
+                    acc[i] = acc[i] + a
+                steps[i] += len(seqs[b].accounts)
+    rows = []
+    for i, s in enumerate(specs):
+        n = sum(cnt[i])
+        row = {**_spec_row(s), "ppl": math.exp(sum(nll[i]) / n), "nll": sum(nll[i]) / n,
+               "tokens": n, "windows": len(windows), "prefix": prefix,
+               "window": len(windows[0]), "units": units,
+               **{f"ppl_w{w}": math.exp(nll[i][w] / cnt[i][w]) for w in range(len(windows))},
+               **_bytes_row(acc[i], steps[i], units)}
+        rows.append(row)
+    return rows
+
+
+# =========================================================================== passkey
+CLASSIC_INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it "
+                 "and memorize it. I will quiz you about the important information there.")
+CLASSIC_FILLER = (" The grass is green. The sky is blue. The sun is yellow. Here we go. There "
+                  "and back again.")
+NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
+QUESTION = " What is the pass key? The pass key is"
+
+
+@dataclass(frozen=True)
+class PasskeyCase:
+    """One passkey prompt: ``haystack`` (prefix, intro, filler with the needle inside), then
+    ``question`` and ``answer`` token ids; ``needle_at`` is the needle's first token index."""
+
+    haystack: list[int]
+    question: list[int]
+    answer: list[int]
+    key: str
+    needle_at: int
+    depth: float
+
+    @property
+    def length(self) -> int:
+        return len(self.haystack) + len(self.question)
+
+
+def passkey_case(lm: LM, length: int, depth: float, key: str, filler: str = "classic", *,
+                 essay_ids: Seq[int] | None = None, rng: random.Random | None = None
+                 ) -> PasskeyCase:
+    """A prompt of about ``length`` tokens (haystack + question) with the needle at ``depth``
+    (0 = start of the filler, 1 = end). ``filler`` is ``classic`` (the repeated sentences of
+    the passkey-retrieval literature) or ``essays`` (needs ``essay_ids``; a random offset from
+    ``rng``)."""
+    if not 0.0 <= depth <= 1.0:
+        raise ParamError(f"depth = {depth} is out of range: allowed [0, 1]")
+    intro = lm.prefix_ids + lm.encode(CLASSIC_INTRO)
+    needle = lm.encode(NEEDLE.format(key=key))
+    question = lm.encode(QUESTION)
+    answer = lm.encode(" " + key)
+    n_fill = length - len(intro) - len(needle) - len(question)
+    if n_fill < 16:
+        raise ParamError(f"length = {length} is out of range: allowed >= "
+                         f"{len(intro) + len(needle) + len(question) + 16}")
+    if filler == "classic":
+        unit = lm.encode(CLASSIC_FILLER)
+        units = max(1, n_fill // len(unit))
+        before = round(depth * units)
+        hay = unit * before + needle + unit * (units - before)
+        at = len(intro) + len(unit) * before
+    elif filler == "essays":
+        if essay_ids is None or len(essay_ids) < n_fill + 1:
+            raise ParamError("filler 'essays' needs essay_ids longer than the filler")
+        rng = rng or random.Random(0)
+        off = rng.randrange(0, len(essay_ids) - n_fill)
+        text = list(essay_ids[off: off + n_fill])
+        cut = round(depth * n_fill)
+        # move the needle to a sentence end (a token ending in '.') within 64 tokens after
+        for j in range(cut, min(n_fill, cut + 64)):
+            if j == 0 or lm.decode([text[j - 1]]).rstrip().endswith("."):
+                cut = j
+                break
+        hay = text[:cut] + needle + text[cut:]
+        at = len(intro) + cut
+    else:
+        raise ParamError(f"filler = {filler!r} is not one of 'classic', 'essays'")
+    return PasskeyCase(haystack=intro + hay, question=question, answer=answer, key=key,
+                       needle_at=at, depth=depth)
+
+
+def passkey(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, lengths: Seq[int],
+            depths: Seq[float], trials: int, filler: str = "classic",
+            question: str = "decode", essay_text: str | None = None, seed: int = 0,
+            batch: int = 64, log: Log = _quiet) -> list[dict[str, Any]]:
+    """Passkey retrieval of each spec per (length, depth) cell; one row per spec and cell with
+    ``correct``, ``trials``, ``accuracy`` and ``answer_logprob`` (mean, nats)."""
+    if question not in ("decode", "prefill"):
+        raise ParamError(f"question = {question!r} is not one of 'decode', 'prefill'")
+    if trials < 1:
+        raise ParamError(f"trials = {trials} is out of range: allowed >= 1")
+    specs = list(specs)
+    essay_ids = lm.encode(essay_text) if filler == "essays" and essay_text else None
+    rng = random.Random(seed)
+    cells = [(L, d) for L in lengths for d in depths]
+    results: dict[tuple[int, float], list[list[tuple[bool, float]]]] = {
+        c: [[] for _ in specs] for c in cells}
+    t0 = time.perf_counter()
+    total = len(cells) * trials
+    n = 0
+    for (L, d) in cells:
+        for _ in range(trials):
+            key = str(rng.randrange(10000, 100000))
+            case = passkey_case(lm, L, d, key, filler, essay_ids=essay_ids, rng=rng)
+            if question == "decode":
+                ctx, feed = case.haystack, case.question + case.answer[:-1]
+            else:
+                ctx = case.haystack + case.question[:-1]
+                feed = case.question[-1:] + case.answer[:-1]
+            first_ans = len(feed) - len(case.answer)
+            cap = _cap_batch(lm, batch, case.length)
+            for chunk in _batches(list(range(len(specs))), cap):
+                seqs = [Sequence(lm, specs[i], cfg) for i in chunk]
+                prefill(lm, seqs, ctx)
+                ok = [True] * len(chunk)
+                lp = [0.0] * len(chunk)
+                for j, tok in enumerate(feed):
+                    lg = step(lm, seqs, [tok] * len(seqs))
+                    if j >= first_ans:
+                        target = case.answer[j - first_ans]
+                        logp = torch.log_softmax(lg, -1)[:, target]
+                        top = lg.argmax(-1)
+                        for b in range(len(chunk)):
+                            ok[b] &= int(top[b]) == target
+                            lp[b] += float(logp[b])
+                for b, i in enumerate(chunk):
+                    results[(L, d)][i].append((ok[b], lp[b]))
+            n += 1
+            log(f"  passkey {filler}/{question} length {L} depth {d:.2f} trial "
+                f"{n}/{total} {_eta(t0, n, total)}")
+    rows = []
+    for (L, d), per in results.items():
+        for i, s in enumerate(specs):
+            r = per[i]
+            c = sum(1 for ok, _ in r if ok)
+            rows.append({**_spec_row(s), "filler": filler, "question": question,
+                         "length": L, "depth": d, "trials": len(r), "correct": c,
+                         "accuracy": c / len(r), "answer_logprob": sum(x for _, x in r) / len(r),
+                         "seed": seed})
+    return rows
+
+
+# =========================================================================== fidelity
+def fidelity(lm: LM, specs: Seq[MethodSpec], cfg: Config, ids: Seq[int], prefix: int, *,
+             batch: int = 64, log: Log = _quiet) -> list[dict[str, Any]]:
+    """Attention-output fidelity per method layer: prefill ``ids[:prefix]``, decode the rest
+    teacher-forced; rows per spec and layer with the mean and 90th percentile relative error
+    and the mean and 10th percentile cosine over decode steps (all query heads together)."""
+    specs = list(specs)
+    rows = []
+    t0 = time.perf_counter()
+    for chunk in _batches(specs, _cap_batch(lm, batch, 2 * len(ids))):
+        seqs = [Sequence(lm, s, cfg, fidelity=True) for s in chunk]
+        prefill(lm, seqs, ids[:prefix])
+        n_dec = len(ids) - prefix
+        for t in range(prefix, len(ids)):
+            step(lm, seqs, [ids[t]] * len(seqs))
+            k = t - prefix + 1
+            if k % 64 == 0 or k == n_dec:
+                log(f"  fidelity step {k}/{n_dec} ({len(chunk)} methods) "
+                    f"{_eta(t0, k, n_dec)}")
+        layers = lm.shape.method_layers
+        for s, sq in zip(chunk, seqs, strict=True):
+            assert sq.fidelity is not None
+            rel = torch.tensor(sq.fidelity.rel_err)     # [steps, layers]
+            cos = torch.tensor(sq.fidelity.cosine)
+            for j, layer in enumerate(layers):
+                rows.append({**_spec_row(s), "layer": layer, "steps": rel.shape[0],
+                             "rel_err_mean": float(rel[:, j].mean()),
+                             "rel_err_p90": float(torch.quantile(rel[:, j], 0.9)),
+                             "cosine_mean": float(cos[:, j].mean()),
+                             "cosine_p10": float(torch.quantile(cos[:, j], 0.1))})
+    return rows
+
+
+# =========================================================================== capture
+def capture(lm: LM, cfg: Config, ids: Seq[int], layers: Seq[int], prefix: int, *,
+            prob_rows: int = 32) -> dict[str, Any]:
+    """Real attention inputs of ``layers`` under full KV: prefill ``ids[:prefix]`` then decode
+    the rest. Returns a dict (save with ``torch.save``) with, per layer: ``q`` [Hq, T, d],
+    ``k``/``v`` [Hkv, T, d] (T = len(ids), RoPE applied, float32), ``probs_decode``
+    [Hq, T - prefix, T] (each decode query's probabilities over keys up to it, zeros after),
+    ``probs_prefill_last`` [Hq, prob_rows, prefix] (the last prompt queries), ``scale``,
+    ``window`` (sliding window or None); and ``meta`` (model, ids, prefix)."""
+    bad = [i for i in layers if not 0 <= i < lm.shape.layers]
+    if bad:
+        raise ParamError(f"layers {bad} are out of range: allowed [0, {lm.shape.layers - 1}]")
+    seq = Sequence(lm, MethodSpec(), cfg, capture=layers)
+    prefill(lm, [seq], ids[:prefix])
+    for t in range(prefix, len(ids)):
+        step(lm, [seq], [ids[t]])
+    out: dict[str, Any] = {"meta": {"model": lm.shape.name, "source": lm.source,
+                                    "prefix": prefix, "ids": list(ids),
+                                    "shape": dataclasses.asdict(lm.shape)}, "layers": {}}
+    sc = lm.shape.scale
+    for layer in layers:
+        t = seq.captured_tensors(layer)
+        q, k, v = t["q"], t["k"], t["v"]
+        g = lm.shape.q_heads // lm.shape.kv_heads
+        kx = k.repeat_interleave(g, 0)
+        n = k.shape[1]
+        win = lm.shape.windows[layer]
+        pos = torch.arange(n)
+        logits = torch.matmul(q[:, prefix:], kx.transpose(-1, -2)) * sc   # [Hq, S, n]
+        qp = pos[prefix:, None]
+        ok = pos[None, :] <= qp
+        if win is not None:
+            ok &= pos[None, :] > qp - win
+        pd = torch.softmax(logits.masked_fill(~ok, float("-inf")), -1)
+        r0 = max(0, prefix - prob_rows)
+        lp = torch.matmul(q[:, r0:prefix], kx[:, :prefix].transpose(-1, -2)) * sc
+        qp2 = pos[r0:prefix, None]
+        ok2 = pos[None, :prefix] <= qp2
+        if win is not None:
+            ok2 &= pos[None, :prefix] > qp2 - win
+        pp = torch.softmax(lp.masked_fill(~ok2, float("-inf")), -1)
+        out["layers"][layer] = {"q": q, "k": k, "v": v, "probs_decode": pd,
+                                "probs_prefill_last": pp, "scale": sc, "window": win}
+    return out
+
+
+# =========================================================================== iso table
+def _passkey_by_label(pk_rows: Seq[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    agg: dict[str, list[int]] = {}
+    for r in pk_rows:
+        a = agg.setdefault(r["label"], [0, 0])
+        a[0] += r["correct"]
+        a[1] += r["trials"]
+    return {k: (v[0], v[1]) for k, v in agg.items()}
+
+
+def _cell(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r.get("filler"), r.get("question"), r.get("length"), r.get("depth"))
+
+
+def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), *,
+              ppl_tol: float = 0.01, passkey_tol: float = 0.0
+              ) -> list[dict[str, Any]]:
+    """Per method family, the smallest tested budget at which perplexity is within
+    ``ppl_tol`` (relative) of full KV and passkey accuracy over the method's ``pk_rows``
+    cells is at least full KV's over the same cells minus ``passkey_tol``, with every larger
+    tested budget passing too. Rows carry that budget's bytes per decode step per
+    (layer, KV head) and in total (``* units``), or ``iso_budget = None`` when no tested
+    budget passes (then the numbers are those of the largest budget, ``reached = False``).
+    A method without passkey rows fails the passkey criterion when full KV has some.
+    """
+    full = [r for r in ppl_rows if r["label"] == "full"]
+    if not full:
+        raise ParamError("the perplexity rows need a 'full' (full KV) row as reference")
+    ref_ppl = full[0]["ppl"]
+    cells: dict[str, dict[tuple[Any, ...], tuple[int, int]]] = {}
+    for r in pk_rows:
+        c = cells.setdefault(r["label"], {})
+        old = c.get(_cell(r), (0, 0))
+        c[_cell(r)] = (old[0] + r["correct"], old[1] + r["trials"])
+    ref_cells = cells.get("full")
+
+    def passkey_of(label: str) -> tuple[int, int, float] | None:
+        """(correct, trials, full KV's accuracy on the same cells) or None."""
+        mine = cells.get(label)
+        if mine is None or ref_cells is None:
+            return None
+        common = [c for c in mine if c in ref_cells]
+        got = sum(mine[c][0] for c in common), sum(mine[c][1] for c in common)
+        ref = sum(ref_cells[c][0] for c in common), sum(ref_cells[c][1] for c in common)
+        if not got[1]:
+            return None
+        return got[0], got[1], ref[0] / ref[1]
+
+    fams: dict[str, list[dict[str, Any]]] = {}
+    for r in ppl_rows:
+        fams.setdefault(r["family"], []).append(r)
+    out = []
+    for fam, rows in fams.items():
+        rows = sorted(rows, key=lambda r: r["budget"])
+
+        def ok(r: dict[str, Any]) -> bool:
+            if r["ppl"] > ref_ppl * (1 + ppl_tol):
+                return False
+            if ref_cells is None:
+                return True
+            got = passkey_of(r["label"])
+            if got is None:
+                return False
+            return got[0] / got[1] >= got[2] - passkey_tol - 1e-12
+
+        passing = [ok(r) for r in rows]
+        best = None
+        for i in range(len(rows)):
+            if all(passing[i:]):
+                best = i
+                break
+        chosen = rows[best] if best is not None else rows[-1]
+        got = passkey_of(chosen["label"])
+        out.append({
+            "family": fam, "label": chosen["label"], "method": chosen["method"],
+            "iso_budget": chosen["budget"] if best is not None else None,
+            "reached": best is not None, "budgets_tested": [r["budget"] for r in rows],
+            "ppl": chosen["ppl"], "ppl_rel": chosen["ppl"] / ref_ppl - 1,
+            "passkey_correct": None if got is None else got[0],
+            "passkey_trials": None if got is None else got[1],
+            "passkey_full_acc": None if got is None else got[2],
+            "bytes_ideal": chosen.get("bytes_ideal"), "bytes_burst": chosen.get("bytes_burst"),
+            "bytes_meta_ideal": chosen.get("bytes_meta_ideal"),
+            "bytes_meta_burst": chosen.get("bytes_meta_burst"),
+            "bytes_resident": chosen.get("bytes_resident"),
+            "units": chosen.get("units"),
+            "step_bytes_ideal": (chosen.get("bytes_ideal") or 0) * (chosen.get("units") or 0),
+            "step_bytes_burst": (chosen.get("bytes_burst") or 0) * (chosen.get("units") or 0),
+        })
+    return out
+
+
+def reductions(table: Seq[dict[str, Any]], hikv_family: str) -> list[dict[str, Any]]:
+    """Bytes of each family at its iso budget divided by ``hikv_family``'s (ideal and burst):
+    how many times fewer bytes HiKV reads at equal accuracy."""
+    h = [r for r in table if r["family"] == hikv_family]
+    if not h:
+        raise ParamError(f"no iso-table row of family {hikv_family!r}")
+    h0 = h[0]
+    out = []
+    for r in table:
+        if r["family"] == hikv_family:
+            continue
+        out.append({"baseline": r["family"], "baseline_reached": r["reached"],
+                    "hikv": hikv_family, "hikv_reached": h0["reached"],
+                    "x_ideal": (r["bytes_ideal"] / h0["bytes_ideal"]
+                                if h0["bytes_ideal"] else None),
+                    "x_burst": (r["bytes_burst"] / h0["bytes_burst"]
+                                if h0["bytes_burst"] else None)})
+    return out

@@ -1,0 +1,154 @@
+"""Result files and plots of the accuracy study: CSV + JSON rows, a Markdown table, PNG plots.
+
+Every JSON file records the rows and a ``meta`` block (command line, model, preset
+configuration, seed, code version, wall time), so a number can be traced to what produced it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+from collections.abc import Sequence as Seq
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_rows", "read_rows", "code_version", "markdown_table", "plot_tradeoff",
+           "plot_fidelity"]
+
+
+def code_version() -> str:
+    """``git describe`` of the source tree when available, else the package version."""
+    from hikv import __version__
+
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, timeout=10, cwd=Path(__file__).resolve().parent)
+        if out.returncode == 0 and out.stdout.strip():
+            return f"{__version__}+{out.stdout.strip()}"
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return __version__
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, list | tuple):
+        return " ".join(str(x) for x in v)
+    return v
+
+
+def write_rows(out: Path, name: str, rows: Seq[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    """Write ``out/name.csv`` and ``out/name.json`` (rows + meta); returns the JSON path."""
+    out.mkdir(parents=True, exist_ok=True)
+    keys: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in keys:
+                keys.append(k)
+    with (out / f"{name}.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _cell(r.get(k)) for k in keys})
+    path = out / f"{name}.json"
+    path.write_text(json.dumps({"meta": meta, "rows": list(rows)}, indent=1, default=str))
+    return path
+
+
+def read_rows(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows and meta of a JSON file written by :func:`write_rows`."""
+    d = json.loads(Path(path).read_text())
+    return d["rows"], d["meta"]
+
+
+def _fmt(v: Any, spec: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if spec and isinstance(v, int | float) and not isinstance(v, bool):
+        return format(v, spec)
+    return str(v)
+
+
+def markdown_table(rows: Seq[dict[str, Any]], cols: Seq[tuple[str, str, str]]) -> str:
+    """``cols`` = (key, header, format spec); a GitHub Markdown table."""
+    head = "| " + " | ".join(h for _, h, _ in cols) + " |"
+    sep = "|" + "|".join("---" for _ in cols) + "|"
+    body = ["| " + " | ".join(_fmt(r.get(k), f) for k, _, f in cols) + " |" for r in rows]
+    return "\n".join([head, sep, *body])
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_tradeoff(path: Path, rows: Seq[dict[str, Any]], y: str, *, ylabel: str,
+                  title: str, x: str = "bytes_burst", ref: float | None = None,
+                  ref_label: str = "", families: Seq[str] | None = None,
+                  logy: bool = False) -> Path:
+    """One line per method family: ``y`` against bytes per decode step (log x)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fams: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get(x) is None or r.get(y) is None:
+            continue
+        if families is not None and r["family"] not in families:
+            continue
+        fams.setdefault(r["family"], []).append(r)
+    for fam, rs in sorted(fams.items()):
+        rs = sorted(rs, key=lambda r: r[x])
+        style = "-o" if fam.startswith("hikv") else "--s"
+        if fam == "full":
+            style = "k*"
+        ax.plot([r[x] for r in rs], [r[y] for r in rs], style, label=fam, markersize=5)
+        for r in rs:
+            if fam != "full" and r.get("budget") and not fam.startswith("hikv-none"):
+                ax.annotate(str(r["budget"]), (r[x], r[y]), fontsize=6,
+                            textcoords="offset points", xytext=(2, 2))
+    if ref is not None:
+        ax.axhline(ref, color="grey", lw=0.8, ls=":", label=ref_label or None)
+    ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("bytes read per decode step per (layer, KV head), burst granularity")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", lw=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def plot_fidelity(path: Path, rows: Seq[dict[str, Any]], *, title: str) -> Path:
+    """Mean relative attention-output error per layer, one line per method."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["label"], []).append(r)
+    for lab, rs in sorted(by.items()):
+        rs = sorted(rs, key=lambda r: r["layer"])
+        ax.plot([r["layer"] for r in rs], [max(r["rel_err_mean"], 1e-8) for r in rs], "-o",
+                markersize=3, label=lab)
+    ax.set_yscale("log")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("relative L2 error of attention output vs full KV")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", lw=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path

