@@ -237,9 +237,8 @@ def run_cocotb(
     already in ``os.environ`` win (cocotb's runner merges ``os.environ`` last), so set
     configuration under names of your own.
     """
-    from cocotb_tools.runner import get_results, get_runner
-
     import cocotb
+    from cocotb_tools.runner import get_results, get_runner
 
     setup_environ()
     # The build embeds absolute paths of cocotb's and the simulator's files (make dependency

@@ -615,3 +615,33 @@ def reductions(table: Seq[dict[str, Any]], hikv_family: str) -> list[dict[str, A
                     "x_burst": (r["bytes_burst"] / h0["bytes_burst"]
                                 if h0["bytes_burst"] else None)})
     return out
+
+
+def iso_accuracy_file(table: Seq[dict[str, Any]], cfg: Config, *, hikv_family: str | None,
+                      ppl_tol: float, passkey_tol: float, model: str, preset: str,
+                      context: int | None, source: str) -> dict[str, Any]:
+    """The iso-table as an operating-point file for ``hikv report --iso`` (schema
+    ``hikv.iso_accuracy/1`` of :func:`hikv.sim.report.load_iso_accuracy`): one point per
+    baseline family and one for ``hikv_family`` (HiKV's best), each the spec at its iso budget
+    (``within_tolerance``) or at its largest tested budget when it never reached iso-accuracy
+    (``within_tolerance`` false, so the report leaves it out and says so). ``context`` is the
+    longest context the perplexity steps ran at."""
+    points = []
+    for r in table:
+        fam = r["family"]
+        if fam == "full" or fam.startswith("hikv-none"):
+            continue
+        if fam.startswith("hikv-") and fam != hikv_family:
+            continue
+        spec = parse_method(r["label"], cfg.policy, cfg.layout.head_dim)
+        points.append({"family": fam, "label": r["label"], "spec": to_dict(spec),
+                       "metric_value": 100 * r["ppl_rel"],
+                       "passkey": (None if r.get("passkey_trials") is None else
+                                   f"{r['passkey_correct']}/{r['passkey_trials']}"),
+                       "within_tolerance": bool(r["reached"])})
+    return {"schema": "hikv.iso_accuracy/1", "preset": preset, "model": model,
+            "head_dim": cfg.layout.head_dim, "context": context,
+            "metric": "perplexity increase % vs full KV (and passkey accuracy at least full "
+            f"KV's - {passkey_tol:g})", "tolerance": 100 * ppl_tol,
+            "source": source, "points": points}
+

@@ -280,6 +280,11 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
     best_all = min(hikv_rows, key=lambda r: r["bytes_burst"]) if hikv_rows else None
     red = A.reductions(iso, best_all["family"]) if best_all else []
     write_rows(out, "reductions", red, {**meta, "phase": "reductions"})
+    iso_file = A.iso_accuracy_file(
+        iso, cfg, hikv_family=best_all["family"] if best_all else None, ppl_tol=ppl_tol,
+        passkey_tol=passkey_tol, model=lm.shape.name, preset=preset,
+        context=suite.ppl_window, source=meta["command"])
+    (out / "iso_points.json").write_text(json.dumps(iso_file, indent=1) + "\n")
     pk_by = A._passkey_by_label(all_pk)
     es_by = A._passkey_by_label(es1)
     for r in all_ppl:

@@ -105,10 +105,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="HiKV family the reductions are relative to (default: the reached "
                         "HiKV family with the fewest burst bytes)")
     e.add_argument("--out", type=Path, required=True, help="output folder")
+    e.add_argument("--iso-file", type=Path, default=None, metavar="FILE",
+                   help="also write the operating points for `hikv report --iso FILE` "
+                        "(hikv.iso_accuracy/1; the config is the perplexity JSON's)")
 
     f = sub.add_parser("run", help="the whole study, resumable (see hikv.model.accuracy_suite)")
     _common(f)
-    f.add_argument("--suite", default="full", help="full, gemma, short, quick or smoke (default full)")
+    f.add_argument("--suite", default="full",
+                   help="full, gemma, short, quick or smoke (default full)")
     f.add_argument("--redo", action="store_true", help="rerun phases whose results exist")
     f.add_argument("--ppl-tol", type=float, default=0.01)
     f.add_argument("--passkey-tol", type=float, default=0.0)
@@ -225,6 +229,8 @@ def _table(args: argparse.Namespace) -> int:
         fam = min(hk, key=lambda r: r["bytes_burst"])["family"] if hk else None
     red = A.reductions(iso, fam) if fam else []
     write_rows(args.out, "reductions", red, meta)
+    if args.iso_file is not None:
+        _write_iso_file(args, iso, fam, ppl)
     print(markdown_table(iso, [("family", "method", ""), ("iso_budget", "iso budget", ""),
                                ("ppl", "ppl", ".3f"), ("ppl_rel", "Δppl", "+.4f"),
                                ("passkey_correct", "pk ok", ""), ("passkey_trials", "of", ""),
@@ -235,3 +241,28 @@ def _table(args: argparse.Namespace) -> int:
         print(markdown_table(red, [("baseline", "baseline", ""), ("hikv", "HiKV", ""),
                                    ("x_ideal", "x ideal", ".2f"), ("x_burst", "x burst", ".2f")]))
     return 0
+
+
+
+def _write_iso_file(args: argparse.Namespace, iso: list[dict], fam: str | None,
+                    ppl: list[dict]) -> None:
+    import json
+
+    from hikv.model import accuracy as A
+    from hikv.model.accuracy_io import read_rows
+    from hikv.params import Config, ParamError, from_dict
+
+    meta = read_rows(args.perplexity[0])[1]
+    if "config" not in meta:
+        raise ParamError(f"--perplexity {args.perplexity[0]}: its metadata has no 'config' "
+                         "(written by an older hikv); rerun the perplexity phase")
+    cfg = from_dict(Config, meta["config"])
+    data = A.iso_accuracy_file(
+        iso, cfg, hikv_family=fam, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol,
+        model=str(meta.get("model", "")), preset=str(meta.get("preset", cfg.name)),
+        context=max((int(r["window"]) for r in ppl if r.get("window")), default=None),
+        source=" ".join(sys.argv))
+    args.iso_file.parent.mkdir(parents=True, exist_ok=True)
+    args.iso_file.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {args.iso_file} ({len(data['points'])} operating points; "
+          f"hikv report --preset {data['preset']} --iso {args.iso_file})")

@@ -154,6 +154,7 @@ class IsoAccuracy:
     source: str
     context: int | None
     path: str
+    unreached: tuple[str, ...] = ()    # methods with points, none within tolerance
 
 
 ISO_SCHEMA = "hikv.iso_accuracy/1"
@@ -165,13 +166,15 @@ def load_iso_accuracy(path: str | Path, cfg: Config) -> IsoAccuracy:
     Format (``schema`` ``"hikv.iso_accuracy/1"``)::
 
         {"schema": "hikv.iso_accuracy/1", "preset": "paper", "model": "smollm2-135m",
-         "context": 2048, "metric": "ppl_increase_pct", "tolerance": 1.0,
+         "head_dim": 64, "context": 2048, "metric": "ppl_increase_pct", "tolerance": 1.0,
          "source": "hikv accuracy ... (command)",
          "points": [{"spec": {...MethodSpec as hikv.params.to_dict...},
                      "metric_value": 0.8, "within_tolerance": true}, ...]}
 
     Per method the point used is, among those ``within_tolerance``, the one with the smallest
-    budget (then the fewest channels); full KV needs no point. Errors name the field.
+    budget (then the fewest channels); full KV needs no point. A method whose points are all
+    outside the tolerance is left out of the table and named in its notes. ``head_dim``, when
+    given, must be the preset's. Errors name the field.
     """
     p = Path(path)
     try:
@@ -184,11 +187,18 @@ def load_iso_accuracy(path: str | Path, cfg: Config) -> IsoAccuracy:
     for key in ("metric", "tolerance", "points"):
         if key not in data:
             raise ParamError(f"iso-accuracy file {p}: missing field {key!r}")
+    hd = data.get("head_dim")
+    if hd is not None and hd != cfg.layout.head_dim:
+        raise ParamError(f"iso-accuracy file {p}: head_dim = {hd} (model {data.get('model')!r}) "
+                         f"but preset {cfg.name!r} has head_dim = {cfg.layout.head_dim}; use "
+                         "points measured on a model of the preset's shape")
     best: dict[Method, MethodSpec] = {}
+    seen: set[str] = set()
     for i, pt in enumerate(data["points"]):
         if "spec" not in pt:
             raise ParamError(f"iso-accuracy file {p}: points[{i}] has no 'spec'")
         spec = from_dict(MethodSpec, pt["spec"])
+        seen.add(spec.method.value)
         if not pt.get("within_tolerance", False):
             continue
         cur = best.get(spec.method)
@@ -199,9 +209,10 @@ def load_iso_accuracy(path: str | Path, cfg: Config) -> IsoAccuracy:
     specs = [MethodSpec(Method.FULL, budget=cfg.policy.budget,
                         recent=min(cfg.policy.recent, cfg.policy.budget))]
     specs += [best[m] for m in Method if m in best and m is not Method.FULL]
+    unreached = tuple(sorted(seen - {m.value for m in best}))
     return IsoAccuracy(specs=tuple(specs), metric=str(data["metric"]),
                        tolerance=float(data["tolerance"]), source=str(data.get("source", "")),
-                       context=data.get("context"), path=str(p))
+                       context=data.get("context"), path=str(p), unreached=unreached)
 
 
 # --------------------------------------------------------------------------- the table
@@ -462,9 +473,13 @@ def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccu
     if iso is None:
         notes.append("Budgets are nominal: every method keeps the preset's budget B; no "
                      "iso-accuracy operating-point file was given (--iso).")
-    elif iso.context is not None and iso.context != cfg.context:
-        notes.append(f"The iso-accuracy points were measured at context {iso.context}, the "
-                     f"table is evaluated at {cfg.context}.")
+    else:
+        if iso.context is not None and iso.context != cfg.context:
+            notes.append(f"The iso-accuracy points were measured at context {iso.context}, "
+                         f"the table is evaluated at {cfg.context} with the same budgets.")
+        if iso.unreached:
+            notes.append("Left out: no tested budget of " + ", ".join(iso.unreached) +
+                         f" kept {iso.metric} within {iso.tolerance:g} ({iso.path}).")
     notes.append("Baselines use the same sorter and loader hardware (generous to them).")
     notes.append("Energy is dynamic only (no leakage or clock tree); DRAM energy is not "
                  "scaled with the logic node.")

@@ -86,7 +86,7 @@ def test_run_smoke_suite(tiny_model, tmp_path) -> None:
     assert _run(["run", "--suite", "smoke", "--model", str(model), "--cache", str(cache),
                  "--preset", "tiny", "--out", str(out)]) == 0
     for name in ("ppl_stage1", "passkey_stage1", "ppl_stage2", "layout", "fidelity",
-                 "iso_table", "reductions", "points"):
+                 "iso_table", "reductions", "points", "iso_points"):
         assert (out / f"{name}.json").is_file(), name
     for png in ("ppl_vs_bytes", "passkey_vs_bytes", "stage2_ppl_vs_bytes", "fidelity"):
         assert (out / f"{png}.png").is_file(), png

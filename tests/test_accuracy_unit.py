@@ -90,6 +90,47 @@ def test_iso_table_picks_smallest_budget_with_all_larger_passing() -> None:
         A.iso_table(ppl[1:], pk)
 
 
+def test_iso_file_feeds_the_report() -> None:
+    """The iso table written as hikv.iso_accuracy/1 is what `hikv report --iso` reads: one
+    point per baseline and HiKV's best family, unreached methods left out and named."""
+    import json
+
+    from hikv.sim.report import load_iso_accuracy
+
+    ppl = [_row("full", 10.0, 1000, 256),
+           _row("h2o@64", 10.5, 100, 64), _row("h2o@256", 10.5, 400, 256),
+           _row("quest@64", 10.05, 90, 64), _row("quest@256", 10.0, 350, 256),
+           _row("hikv-qa@64", 10.08, 80, 64), _row("hikv-qa@256", 10.0, 300, 256),
+           _row("hikv-evict@64", 10.0, 50, 64), _row("hikv-evict@256", 10.0, 200, 256)]
+    pk = [_pk(r["label"], 6) for r in ppl]
+    iso = A.iso_table(ppl, pk, ppl_tol=0.01)
+    data = A.iso_accuracy_file(iso, CFG, hikv_family="hikv-evict", ppl_tol=0.01,
+                               passkey_tol=0.0, model="m", preset="default", context=2048,
+                               source="test")
+    assert {p["family"] for p in data["points"]} == {"h2o", "quest", "hikv-evict"}
+    got = load_iso_accuracy_from(data, load_iso_accuracy)
+    by = {s.method: s for s in got.specs}
+    assert by[Method.QUEST].budget == 64 and by[Method.HIKV].budget == 64
+    assert by[Method.HIKV].hikv.stage1 is Stage1Variant.EVICT
+    assert Method.H2O not in by and got.unreached == ("h2o",)
+    assert got.context == 2048 and got.tolerance == 1.0
+    bad = {**data, "head_dim": CFG.layout.head_dim * 2}
+    with pytest.raises(ParamError, match="head_dim"):
+        load_iso_accuracy_from(bad, load_iso_accuracy)
+    json.dumps(data)
+
+
+def load_iso_accuracy_from(data, load):
+    import json
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "iso.json"
+        p.write_text(json.dumps(data))
+        return load(p, CFG)
+
+
 class _FakeLM:
     """Whitespace 'tokenizer': each word is one token (the word's index in a vocabulary)."""
 
