@@ -120,14 +120,7 @@ def plot_tradeoff(path: Path, rows: Seq[dict[str, Any]], y: str, *, ylabel: str,
         ax.set_yscale("log")
     ax.set_xlabel("bytes read per decode step per (layer, KV head), burst granularity")
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which="both", lw=0.3)
-    ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, title)
 
 
 def plot_fidelity(path: Path, rows: Seq[dict[str, Any]], *, title: str) -> Path:
@@ -144,6 +137,10 @@ def plot_fidelity(path: Path, rows: Seq[dict[str, Any]], *, title: str) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("layer")
     ax.set_ylabel("relative L2 error of attention output vs full KV")
+    return _finish(plt, fig, ax, path, title)
+
+
+def _finish(plt: Any, fig: Any, ax: Any, path: Path, title: str) -> Path:
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", lw=0.3)
     ax.legend(fontsize=6, ncol=2)

@@ -373,13 +373,8 @@ class SnapKV(_Evicting):
         top = _float_topk(scores, self.spec.budget - w)
         self._keep(torch.cat([top, torch.arange(n - w, n).expand(self.kv_heads, w)], dim=1))
 
-    def _decode(self, qg: torch.Tensor) -> tuple[torch.Tensor, list[ByteAccount]]:
-        assert self.k is not None and self.v is not None
-        out, _ = attend(qg, self.k, self.v, self.scale)
-        n = self.resident_tokens
-        reads = self._dense_reads(torch.arange(n - 1))
-        res = n * 2 * self._row_stride()
-        return out, self._accounts([reads] * self.kv_heads, res, [n - 1] * self.kv_heads)
+    # decode attends and reads every resident token, exactly as full KV does
+    _decode = FullKV._decode
 
 
 def _page_bounds(k: torch.Tensor, pt: int) -> tuple[torch.Tensor, torch.Tensor]:
