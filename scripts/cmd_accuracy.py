@@ -112,7 +112,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f = sub.add_parser("run", help="the whole study, resumable (see hikv.model.accuracy_suite)")
     _common(f)
     f.add_argument("--suite", default="full",
-                   help="full, gemma, short, quick or smoke (default full)")
+                   help="full, gemma, long, quick or smoke (default full)")
     f.add_argument("--redo", action="store_true", help="rerun phases whose results exist")
     f.add_argument("--ppl-tol", type=float, default=0.01)
     f.add_argument("--passkey-tol", type=float, default=0.0)
