@@ -49,9 +49,12 @@ class Block:
         return to_verilog(self.component(cfg), self.toplevel)
 
     def run_regression(self, cfg: Config, *, seed: int, jobs: int | None = None,
-                       waves: bool = False, simulator: str = "verilator") -> RtlReport:
+                       waves: bool = False, simulator: str = "verilator",
+                       **extra: Any) -> RtlReport:
+        """Run the block's regression; ``extra`` goes to blocks that take more (the chained
+        block's ``capture``)."""
         return _load(self.regression)(cfg, seed=seed, jobs=jobs, waves=waves,
-                                      simulator=simulator)
+                                      simulator=simulator, **extra)
 
 
 def _load(ref: str) -> Any:

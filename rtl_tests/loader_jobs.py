@@ -337,10 +337,42 @@ def make_timing_cases(cfg: Config, seed: int, latencies: tuple[int, ...] = (1, 8
     return cases
 
 
-def make_chain_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
-    """Jobs for the sorter -> loader chain, from one seeded random attention head each.
+def captured_heads(capture: dict[str, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor,
+                                                          torch.Tensor]]:
+    """Real attention heads from a ``hikv accuracy capture`` file (``torch.load``-ed): per
+    (layer, query head), its decode queries ``q`` [S, d], and its KV head's ``k``, ``v`` [T, d]
+    (T = prefix + S; decode query ``s`` sees keys ``0 .. prefix + s``)."""
+    out = []
+    for layer, t in sorted(capture["layers"].items()):
+        q, k, v = t["q"], t["k"], t["v"]
+        prefix = int(capture["meta"]["prefix"])
+        g = q.shape[0] // k.shape[0]
+        for h in range(q.shape[0]):
+            out.append((f"layer {layer} head {h}", q[h, prefix:], k[h // g], v[h // g]))
+    return out
 
-    Per job: a query ``q`` and ``n`` cached keys ``K`` and values ``V`` (fp16, normal); Stage I
+
+def _real_head(heads: list[Any], rng: random.Random, n_max: int
+               ) -> tuple[str, int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decode step of a captured head: the query and the last ``n`` (<= ``n_max``) keys
+    and values it attends, in fp16."""
+    name, q, k, v = heads[rng.randrange(len(heads))]
+    steps = q.shape[0]
+    s = rng.randrange(steps)
+    seen = k.shape[0] - steps + s + 1
+    n = min(n_max, seen)
+    lo = seen - n
+    return (f"{name} step {s} tokens {lo}..{seen - 1}", n, q[s].to(torch.float16),
+            k[lo:seen].to(torch.float16), v[lo:seen].to(torch.float16))
+
+
+def make_chain_cases(cfg: Config, seed: int, jobs: int,
+                     capture: dict[str, Any] | None = None) -> list[Case]:
+    """Jobs for the sorter -> loader chain, from one attention head each: a real head of
+    ``capture`` (a ``hikv accuracy capture`` file: a random layer, query head and decode step,
+    its most recent ``max_n`` tokens at most) or, without one, a seeded random head.
+
+    Per job: a query ``q`` and ``n`` cached keys ``K`` and values ``V`` (fp16); Stage I
     keys are ``float_to_key(softmax(q K^T / sqrt(d)))``; the golden Stage I is
     ``stage1_topk(keys, 0..n-1, k)``. The loader then reads, for the selected tokens, one of:
     V as masked records pruned at write time by the golden Stage II (top ``v_rule.keep`` of
@@ -354,16 +386,26 @@ def make_chain_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
     rng = random.Random(seed)
     lay, lp, sp = cfg.layout, cfg.loader, cfg.sorter
     d, fmt, w = lay.head_dim, cfg.key_format, sp.key_width
+    heads = captured_heads(capture) if capture is not None else None
+    if heads:
+        got = heads[0][1].shape[-1]
+        if got != d:
+            raise ParamError(f"capture head_dim = {got} but {cfg.name}.layout.head_dim = {d}; "
+                             "use chain_variant(cfg, head_dim) (hikv rtl --capture does)")
     r_v = cfg.policy.v_rule.keep if cfg.policy.v_rule.keep else d * 3 // 4
     kinds = ["v-masked", "k-dense", "k-channels"]
     cases = []
     for i in range(jobs):
         g = torch.Generator().manual_seed(rng.randrange(1 << 62))
         n = sp.max_n if i < len(kinds) else rng.randint(1, sp.max_n)
+        source = "seeded random head"
+        if heads:
+            source, n, q, kk, vv = _real_head(heads, rng, n)
         k = rng.randint(1, min(sp.max_k, n))
-        q = torch.randn(d, generator=g).to(torch.float16)
-        kk = torch.randn(n, d, generator=g).to(torch.float16)
-        vv = torch.randn(n, d, generator=g).to(torch.float16)
+        if not heads:
+            q = torch.randn(d, generator=g).to(torch.float16)
+            kk = torch.randn(n, d, generator=g).to(torch.float16)
+            vv = torch.randn(n, d, generator=g).to(torch.float16)
         probs = torch.softmax(kk.float() @ q.float() / d ** 0.5, -1).to(torch.float16)
         keys = [int(x) for x in float_to_key(probs, fmt, w).tolist()]
         slots = tuple(idx for _, idx in stage1_topk(keys, list(range(n)), k))
@@ -387,7 +429,7 @@ def make_chain_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
                    for j, s in enumerate(slots)]
         knobs = _knobs(rng)
         knobs["score_valid"] = rng.choice([1.0, 0.5])
-        cases.append(Case(name=f"chain-{kind}-{i}", job=job, memory={base: img},
+        cases.append(Case(name=f"chain-{kind}-{i} ({source})", job=job, memory={base: img},
                           requests=[(q_.addr, q_.beats) for q_ in reqs], outputs=outputs,
                           bytes_read=request_bytes(reqs, lp.beat_bytes), knobs=knobs,
                           scores=keys, k=k))

@@ -38,6 +38,20 @@ def packed_variant(cfg: Config) -> Config:
     return cfg.replace(name=f"{cfg.name}+packed", layout=layout)
 
 
+def chain_variant(cfg: Config, head_dim: int) -> Config:
+    """``cfg`` with KV vectors of ``head_dim`` elements (layout and model) and a sorter that
+    takes vectors that long: the chained block on real heads of a captured model."""
+    import dataclasses
+
+    if head_dim == cfg.layout.head_dim:
+        return cfg
+    return cfg.replace(name=f"{cfg.name}+d{head_dim}",
+                       layout=dataclasses.replace(cfg.layout, head_dim=head_dim),
+                       model=dataclasses.replace(cfg.model, head_dim=head_dim),
+                       sorter=dataclasses.replace(cfg.sorter,
+                                                  max_vec=max(cfg.sorter.max_vec, head_dim)))
+
+
 def _fields(layout: Any) -> dict[str, list[int]]:
     return {name: [f.offset, f.width] for name, f in layout}
 
@@ -229,11 +243,14 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
 
 
 def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
-                         waves: bool = False, simulator: str = "verilator") -> Any:
-    """Sorter -> loader chain (``hikv rtl --block sorter_loader``): token scores of seeded
-    random attention heads go through the sorter's Stage I into the loader; every output must
-    equal the golden Stage I + Stage II result (:func:`~hikv.rtl_tests.loader_jobs.
-    make_chain_cases`), with requests, counters and status checked as for the loader."""
+                         waves: bool = False, simulator: str = "verilator",
+                         capture: dict[str, Any] | None = None) -> Any:
+    """Sorter -> loader chain (``hikv rtl --block sorter_loader``): token scores of attention
+    heads go through the sorter's Stage I into the loader; every output must equal the golden
+    Stage I + Stage II result (:func:`~hikv.rtl_tests.loader_jobs.make_chain_cases`), with
+    requests, counters and status checked as for the loader. The heads are real ones from
+    ``capture`` (a ``hikv accuracy capture`` file, loaded; ``cfg`` is adapted to its head size
+    with :func:`chain_variant`) or seeded random ones."""
     from hikv.hw.blocks import RtlReport
     from hikv.hw.sorter_loader import make_sorter_loader
     from hikv.hw.verilog import to_verilog
@@ -243,8 +260,11 @@ def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
     n = DEFAULT_CHAIN_JOBS if jobs is None else jobs
     if n < 1:
         raise ParamError(f"jobs = {n} is out of range: allowed >= 1")
+    if capture is not None:
+        layer0 = next(iter(capture["layers"].values()))
+        cfg = chain_variant(cfg, int(layer0["k"].shape[-1]))
     verilog = to_verilog(make_sorter_loader(cfg), CHAIN_TOPLEVEL)
-    cases = make_chain_cases(cfg, seed, n)
+    cases = make_chain_cases(cfg, seed, n, capture)
     conf = tb_config(cfg)
     conf.update(seed=seed, chain=_sorter_conf(cfg), memory_bytes=_memory_bytes(cfg, cases))
     images: dict[int, str] = {}
@@ -272,6 +292,11 @@ def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
     rows = result.get("regression_axiram", []) + result.get("regression_pipe", [])
     lines = [f"cocotb tests: {run.tests - run.failed}/{run.tests} passed "
              f"(log: {run.results_xml})"]
+    if capture is not None:
+        meta = capture.get("meta", {})
+        lines.append(f"heads: real, captured from {meta.get('model', '?')} layers "
+                     f"{sorted(capture['layers'])} ({len(meta.get('ids', []))} tokens); "
+                     f"preset adapted to {cfg.name}")
     if rows:
         lines.append(f"chain: {len(rows)} jobs (scores -> sorter Stage I -> loader), "
                      f"{sum(r['scores'] for r in rows)} scores, {sum(r['tokens'] for r in rows)} "

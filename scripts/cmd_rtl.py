@@ -19,6 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--waves", action="store_true", help="dump waveforms (VCD)")
     p.add_argument("--sim", default="verilator", choices=("verilator", "icarus"),
                    help="simulator")
+    p.add_argument("--capture", default=None, metavar="FILE",
+                   help="sorter_loader only: real attention heads from `hikv accuracy capture` "
+                        "(the preset is adapted to their head size)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,8 +35,18 @@ def run(args: argparse.Namespace) -> int:
         raise ParamError(f"--jobs = {args.jobs} is out of range: allowed >= 1")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     cfg = get_preset(args.preset)
+    extra = {}
+    if args.capture is not None:
+        if args.block != "sorter_loader":
+            raise ParamError(f"--capture is for --block sorter_loader, not {args.block!r}")
+        import torch
+
+        try:
+            extra["capture"] = torch.load(args.capture, weights_only=False)
+        except (OSError, RuntimeError) as e:
+            raise ParamError(f"--capture {args.capture}: {e}") from None
     rep = get_block(args.block).run_regression(cfg, seed=seed, jobs=args.jobs,
-                                               waves=args.waves, simulator=args.sim)
+                                               waves=args.waves, simulator=args.sim, **extra)
     status = "PASS" if rep.passed else "FAIL"
     print(f"{status} block={rep.block} preset={rep.preset} seed={rep.seed} jobs={rep.jobs}")
     for line in rep.lines:

@@ -74,3 +74,20 @@ def test_cli_perplexity_runs_methods_end_to_end(smol, tmp_path) -> None:
     assert hikv["bytes_ideal"] < 0.4 * full["bytes_ideal"]
     assert h2o["bytes_resident"] < 0.3 * full["bytes_resident"]
     assert hikv["bytes_tokens"] <= 64
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+def test_sorter_loader_chain_on_real_heads(smol) -> None:
+    """Issue 4's chained test on real attention heads: q, K, V captured from SmolLM2 (layers
+    0, 15, 29) drive score stream -> sorter Stage I -> loader on the tiny preset adapted to
+    d = 64; every output equals the golden Stage I + Stage II result."""
+    from hikv.rtl_tests.loader_launch import run_chain_regression
+
+    lm, cfg = smol
+    ids = A.text_windows(lm, essays_text(None), 96, 1)[0]
+    cap = A.capture(lm, cfg, ids, [0, 15, 29], 64, prob_rows=4)
+    rep = run_chain_regression(get_preset("tiny"), seed=11, jobs=12, capture=cap)
+    assert rep.passed, "\n".join(rep.lines)
+    assert rep.preset == "tiny+d64" and len(rep.metrics["chain"]) == 12
+    assert any("heads: real" in line for line in rep.lines)
