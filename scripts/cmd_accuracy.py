@@ -264,5 +264,10 @@ def _write_iso_file(args: argparse.Namespace, iso: list[dict], fam: str | None,
         source=" ".join(sys.argv))
     args.iso_file.parent.mkdir(parents=True, exist_ok=True)
     args.iso_file.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {args.iso_file} ({len(data['points'])} operating points; "
-          f"hikv report --preset {data['preset']} --iso {args.iso_file})")
+    from hikv.presets import get_preset
+
+    use = (f"hikv report --preset {data['preset']} --iso {args.iso_file}"
+           if get_preset(data["preset"]).layout.head_dim == cfg.layout.head_dim else
+           f"head_dim {cfg.layout.head_dim} differs from preset {data['preset']!r}'s, so "
+           "hikv report cannot use it")
+    print(f"wrote {args.iso_file} ({len(data['points'])} operating points; {use})")
