@@ -223,11 +223,13 @@ class HiKVPolicy:
     obs_window: int = 32
     pool_kernel: int = 7
     compact_interval: int = 16
+    # defaults = what the accuracy study measured best (docs/RESULTS.md): query-aware Stage I
+    # scored by 4-bit keys; no Stage II (with 64-byte aligned records it saves no burst bytes)
     stage1: Stage1Variant = Stage1Variant.QUERY_AWARE
-    scorer: Stage1Scorer = Stage1Scorer.PAGE_BOUNDS
+    scorer: Stage1Scorer = Stage1Scorer.LOWBIT_KEYS
     lowbit_bits: int = 4
     k_rule: Stage2Rule = field(default_factory=Stage2Rule)
-    v_rule: Stage2Rule = field(default_factory=lambda: Stage2Rule(Stage2Kind.STATIC, 48))
+    v_rule: Stage2Rule = field(default_factory=Stage2Rule)
 
     def __post_init__(self) -> None:
         o = "HiKVPolicy"
@@ -321,14 +323,19 @@ class MethodSpec:
 
     @property
     def label(self) -> str:
-        """Short human-readable name, e.g. ``h2o@256``."""
+        """Short human-readable name, e.g. ``h2o@256``, ``hikv-query_aware@256/lowbit4``
+        (query-aware Stage I scored by 4-bit keys), ``.../k:channel_groups32g8`` (32 channels
+        kept in groups of 8)."""
         if self.method is Method.HIKV:
             p = self.hikv
             assert p is not None
             parts = [f"hikv-{p.stage1.value}@{p.budget}"]
+            if p.stage1 is Stage1Variant.QUERY_AWARE and p.scorer is Stage1Scorer.LOWBIT_KEYS:
+                parts.append(f"lowbit{p.lowbit_bits}")
             for n, r in (("k", p.k_rule), ("v", p.v_rule)):
                 if r.kind is not Stage2Kind.NONE:
-                    parts.append(f"{n}:{r.kind.value}{r.keep}")
+                    g = f"g{r.group}" if r.kind is Stage2Kind.CHANNEL_GROUPS else ""
+                    parts.append(f"{n}:{r.kind.value}{r.keep}{g}")
             return "/".join(parts)
         if self.method is Method.FULL:
             return "full"

@@ -17,13 +17,14 @@ from .params import (
     ParamError,
     ServingParams,
     SorterParams,
+    Stage1Scorer,
     Stage1Variant,
     Stage2Kind,
     Stage2Rule,
     SyntheticWorkload,
 )
 
-__all__ = ["MODEL_SHAPES", "PRESETS", "get_preset", "get_model_shape"]
+__all__ = ["MODEL_SHAPES", "PRESETS", "get_preset", "get_model_shape", "with_overrides"]
 
 #: Transformer shapes. Real LMs used by the accuracy study, and a serving-scale model.
 MODEL_SHAPES: dict[str, ModelShape] = {
@@ -57,9 +58,10 @@ def _tiny() -> Config:
         name="tiny",
         layout=KVLayout(head_dim=16, elem_bytes=2, burst_bytes=16, align_bytes=16,
                         page_tokens=4),
+        # a test preset: it keeps page-bound scores and V Stage II so tests reach those paths
         policy=HiKVPolicy(budget=16, sinks=2, recent=4, obs_window=4, pool_kernel=3,
-                          compact_interval=4, v_rule=Stage2Rule(Stage2Kind.STATIC, 12),
-                          k_rule=Stage2Rule()),
+                          compact_interval=4, scorer=Stage1Scorer.PAGE_BOUNDS,
+                          v_rule=Stage2Rule(Stage2Kind.STATIC, 12), k_rule=Stage2Rule()),
         sorter=SorterParams(lanes=4, key_width=8, max_n=64, max_k=16, max_vec=16),
         loader=LoaderParams(addr_width=16, data_width=32, max_burst_beats=8,
                             max_outstanding=2, id_width=2, max_tokens=64),
@@ -82,9 +84,14 @@ def _default() -> Config:
         name="default",
         layout=KVLayout(head_dim=64, elem_bytes=2, burst_bytes=64, align_bytes=64,
                         page_tokens=16),
+        # HiKV as the accuracy study chose it (docs/RESULTS.md, SmolLM2-135M and Gemma-3-270M):
+        # query-aware Stage I scored by 4-bit keys reaches iso-accuracy with the fewest bytes;
+        # Stage II is off: a V record of 48 of 64 elements (8 + 96 B) still takes two 64-byte
+        # bursts, so it saves no DRAM bytes in this layout and only costs accuracy
         policy=HiKVPolicy(budget=256, sinks=4, recent=32, obs_window=32, pool_kernel=7,
                           compact_interval=16, stage1=Stage1Variant.QUERY_AWARE,
-                          v_rule=Stage2Rule(Stage2Kind.STATIC, 48)),
+                          scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
+                          k_rule=Stage2Rule(), v_rule=Stage2Rule()),
         sorter=SorterParams(lanes=8, key_width=16, max_n=4096, max_k=512, max_vec=128),
         # 8 reads of 256 B in flight cover the 100-cycle memory latency (Little's law:
         # 8 x 16 beats >= 100 + 16 cycles), so one loader streams 16 B/cycle; with 4 it would
@@ -108,9 +115,11 @@ def _paper() -> Config:
         name="paper",
         layout=KVLayout(head_dim=128, elem_bytes=2, burst_bytes=64, align_bytes=64,
                         page_tokens=16),
+        # the same choice as `default` (a 96-of-128 V record, 16 + 192 B, still fills 256 B)
         policy=HiKVPolicy(budget=2048, sinks=4, recent=64, obs_window=32, pool_kernel=7,
                           compact_interval=64, stage1=Stage1Variant.QUERY_AWARE,
-                          v_rule=Stage2Rule(Stage2Kind.STATIC, 96)),
+                          scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
+                          k_rule=Stage2Rule(), v_rule=Stage2Rule()),
         sorter=SorterParams(lanes=16, key_width=16, max_n=32768, max_k=4096, max_vec=128),
         loader=LoaderParams(addr_width=40, data_width=256, max_burst_beats=16,
                             max_outstanding=16, id_width=4, max_tokens=32768),
@@ -145,3 +154,39 @@ def get_model_shape(name: str) -> ModelShape:
         return MODEL_SHAPES[name]
     except KeyError:
         raise ParamError(f"unknown model shape {name!r}; known: {sorted(MODEL_SHAPES)}") from None
+
+
+def with_overrides(cfg: Config, items: list[str] | tuple[str, ...]) -> Config:
+    """``cfg`` with ``section.field=value`` overrides applied (``policy.scorer=page_bounds``,
+    ``policy.v_rule.keep=48``, ``accel.pe_lanes=1024``); values are JSON (numbers, strings,
+    objects) or bare strings. The result is validated like any preset and named
+    ``NAME[override,...]``; an unknown field is an error naming it and the known ones."""
+    import json
+
+    from .params import from_dict, to_dict
+
+    if not items:
+        return cfg
+    data = to_dict(cfg)
+    for item in items:
+        key, eq, raw = item.partition("=")
+        if not eq or not key:
+            raise ParamError(f"override {item!r} must look like section.field=value")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        node = data
+        path = key.split(".")
+        for i, part in enumerate(path):
+            if not isinstance(node, dict) or part not in node:
+                known = sorted(node) if isinstance(node, dict) else []
+                raise ParamError(f"override {item!r}: {'.'.join(path[:i + 1])!r} is not a "
+                                 f"parameter; known here: {known}")
+            if i == len(path) - 1:
+                node[part] = value
+            else:
+                node = node[part]
+    data["name"] = f"{cfg.name}[{','.join(items)}]"
+    return from_dict(Config, data)
+

@@ -141,17 +141,8 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
 
 
 def spec_label(spec: MethodSpec) -> str:
-    """:attr:`MethodSpec.label`, with the channel group size where it is not the default."""
-    lab = spec.label
-    p = spec.hikv
-    if p is not None:
-        r = p.k_rule
-        if r.kind is Stage2Kind.CHANNEL_GROUPS:
-            lab = lab.replace(f"k:{r.kind.value}{r.keep}", f"k:{r.kind.value}{r.keep}g{r.group}")
-        if p.stage1 is Stage1Variant.QUERY_AWARE and p.scorer is Stage1Scorer.LOWBIT_KEYS:
-            head, _, rest = lab.partition("/")
-            lab = f"{head}/lowbit{p.lowbit_bits}" + (f"/{rest}" if rest else "")
-    return lab
+    """:attr:`MethodSpec.label` (kept as the accuracy study's name for it)."""
+    return spec.label
 
 
 def family(spec: MethodSpec) -> str:

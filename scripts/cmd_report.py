@@ -19,6 +19,9 @@ HELP = "attention-level result table of a preset (speedup, energy, bytes, area o
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="paper", help="configuration preset (hikv presets)")
     p.add_argument("--out", help="output directory (default: out/report-PRESET)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a preset parameter, e.g. policy.scorer=page_bounds "
+                        "(repeatable)")
     p.add_argument("--iso", help="iso-accuracy operating-point file (JSON, schema "
                    "hikv.iso_accuracy/1) from the accuracy study; default: nominal budgets")
     p.add_argument("--no-area", action="store_true", help="skip synthesis (no area section)")
@@ -39,10 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from hikv.presets import get_preset
+    from hikv.presets import get_preset, with_overrides
     from hikv.sim.report import build_report, load_iso_accuracy, markdown, write_report
 
-    cfg = get_preset(args.preset)
+    cfg = with_overrides(get_preset(args.preset), args.set)
     iso = load_iso_accuracy(args.iso, cfg) if args.iso else None
     from hikv.params import ParamError
     from hikv.sim.serving_report import DEFAULT_REPORT_REQUESTS

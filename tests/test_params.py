@@ -18,6 +18,7 @@ from hikv.params import (
     ModelShape,
     ParamError,
     SorterParams,
+    Stage1Scorer,
     Stage1Variant,
     Stage2Kind,
     Stage2Rule,
@@ -179,7 +180,11 @@ def test_method_spec_round_trip_and_labels():
                  MethodSpec.for_hikv(HiKVPolicy(stage1=Stage1Variant.EVICT))):
         assert from_dict(MethodSpec, to_dict(spec)) == spec
     assert MethodSpec(Method.SPARQ, budget=64, channels=8).label == "sparq@64/r8"
-    assert MethodSpec.for_hikv(HiKVPolicy()).label == "hikv-query_aware@256/v:static48"
+    assert MethodSpec.for_hikv(HiKVPolicy()).label == "hikv-query_aware@256/lowbit4"
+    assert MethodSpec.for_hikv(HiKVPolicy(
+        scorer=Stage1Scorer.PAGE_BOUNDS, v_rule=Stage2Rule(Stage2Kind.STATIC, 48),
+        k_rule=Stage2Rule(Stage2Kind.CHANNEL_GROUPS, 32))).label == \
+        "hikv-query_aware@256/k:channel_groups32g8/v:static48"
 
 
 def test_from_dict_errors_name_the_problem():
@@ -211,3 +216,26 @@ def test_params_module_is_stdlib_only():
 
 def test_key_format_enum_values():
     assert {k.value for k in KeyFormat} == {"fp16", "bf16", "uint"}
+
+
+def test_preset_overrides():
+    from hikv.presets import with_overrides
+
+    base = get_preset("paper")
+    cfg = with_overrides(base, ["policy.scorer=page_bounds", "policy.v_rule.kind=static",
+                                "policy.v_rule.keep=96", "accel.pe_lanes=2048"])
+    assert cfg.policy.scorer is Stage1Scorer.PAGE_BOUNDS
+    assert cfg.policy.v_rule == Stage2Rule(Stage2Kind.STATIC, 96)
+    assert cfg.accel.pe_lanes == 2048 and cfg.layout == base.layout
+    assert cfg.name == ("paper[policy.scorer=page_bounds,policy.v_rule.kind=static,"
+                        "policy.v_rule.keep=96,accel.pe_lanes=2048]")
+    assert with_overrides(base, []) is base
+    with pytest.raises(ParamError, match="'policy.scorr' is not a parameter; known here"):
+        with_overrides(base, ["policy.scorr=x"])
+    with pytest.raises(ParamError, match="scorer = 'x' is not one of"):
+        with_overrides(base, ["policy.scorer=x"])
+    with pytest.raises(ParamError, match="must look like section.field=value"):
+        with_overrides(base, ["policy.scorer"])
+    with pytest.raises(ParamError, match="recent = 4096 is out of range"):
+        with_overrides(base, ["policy.recent=4096"])
+
