@@ -24,6 +24,9 @@ HELP = "simulate serving a trace or a Poisson workload with KV methods (latency,
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="default", help="configuration preset (default: default)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a preset parameter, e.g. policy.scorer=page_bounds "
+                        "(repeatable)")
     p.add_argument("--method", default="hikv",
                    help="KV method(s), comma-separated, or 'all': full, h2o, snapkv, quest, "
                         "sparq, ds, hikv, hikv-evict, hikv-query (default: hikv)")
@@ -56,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hikv.params import ParamError
-    from hikv.presets import get_preset
+    from hikv.presets import get_preset, with_overrides
     from hikv.sim.kv_bytes import resolve_methods
     from hikv.sim.serving import block_bytes, kv_capacity_blocks
     from hikv.sim.serving_report import (
@@ -71,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from hikv.sim.step_cost import DEFAULT_STEP_COST
     from hikv.sim.workload import poisson_workload, read_azure_trace
 
-    cfg = get_preset(args.preset)
+    cfg = with_overrides(get_preset(args.preset), args.set)
     args.cost_model = args.cost_model or DEFAULT_STEP_COST
     sv = cfg.serving
     changes = {k: v for k, v in (("token_budget", args.token_budget),

@@ -230,3 +230,20 @@ def test_iso_table_compares_passkey_on_the_same_cells() -> None:
     assert t["h2o"]["reached"] and t["h2o"]["passkey_full_acc"] == 1.0
     pk[2] = {**pk[2], "correct": 5}
     assert not {r["family"]: r for r in A.iso_table(ppl, pk)}["h2o"]["reached"]
+
+
+def test_committed_iso_points_feed_the_default_report() -> None:
+    """docs/results/smollm2/iso_points.json (the measured SmolLM2 study) loads for the default
+    preset: HiKV's point with its 4-bit Stage I, and the baselines that never reached
+    iso-accuracy named."""
+    from pathlib import Path
+
+    from hikv.params import Stage1Scorer
+    from hikv.sim.report import load_iso_accuracy
+
+    path = Path(__file__).resolve().parents[1] / "docs/results/smollm2/iso_points.json"
+    iso = load_iso_accuracy(path, CFG)
+    by = {s.method: s for s in iso.specs}
+    assert by[Method.HIKV].hikv.scorer is Stage1Scorer.LOWBIT_KEYS
+    assert by[Method.HIKV].budget == 256 and iso.context == CFG.context
+    assert iso.unreached == ("h2o", "quest", "snapkv")
