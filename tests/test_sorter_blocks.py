@@ -45,6 +45,36 @@ class Deadline:
             raise AssertionError(f"{self.what}: timed out")
 
 
+async def pump(ctx, rng, src, dst, payloads, got, want, decode, *, p_in, p_out, seed,
+               free=0, events=None) -> None:
+    """Stream ``payloads`` into ``src`` and collect ``decode(payload)`` of every ``dst``
+    handshake into ``got`` until it holds ``want`` items. ``src.valid`` is offered with
+    probability ``p_in`` and ``dst.ready`` raised with probability ``p_out``, except that both
+    are held high while fewer than ``free`` payloads have been accepted. ``events`` (a dict)
+    gets the cycle of the first input (``first``) and output (``first_out``) handshake."""
+    sent, cycle = 0, 0
+    dl = Deadline(5000, f"seed={seed}")
+    while len(got) < want:
+        dl.tick()
+        free_now = sent < free
+        offer = sent < len(payloads) and (free_now or rng.random() < p_in)
+        ctx.set(src.valid, offer)
+        if offer:
+            ctx.set(src.payload, payloads[sent])
+        ctx.set(dst.ready, 1 if free_now else rng.random() < p_out)
+        _, _, iv, ir, ov, orr, op = await ctx.tick().sample(
+            src.valid, src.ready, dst.valid, dst.ready, dst.payload)
+        if iv and ir:
+            if events is not None:
+                events.setdefault("first", cycle)
+            sent += 1
+        if ov and orr:
+            if events is not None:
+                events.setdefault("first_out", cycle)
+            got.append(decode(op))
+        cycle += 1
+
+
 def row_const(width: int, items: list[int]) -> int:
     return sum(v << (i * width) for i, v in enumerate(items))
 
@@ -122,21 +152,8 @@ def test_row_sorter_with_backpressure(lanes):
     got: list[list[int]] = []
 
     async def tb(ctx):
-        sent = 0
-        dl = Deadline(5000, f"seed={seed}")
-        while len(got) < len(rows):
-            dl.tick()
-            offer = sent < len(rows) and rng.random() < 0.7
-            ctx.set(dut.i.valid, offer)
-            if offer:
-                ctx.set(dut.i.payload, rows[sent])
-            ctx.set(dut.o.ready, rng.random() < 0.6)
-            _, _, iv, ir, ov, orr, op = await ctx.tick().sample(
-                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.ready, dut.o.payload)
-            if iv and ir:
-                sent += 1
-            if ov and orr:
-                got.append([op[q] for q in range(lanes)])
+        await pump(ctx, rng, dut.i, dut.o, rows, got, len(rows),
+                   lambda op: [op[q] for q in range(lanes)], p_in=0.7, p_out=0.6, seed=seed)
         ctx.set(dut.i.valid, 0)
         await ctx.tick()
         assert ctx.get(dut.idle), f"seed={seed}: rows left in the pipeline"
@@ -225,33 +242,15 @@ def test_merge_level(level, seg_rows, used):
     rows_in = [r for s in segs for r in s]
     exp = [r for s in segs for r in (_merge_model(s, 1 << level) if used else s)]
     got: list[list[int]] = []
-    gapless = {"first": None, "first_out": None}
+    gapless: dict[str, int] = {}
 
     async def tb(ctx):
         ctx.set(dut.seg_rows, seg_rows)
         ctx.set(dut.used, used)
-        sent, cycle = 0, 0
         # first half of the rows without gaps (checks the fixed delay), then random gaps
-        dl = Deadline(5000, f"seed={seed}")
-        while len(got) < len(exp):
-            dl.tick()
-            free = sent < len(rows_in) // 2
-            offer = sent < len(rows_in) and (free or rng.random() < 0.6)
-            ctx.set(dut.i.valid, offer)
-            if offer:
-                ctx.set(dut.i.payload, rows_in[sent])
-            ctx.set(dut.o.ready, 1 if free else rng.random() < 0.7)
-            _, _, iv, ir, ov, orr, op = await ctx.tick().sample(
-                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.ready, dut.o.payload)
-            if iv and ir:
-                if gapless["first"] is None:
-                    gapless["first"] = cycle
-                sent += 1
-            if ov and orr:
-                if gapless["first_out"] is None:
-                    gapless["first_out"] = cycle
-                got.append([op[q] for q in range(lanes)])
-            cycle += 1
+        await pump(ctx, rng, dut.i, dut.o, rows_in, got, len(exp),
+                   lambda op: [op[q] for q in range(lanes)], p_in=0.6, p_out=0.7, seed=seed,
+                   free=len(rows_in) // 2, events=gapless)
         for _ in range(4):
             await ctx.tick()
         assert ctx.get(dut.idle), f"seed={seed}: not idle after the last row"
@@ -286,21 +285,8 @@ def test_reducer_threshold(seg_rows, k_rows, k):
         ctx.set(dut.k_rows, k_rows)
         ctx.set(dut.thr_row, (keff - 1) // lanes)
         ctx.set(dut.thr_lane, (keff - 1) % lanes)
-        sent = 0
-        dl = Deadline(5000, f"seed={seed}")
-        while len(got) < len(exp):
-            dl.tick()
-            offer = sent < len(rows_in) and rng.random() < 0.8
-            ctx.set(dut.i.valid, offer)
-            if offer:
-                ctx.set(dut.i.payload, rows_in[sent])
-            ctx.set(dut.thr.ready, rng.random() < 0.5)
-            _, _, iv, ir, tv, tr, tp = await ctx.tick().sample(
-                dut.i.valid, dut.i.ready, dut.thr.valid, dut.thr.ready, dut.thr.payload)
-            if iv and ir:
-                sent += 1
-            if tv and tr:
-                got.append(tp)
+        await pump(ctx, rng, dut.i, dut.thr, rows_in, got, len(exp), lambda tp: tp,
+                   p_in=0.8, p_out=0.5, seed=seed)
         for _ in range(2 * k_rows + 4):
             await ctx.tick()
         assert ctx.get(dut.idle), f"seed={seed}: reducer not idle"
@@ -341,27 +327,16 @@ def test_compactor_against_model():
     layout = data.StructLayout({"row": data.ArrayLayout(width, lanes), "sel": lanes, "last": 1})
     got: list[tuple[list[tuple[int, int]], int]] = []
 
+    payloads = [layout.const({"row": items, "sel": sum(int(s) << i for i, s in enumerate(sel)),
+                              "last": int(last)}) for items, sel, last in rows]
+
+    def decode(op):
+        return ([(op.lanes[i].key, op.lanes[i].index) for i in range(lanes)
+                 if (op.valid >> i) & 1], op.last)
+
     async def tb(ctx):
-        sent = 0
-        dl = Deadline(5000, f"seed={seed}")
-        while len(got) < len(exp_beats):
-            dl.tick()
-            offer = sent < len(rows) and rng.random() < 0.8
-            ctx.set(dut.i.valid, offer)
-            if offer:
-                items, sel, last = rows[sent]
-                ctx.set(dut.i.payload, layout.const({
-                    "row": items, "sel": sum(int(s) << i for i, s in enumerate(sel)),
-                    "last": int(last)}))
-            ctx.set(dut.o.ready, rng.random() < 0.7)
-            _, _, iv, ir, ov, orr, op = await ctx.tick().sample(
-                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.ready, dut.o.payload)
-            if iv and ir:
-                sent += 1
-            if ov and orr:
-                lanes_out = [(op.lanes[i].key, op.lanes[i].index) for i in range(lanes)
-                             if (op.valid >> i) & 1]
-                got.append((lanes_out, op.last))
+        await pump(ctx, rng, dut.i, dut.o, payloads, got, len(exp_beats), decode,
+                   p_in=0.8, p_out=0.7, seed=seed)
 
     run_sim(dut, tb)
     assert got == exp_beats, f"seed={seed}"
