@@ -217,7 +217,8 @@ def _table(args: argparse.Namespace) -> int:
     from hikv.model import accuracy as A
     from hikv.model.accuracy_io import markdown_table, read_rows, write_rows
 
-    ppl = [r for p in args.perplexity for r in read_rows(p)[0]]
+    loaded = [read_rows(p) for p in args.perplexity]
+    ppl = [r for rows, _ in loaded for r in rows]
     pk = [r for p in args.passkey for r in read_rows(p)[0]]
     iso = A.iso_table(ppl, pk, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol)
     meta = {"command": " ".join(sys.argv), "perplexity": [str(p) for p in args.perplexity],
@@ -230,7 +231,7 @@ def _table(args: argparse.Namespace) -> int:
     red = A.reductions(iso, fam) if fam else []
     write_rows(args.out, "reductions", red, meta)
     if args.iso_file is not None:
-        _write_iso_file(args, iso, fam, ppl)
+        _write_iso_file(args, iso, fam, ppl, loaded[0][1])
     print(markdown_table(iso, [("family", "method", ""), ("iso_budget", "iso budget", ""),
                                ("ppl", "ppl", ".3f"), ("ppl_rel", "Δppl", "+.4f"),
                                ("passkey_correct", "pk ok", ""), ("passkey_trials", "of", ""),
@@ -245,14 +246,13 @@ def _table(args: argparse.Namespace) -> int:
 
 
 def _write_iso_file(args: argparse.Namespace, iso: list[dict], fam: str | None,
-                    ppl: list[dict]) -> None:
+                    ppl: list[dict], meta: dict) -> None:
+    """``meta``: the first perplexity file's metadata (its configuration and model)."""
     import json
 
     from hikv.model import accuracy as A
-    from hikv.model.accuracy_io import read_rows
     from hikv.params import Config, ParamError, from_dict
 
-    meta = read_rows(args.perplexity[0])[1]
     if "config" not in meta:
         raise ParamError(f"--perplexity {args.perplexity[0]}: its metadata has no 'config' "
                          "(written by an older hikv); rerun the perplexity phase")
