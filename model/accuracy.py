@@ -140,14 +140,9 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
                      "[/k:{static,query_channels,channel_groups}N[gG]][/v:staticN]")
 
 
-def spec_label(spec: MethodSpec) -> str:
-    """:attr:`MethodSpec.label` (kept as the accuracy study's name for it)."""
-    return spec.label
-
-
 def family(spec: MethodSpec) -> str:
     """The label without the budget: ``h2o``, ``sparq/r16``, ``hikv-evict/v:static48``."""
-    return re.sub(r"@\d+", "", spec_label(spec))
+    return re.sub(r"@\d+", "", spec.label)
 
 
 def baseline_specs(budgets: Iterable[int], policy: HiKVPolicy, head_dim: int
@@ -174,7 +169,7 @@ def hikv_spec(policy: HiKVPolicy, *, budget: int | None = None,
 def _spec_row(spec: MethodSpec) -> dict[str, Any]:
     d = to_dict(spec)
     hk = d.pop("hikv")
-    row = {"label": spec_label(spec), "family": family(spec), **d}
+    row = {"label": spec.label, "family": family(spec), **d}
     if hk:
         row.update({f"hikv_{k}": (v if not isinstance(v, dict) else
                                   f"{v['kind']}:{v['keep']}:{v['group']}")

@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     labels = _expand(args.methods, args.budgets)
     specs = [A.parse_method(lab, cfg.policy, lm.shape.head_dim) for lab in labels]
-    print(f"methods: {' '.join(A.spec_label(s) for s in specs)}")
+    print(f"methods: {' '.join(s.label for s in specs)}")
     if args.what == "perplexity":
         wins = A.text_windows(lm, essays_text(args.cache), args.window, args.windows)
         rows = A.perplexity(lm, specs, cfg, wins, args.prefix, batch=args.batch, log=print)

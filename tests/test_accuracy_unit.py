@@ -22,8 +22,8 @@ POL = CFG.policy
 ])
 def test_labels_round_trip(label: str) -> None:
     spec = A.parse_method(label, POL, 64)
-    assert A.spec_label(spec) == label
-    assert A.parse_method(A.spec_label(spec), POL, 64) == spec
+    assert spec.label == label
+    assert A.parse_method(spec.label, POL, 64) == spec
 
 
 def test_label_fields() -> None:
@@ -53,7 +53,7 @@ def test_bad_labels(label: str, match: str) -> None:
 
 def _row(label: str, ppl: float, burst: float, budget: int) -> dict:
     spec = A.parse_method(label, POL, 64)
-    return {"label": A.spec_label(spec), "family": A.family(spec), "method": spec.method.value,
+    return {"label": spec.label, "family": A.family(spec), "method": spec.method.value,
             "budget": budget, "ppl": ppl, "bytes_ideal": burst, "bytes_burst": burst,
             "units": 90}
 
@@ -196,7 +196,7 @@ def test_text_windows() -> None:
 def test_suite_method_lists() -> None:
     s = SUITES["full"]
     s1 = stage1_specs(s, CFG)
-    labels = [A.spec_label(x) for x in s1]
+    labels = [x.label for x in s1]
     assert labels[0] == "full" and len(labels) == len(set(labels))
     assert len(s1) == 1 + len(s.budgets) * (len(s.baselines) + 3)
     assert all(x.hikv is None or (x.hikv.k_rule.kind is Stage2Kind.NONE and
