@@ -1,99 +1,103 @@
-"""Registry of RTL blocks: how to build each from a :class:`~hikv.params.Config` and how to run
-its cocotb regression. Used by ``hikv verilog``, ``hikv rtl`` and the pytest launchers.
+"""Registry of RTL blocks: how to build each from a :class:`~hikv.params.Config` (its
+Amaranth component and Verilog top module). Used by ``hikv verilog``, the area flow
+(:mod:`hikv.sim.area`) and, beside :mod:`hikv.rtl_tests.registry` (each block's cocotb
+regression), by ``hikv rtl`` and the pytest launchers.
 
-Entries name their implementation as ``"module:attribute"`` strings so that importing this
-registry (and ``hikv --help``) does not import Amaranth or cocotb.
+This module knows nothing of testbenches. Its builders import the RTL inside the function, so
+importing the registry (and ``hikv --help``) does not import Amaranth.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from hikv.params import Config, ParamError
 
-__all__ = ["Block", "RtlReport", "BLOCKS", "get_block"]
-
-
-@dataclass(frozen=True)
-class RtlReport:
-    """Outcome of one block regression (``hikv rtl``)."""
-
-    block: str
-    preset: str
-    seed: int
-    jobs: int
-    passed: bool
-    lines: tuple[str, ...] = ()      # human-readable summary, printed by ``hikv rtl``
-    metrics: dict[str, Any] = field(default_factory=dict)  # e.g. measured cycles per mode
-    waves: Path | None = None
+__all__ = ["Block", "BLOCKS", "get_block"]
 
 
 @dataclass(frozen=True)
 class Block:
+    """One RTL block.
+
+    Parameters
+    ----------
+    name : str
+        Registry key (``hikv verilog --block NAME``).
+    description : str
+        One line for the help texts.
+    toplevel : str
+        Verilog top module name.
+    make : Callable[[Config], wiring.Component]
+        Builds the block of a configuration.
+    """
+
     name: str
     description: str
-    toplevel: str          # Verilog top module name
-    make: str              # "module:callable", callable(cfg: Config) -> wiring.Component
-    regression: str        # "module:callable", callable(cfg, *, seed, jobs, waves, simulator)
-    #                        -> RtlReport
+    toplevel: str
+    make: Callable[[Config], Any]
 
     def component(self, cfg: Config) -> Any:
-        return _load(self.make)(cfg)
+        """The Amaranth component of ``cfg``."""
+        return self.make(cfg)
 
     def verilog(self, cfg: Config) -> str:
+        """Verilog of the block of ``cfg`` (one flat module named :attr:`toplevel`)."""
         from hikv.hw.verilog import to_verilog
 
         return to_verilog(self.component(cfg), self.toplevel)
 
-    def run_regression(self, cfg: Config, *, seed: int, jobs: int | None = None,
-                       waves: bool = False, simulator: str = "verilator",
-                       **extra: Any) -> RtlReport:
-        """Run the block's regression; ``extra`` goes to blocks that take more (the chained
-        block's ``capture``)."""
-        return _load(self.regression)(cfg, seed=seed, jobs=jobs, waves=waves,
-                                      simulator=simulator, **extra)
+
+def _sorter(cfg: Config) -> Any:
+    from hikv.hw.sorter import make_sorter
+
+    return make_sorter(cfg)
 
 
-def _load(ref: str) -> Any:
-    mod, _, attr = ref.partition(":")
-    return getattr(importlib.import_module(mod), attr)
+def _loader(cfg: Config) -> Any:
+    from hikv.hw.loader import make_loader
+
+    return make_loader(cfg)
 
 
-#: name -> Block. Each RTL block adds one entry.
-BLOCKS: dict[str, Block] = {}
+def _sorter_loader(cfg: Config) -> Any:
+    from hikv.hw.sorter_loader import make_sorter_loader
 
-BLOCKS["sorter"] = Block(
-    name="sorter",
-    description="reconfigurable importance sorter: Stage I top-k of a token stream, Stage II "
-                "top-r of each short vector (docs/sorter.md)",
-    toplevel="hikv_sorter",
-    make="hikv.hw.sorter:make_sorter",
-    regression="hikv.rtl_tests.sorter_rtl:run_regression",
-)
+    return make_sorter_loader(cfg)
+
+
+#: name -> Block. Each RTL block adds one entry (and its regression in
+#: :data:`hikv.rtl_tests.registry.REGRESSIONS`).
+BLOCKS: dict[str, Block] = {
+    "sorter": Block(
+        name="sorter",
+        description="reconfigurable importance sorter: Stage I top-k of a token stream, "
+                    "Stage II top-r of each short vector (docs/sorter.md)",
+        toplevel="hikv_sorter",
+        make=_sorter,
+    ),
+    "loader": Block(
+        name="loader",
+        description="two-level KV loader: retained token slots -> AXI4 reads -> packed "
+                    "vectors (docs/loader.md)",
+        toplevel="hikv_loader",
+        make=_loader,
+    ),
+    "sorter_loader": Block(
+        name="sorter_loader",
+        description="sorter Stage I chained into the loader: token scores -> packed vectors",
+        toplevel="hikv_sorter_loader",
+        make=_sorter_loader,
+    ),
+}
 
 
 def get_block(name: str) -> Block:
+    """The registered block ``name``; :class:`~hikv.params.ParamError` naming the known ones."""
     try:
         return BLOCKS[name]
     except KeyError:
         known = sorted(BLOCKS) or ["(none yet)"]
         raise ParamError(f"unknown block {name!r}; known blocks: {known}") from None
-
-BLOCKS["loader"] = Block(
-    name="loader",
-    description="two-level KV loader: retained token slots -> AXI4 reads -> packed vectors",
-    toplevel="hikv_loader",
-    make="hikv.hw.loader:make_loader",
-    regression="hikv.rtl_tests.loader_launch:run_regression",
-)
-
-BLOCKS["sorter_loader"] = Block(
-    name="sorter_loader",
-    description="sorter Stage I chained into the loader: token scores -> packed vectors",
-    toplevel="hikv_sorter_loader",
-    make="hikv.hw.sorter_loader:make_sorter_loader",
-    regression="hikv.rtl_tests.loader_launch:run_chain_regression",
-)

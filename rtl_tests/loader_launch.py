@@ -13,6 +13,8 @@ from typing import Any
 
 from hikv.params import Config, ParamError
 
+from .report import RtlReport
+
 __all__ = ["TOPLEVEL", "CHAIN_TOPLEVEL", "DEFAULT_JOBS", "DEFAULT_CHAIN_JOBS", "packed_variant",
            "tb_config", "slot_fields", "rtl_cycles_rows", "run_regression", "run_chain_regression"]
 
@@ -147,8 +149,8 @@ def _write_rtl_cycles(path: Path, cfg: Config, source: str, rows: list[dict[str,
 def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bool = False,
                    simulator: str = "verilator", testcase: str | None = None,
                    timing_latencies: tuple[int, ...] | None = None,
-                   timing_limits: tuple[int, ...] | None = None) -> Any:
-    """Run the loader regression for ``cfg``; return a :class:`hikv.hw.blocks.RtlReport`.
+                   timing_limits: tuple[int, ...] | None = None) -> RtlReport:
+    """Run the loader regression for ``cfg``; return an :class:`~hikv.rtl_tests.report.RtlReport`.
 
     ``testcase="loader_timing"`` runs only the timing jobs (no random jobs are generated);
     ``timing_latencies`` / ``timing_limits`` choose the read latencies and outstanding limits
@@ -157,7 +159,6 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
     written as ``hikv.rtl_cycles/1`` (``metrics["rtl_cycles"]``)."""
     import random
 
-    from hikv.hw.blocks import RtlReport
     from hikv.hw.loader import make_loader
     from hikv.hw.verilog import to_verilog
     from hikv.rtl_tests.loader_jobs import make_cases, make_timing_cases
@@ -244,14 +245,13 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
 
 def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
                          waves: bool = False, simulator: str = "verilator",
-                         capture: dict[str, Any] | None = None) -> Any:
+                         capture: dict[str, Any] | None = None) -> RtlReport:
     """Sorter -> loader chain (``hikv rtl --block sorter_loader``): token scores of attention
     heads go through the sorter's Stage I into the loader; every output must equal the golden
     Stage I + Stage II result (:func:`~hikv.rtl_tests.loader_jobs.make_chain_cases`), with
     requests, counters and status checked as for the loader. The heads are real ones from
     ``capture`` (a ``hikv accuracy capture`` file, loaded; ``cfg`` is adapted to its head size
     with :func:`chain_variant`) or seeded random ones."""
-    from hikv.hw.blocks import RtlReport
     from hikv.hw.sorter_loader import make_sorter_loader
     from hikv.hw.verilog import to_verilog
     from hikv.rtl_tests.loader_jobs import make_chain_cases

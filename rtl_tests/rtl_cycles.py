@@ -57,8 +57,7 @@ def measure(preset: str, blocks: tuple[str, ...] = ("sorter", "loader")
 
     Raises :class:`~hikv.params.ParamError` when a regression fails (its summary attached).
     """
-    from hikv.hw.blocks import get_block
-    from hikv.rtl_tests.loader_launch import run_regression
+    from hikv.rtl_tests import loader_launch, sorter_rtl
 
     cfg = get_preset(preset)
     p = plan(cfg)
@@ -67,12 +66,14 @@ def measure(preset: str, blocks: tuple[str, ...] = ("sorter", "loader")
     for block in blocks:
         t0 = time.perf_counter()
         if block == "sorter":
-            rep = get_block("sorter").run_regression(cfg, seed=p.seed, jobs=p.sorter_jobs)
+            rep = sorter_rtl.run_regression(cfg, seed=p.seed, jobs=p.sorter_jobs)
             cmd = f"hikv rtl --block sorter --preset {preset} --seed {p.seed} " \
                   f"--jobs {p.sorter_jobs}"
         else:
-            rep = run_regression(cfg, seed=p.seed, jobs=1, testcase="loader_timing",
-                                 timing_latencies=p.latencies, timing_limits=p.limits)
+            rep = loader_launch.run_regression(cfg, seed=p.seed, jobs=1,
+                                               testcase="loader_timing",
+                                               timing_latencies=p.latencies,
+                                               timing_limits=p.limits)
             cmd = (f"run_regression(get_preset({preset!r}), seed={p.seed}, "
                    f"testcase='loader_timing', timing_latencies={p.latencies}, "
                    f"timing_limits={p.limits}) (hikv.rtl_tests.loader_launch)")

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hikv.hw.blocks import RtlReport
 from hikv.params import Config, ParamError, config_to_json
 from hikv.toolchain import cache_dir, run_cocotb, text_hash
+
+from .report import RtlReport
 
 __all__ = ["TOPLEVEL", "default_jobs", "sorter_verilog", "run_sim", "run_regression"]
 

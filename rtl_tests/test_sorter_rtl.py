@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hikv.hw.blocks import get_block
 from hikv.hw.sorter_timing import SorterTiming
 from hikv.model.sorter_ref import stage1_topk, stage2_topr
 from hikv.presets import PRESETS, get_preset
+from hikv.rtl_tests.sorter_rtl import run_regression
 from hikv.toolchain import setup_environ
 
 pytestmark = pytest.mark.rtl
@@ -27,7 +27,7 @@ SEED = int(os.environ.get("HIKV_SEED", "20260101"))
 def test_sorter_regression_tiny():
     """>= 10^4 random jobs per mode plus corner cases, zero mismatches, cycles == formula."""
     cfg = get_preset("tiny")
-    rep = get_block("sorter").run_regression(cfg, seed=SEED)
+    rep = run_regression(cfg, seed=SEED)
     print("\n".join(rep.lines))
     assert rep.passed, f"preset=tiny seed={SEED}\n" + "\n".join(rep.lines)
     stats = rep.metrics["stats"]
@@ -47,8 +47,7 @@ def test_sorter_regression_tiny():
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog not installed")
 def test_sorter_regression_tiny_icarus():
     """The optional second simulator: a shorter regression on Icarus."""
-    rep = get_block("sorter").run_regression(get_preset("tiny"), seed=SEED, jobs=200,
-                                             simulator="icarus")
+    rep = run_regression(get_preset("tiny"), seed=SEED, jobs=200, simulator="icarus")
     assert rep.passed, f"preset=tiny seed={SEED} simulator=icarus\n" + "\n".join(rep.lines)
 
 

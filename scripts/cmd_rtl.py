@@ -27,12 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import random
 
-    from hikv.hw.blocks import get_block
     from hikv.params import ParamError
     from hikv.presets import get_preset
+    from hikv.rtl_tests.registry import get_regression
 
     if args.jobs is not None and args.jobs < 1:
         raise ParamError(f"--jobs = {args.jobs} is out of range: allowed >= 1")
+    regression = get_regression(args.block)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     cfg = get_preset(args.preset)
     extra = {}
@@ -45,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
             extra["capture"] = torch.load(args.capture, weights_only=False)
         except (OSError, RuntimeError) as e:
             raise ParamError(f"--capture {args.capture}: {e}") from None
-    rep = get_block(args.block).run_regression(cfg, seed=seed, jobs=args.jobs,
-                                               waves=args.waves, simulator=args.sim, **extra)
+    rep = regression(cfg, seed=seed, jobs=args.jobs, waves=args.waves, simulator=args.sim,
+                     **extra)
     status = "PASS" if rep.passed else "FAIL"
     print(f"{status} block={rep.block} preset={rep.preset} seed={rep.seed} jobs={rep.jobs}")
     for line in rep.lines:

@@ -144,7 +144,7 @@ def test_accelerator_area_works_once_blocks_register(monkeypatch):
     assert ar.baseline[0].area_m2 == pytest.approx(
         cfg.accel.pe_lanes * A.logic_area_m2(mac.nand2_equivalents, cfg.accel.tech_nm))
     fake = blocks.Block(name="x", description="test", toplevel="tinyblock",
-                        make=f"{__name__}:_make_tiny", regression="unused:unused")
+                        make=_make_tiny)
     monkeypatch.setattr(blocks, "BLOCKS", {"sorter": fake, "loader": fake})
     ar2 = A.accelerator_area(cfg)
     assert ar2.complete
