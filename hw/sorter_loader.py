@@ -17,20 +17,15 @@ from amaranth.lib.wiring import In, Out
 
 from hikv.params import Config, ParamError
 
-from .loader import (
-    KVLoader,
-    _lowest,
-    _onehot,
-    _stats_signature,
-    _status_signature,
-    _zero,
-    axi_read_signature,
-    config_layout,
-    output_layout,
-    token_layout,
-)
+from .loader import KVLoader
+from .loader_ports import axi_read_signature, config_layout, output_layout, token_layout
+from .loader_ports import stats_signature as _stats_signature
+from .loader_ports import status_signature as _status_signature
 from .loader_timing import LoaderGeometry
 from .sorter import Sorter
+from .uops import is_zero as _zero
+from .uops import lowest as _lowest
+from .uops import onehot as _onehot
 
 __all__ = ["LaneSplitter", "SorterLoader", "make_sorter_loader"]
 

@@ -1,20 +1,31 @@
-"""Unsigned arithmetic and comparisons whose Verilog operands have equal widths.
+"""Unsigned arithmetic, comparisons and bit-vector selection whose Verilog operands have equal
+widths: the one helper module of every RTL block (sorter, loader).
 
 Amaranth's RTLIL back end strips constant-zero extensions from operator operands, so
 ``a + b`` or ``a < 5`` with operands of different widths becomes Verilog that
-``verilator -Wall`` flags (WIDTHEXPAND / WIDTHTRUNC). These helpers pad both operands to one
-width and put a constant ``1`` above them: a compare is unchanged, the ``1``s cancel in a
-difference and drop out of a sum by truncation, and synthesis removes the constant bit.
+``verilator -Wall`` flags (WIDTHEXPAND / WIDTHTRUNC). Two families avoid it:
+
+* exact: :func:`ult` ... :func:`usub`, :func:`popcount` pad both operands to one width and put
+  a constant ``1`` above them: a compare is unchanged, the ``1``s cancel in a difference and
+  drop out of a sum by truncation, and synthesis removes the constant bit;
+* fixed width: :func:`zext` zero-extends (or truncates) to a given width, opaque to operand
+  shortening (``^ 0``); :func:`add_w`, :func:`sub_w`, :func:`mul_w` compute modulo
+  ``2**width``; :func:`eq_const` compares with a constant without a shortened operand.
+
+Selection helpers (:func:`onehot`, :func:`lowest`, :func:`highest`, :func:`select`) build the
+one-hot, priority-encoder and mux-tree logic the blocks share. All cost nothing after
+synthesis beyond the logic they describe.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from amaranth.hdl import Cat, Const, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, ValueLike
 
 __all__ = ["pad1", "ult", "ule", "ugt", "uge", "ueq", "une", "uadd", "usub", "is_zero",
-           "popcount"]
+           "popcount", "log2_int", "zext", "add_w", "sub_w", "mul_w", "eq_const", "onehot",
+           "lowest", "highest", "select"]
 
 Operand = Value | int
 
@@ -100,5 +111,81 @@ def popcount(bits: Sequence[Value]) -> Value:
         nxt = [uadd(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
         if len(level) % 2:
             nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+# ------------------------------------------------------------------------ fixed width
+def log2_int(n: int) -> int:
+    """Bits to index ``n`` items: ``ceil(log2(n))``, 0 for ``n <= 1`` (a Python int)."""
+    return (n - 1).bit_length() if n > 1 else 0
+
+
+def zext(v: ValueLike, width: int) -> Value:
+    """``v`` zero-extended (or truncated) to ``width`` bits, opaque to operand shortening."""
+    v = Value.cast(v)
+    e = Cat(v, Const(0, width - len(v))) if width > len(v) else v[:width]
+    return e ^ Const(0, width)
+
+
+def add_w(a: ValueLike, b: ValueLike, width: int) -> Value:
+    """``(a + b) mod 2**width``, ``width`` bits."""
+    return (zext(a, width) + zext(b, width))[:width]
+
+
+def sub_w(a: ValueLike, b: ValueLike, width: int) -> Value:
+    """``(a - b) mod 2**width``, ``width`` bits."""
+    return (zext(a, width) - zext(b, width))[:width]
+
+
+def mul_w(a: ValueLike, b: ValueLike, width: int) -> Value:
+    """``(a * b) mod 2**width``, ``width`` bits."""
+    return (zext(a, width) * zext(b, width))[:width]
+
+
+def eq_const(v: ValueLike, c: int) -> Value:
+    """``v == c`` for a constant ``c`` that fits ``v`` (no shortened constant operand)."""
+    v = Value.cast(v)
+    if not 0 <= c < 1 << len(v):
+        raise ValueError(f"constant {c} does not fit a {len(v)}-bit value")
+    return ~(v ^ Const(c, len(v))).any()
+
+
+# ------------------------------------------------------------------------ selection
+def onehot(m: Module, idx: Value, n: int, name: str) -> Signal:
+    """``1 << idx`` as ``n`` bits (a signal named ``name``; zero when ``idx >= n``)."""
+    oh = Signal(n, name=name)
+    m.d.comb += oh.eq(Cat(*[eq_const(idx, i) if i < 1 << len(idx) else Const(0, 1)
+                            for i in range(n)]))
+    return oh
+
+
+def lowest(m: Module, vec: Value, name: str) -> Signal:
+    """Index of the lowest set bit of ``vec`` (0 when none is set)."""
+    idx = Signal(range(max(2, len(vec))), name=name)
+    for i in reversed(range(len(vec))):
+        with m.If(vec[i]):
+            m.d.comb += idx.eq(i)
+    return idx
+
+
+def highest(m: Module, vec: Value, name: str) -> Signal:
+    """Index of the highest set bit of ``vec`` (0 when none is set)."""
+    idx = Signal(range(max(2, len(vec))), name=name)
+    for i in range(len(vec)):
+        with m.If(vec[i]):
+            m.d.comb += idx.eq(i)
+    return idx
+
+
+def select(items: Sequence[Value], idx: Value) -> Value:
+    """``items[idx]`` as a binary mux tree on the bits of ``idx`` (zeros past the end)."""
+    width = max(len(v) for v in items)
+    level = [zext(v, width) for v in items]
+    for bit in range(len(idx)):
+        nxt = []
+        for i in range(0, len(level), 2):
+            hi = level[i + 1] if i + 1 < len(level) else Const(0, width)
+            nxt.append(Mux(idx[bit], hi, level[i]))
         level = nxt
     return level[0]
