@@ -1,1 +1,24 @@
-"""placeholder"""
+"""``hikv.hw``: the RTL of HiKV's blocks in Amaranth 0.5, with their geometry and timing
+contracts (the contracts are standard library only, so the cost model can use them).
+
+Modules:
+
+* :mod:`~hikv.hw.blocks` -- registry of RTL blocks: name -> how to build it and its Verilog top
+  (``hikv verilog``, the area flow); the regressions are in :mod:`hikv.rtl_tests.registry`.
+* :mod:`~hikv.hw.verilog` -- reproducible, flattened Verilog from a component.
+* :mod:`~hikv.hw.uops` -- width-safe arithmetic, comparison and selection helpers of every block.
+* Sorter: :mod:`~hikv.hw.sorter` (top, ``Sorter``), :mod:`~hikv.hw.sorter_net` (bitonic
+  networks, ``RowSorter``), :mod:`~hikv.hw.sorter_merge` (``MergeLevel``, ``Reducer``),
+  :mod:`~hikv.hw.sorter_compact` (``Compactor``), :mod:`~hikv.hw.sorter_queue` (``RowQueue``,
+  also the loader's queues), :mod:`~hikv.hw.sorter_timing` (sizes and cycle formulas).
+* Loader: :mod:`~hikv.hw.loader` (top, ``KVLoader``), :mod:`~hikv.hw.loader_ports` (layouts and
+  signatures), :mod:`~hikv.hw.loader_addr` (``AddressGen``), :mod:`~hikv.hw.loader_coalesce`
+  (``Coalescer``), :mod:`~hikv.hw.loader_pack` (``Packer``), :mod:`~hikv.hw.loader_timing`
+  (geometry and timing contract).
+* :mod:`~hikv.hw.sorter_loader` -- the sorter's Stage I chained into the loader.
+* :mod:`~hikv.hw.baseline_pe` -- the baseline accelerator's processing-element units (area).
+
+Each block's bit-exact reference is in :mod:`hikv.model` (``sorter_ref``, ``loader_ref``,
+``baseline_pe_ref``); docs/design.md "Where things live" maps block -> reference -> timing ->
+closed form -> tests.
+"""

@@ -1,1 +1,18 @@
-"""placeholder"""
+"""``hikv.rtl_tests``: the cocotb (2.x, Verilator) verification of the RTL blocks and their
+launchers, importable without cocotb (testbench modules import it; launchers do not).
+
+Modules:
+
+* :mod:`~hikv.rtl_tests.registry` -- block name -> regression (``hikv rtl``);
+  :mod:`~hikv.rtl_tests.report` -- ``RtlReport``, the outcome of one regression.
+* :mod:`~hikv.rtl_tests.streams` -- the verification kit: stream sources / sinks and seeded
+  idle / backpressure patterns used by every testbench.
+* Sorter: :mod:`~hikv.rtl_tests.sorter_rtl` (launcher), :mod:`~hikv.rtl_tests.tb_sorter`
+  (testbench), :mod:`~hikv.rtl_tests.sorter_jobs` (jobs, beat codec, expected outputs),
+  :mod:`~hikv.rtl_tests.sorter_replay` (replay user vectors).
+* Loader: :mod:`~hikv.rtl_tests.loader_launch` (launcher, also the sorter -> loader chain),
+  :mod:`~hikv.rtl_tests.tb_loader` (testbench), :mod:`~hikv.rtl_tests.loader_jobs` (jobs and
+  expected results from the golden model).
+* :mod:`~hikv.rtl_tests.rtl_cycles` -- measured cycles recorded in tests/golden/rtl_cycles.json.
+* ``test_*.py`` -- the pytest launchers (marker ``rtl``).
+"""

@@ -18,6 +18,9 @@ Tests:
 * ``loader_timing``: fixed latency, no backpressure: measured cycles against
   :func:`hikv.hw.loader_timing.job_cycles`.
 
+The cfg, token (or score) and output streams are driven by the shared kit
+(:mod:`hikv.rtl_tests.streams`), with each job's valid / ready probabilities.
+
 Every job checks: the AR sequence (address, length, size, burst, id) against the golden
 requests, no 4 KiB crossing, at most the configured reads outstanding, every packed output
 (token, vector, mask, error flag, last), the byte and burst counters against the golden byte
@@ -37,15 +40,12 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
+from hikv.rtl_tests.streams import Pattern, StreamSink, StreamSource, read_int
+
 CONF: dict[str, Any] = json.loads(os.environ.get("HIKV_TB_CONFIG", "{}"))
 
 
 # --------------------------------------------------------------------------- helpers
-def _rd(sig) -> int:
-    v = sig.value
-    return v.to_unsigned() if hasattr(v, "to_unsigned") else int(v)
-
-
 def pack(layout: dict[str, list[int]], **values: int) -> int:
     word = 0
     for name, (off, width) in layout.items():
@@ -215,23 +215,30 @@ class TB:
             tokens.insert(i, (tokens[i - 1][0] - rng.randint(0, min(1, tokens[i - 1][0])), 0))
         tokens[-1] = (tokens[-1][0], 1)
         chain = "scores" in case
+        # streams: cfg (and the sorter's scfg) once, then tokens (or the sorter's scores) and
+        # the output, with the job's valid / ready probabilities
+        base = case["base"] | (1 if knobs.get("misalign_base") else 0)
+        cfg_src = StreamSource(dut, "cfg")
+        cfg_src.queue.append(pack(self.lay["cfg"], mode=case["mode_code"], base=base,
+                                  kept=case["kept"], outstanding=limit_cfg,
+                                  cmask=sum(1 << c for c in case["channels"])))
+        sources = [cfg_src]
         if chain:       # the sorter chooses the tokens: drive its configuration and scores
             src = _score_beats(case["scores"])
-            src_valid, src_payload, src_ready = (dut.scores__valid, dut.scores__payload,
-                                                 dut.scores__ready)
             c = CONF["chain"]
-            scfg_word = pack(c["scfg"], mode=c["stage1"], k=case["k"],
-                             count=len(case["scores"]))
-            p_src = knobs["score_valid"]
+            scfg_src = StreamSource(dut, "scfg")
+            scfg_src.queue.append(pack(c["scfg"], mode=c["stage1"], k=case["k"],
+                                       count=len(case["scores"])))
+            sources.append(scfg_src)
+            tok_src = StreamSource(dut, "scores")
+            tok_src.pattern = Pattern.with_duty(knobs["score_valid"], rng)
         else:
             src = [pack(self.lay["tokens"], index=s, last=last) for s, last in tokens]
-            src_valid, src_payload, src_ready = (dut.tokens__valid, dut.tokens__payload,
-                                                 dut.tokens__ready)
-            p_src = knobs["tok_valid"]
-        scfg_sent = not chain
-        base = case["base"] | (1 if knobs.get("misalign_base") else 0)
-        cfg_word = pack(self.lay["cfg"], mode=case["mode_code"], base=base, kept=case["kept"],
-                        cmask=sum(1 << c for c in case["channels"]), outstanding=limit_cfg)
+            tok_src = StreamSource(dut, "tokens")
+            tok_src.pattern = Pattern.with_duty(knobs["tok_valid"], rng)
+        sources.append(tok_src)
+        out = StreamSink(dut, "o")
+        out.pattern = Pattern.with_duty(knobs["out_ready"], rng)
 
         pipe = PipeMemory(self, rng, knobs, errors) if memory == "pipe" else None
         ram = self.ram if memory == "axiram" else None
@@ -249,9 +256,6 @@ class TB:
         outs: list[dict[str, int]] = []
         inflight = max_inflight = 0
         obs = {"busy": 0, "ar_stall": 0, "out_stall": 0, "mem_wait": 0}
-        tok_i = 0
-        tok_valid = False
-        cfg_sent = False
         start = end = None
         deadline = 200000 + 200 * len(tokens)
         beats_seen = 0
@@ -264,43 +268,37 @@ class TB:
                 raise self._fail(case, "job did not finish", f"< {deadline} cycles",
                                  f"{len(outs)} outputs, {len(ars)} requests")
             # ---- drive
-            dut.cfg__valid.value = int(not cfg_sent)
-            dut.cfg__payload.value = cfg_word
-            if chain:
-                dut.scfg__valid.value = int(not scfg_sent)
-                dut.scfg__payload.value = scfg_word
-            if not tok_valid and tok_i < len(src) and cfg_sent and scfg_sent:
-                if rng.random() < p_src:
-                    src_payload.value = src[tok_i]
-                    tok_valid = True
-            src_valid.value = int(tok_valid)
-            dut.o__ready.value = int(rng.random() < knobs["out_ready"])
+            for s in sources:
+                s.drive()
+            out.drive()
             if pipe is not None:
                 pipe.drive(self.cycle)
             await ReadOnly()
             # ---- sample
-            busy = _rd(dut.status__busy)
-            arvalid, arready = _rd(dut.axi__arvalid), _rd(dut.axi__arready)
-            rvalid, rready = _rd(dut.axi__rvalid), _rd(dut.axi__rready)
-            ovalid, oready = _rd(dut.o__valid), _rd(dut.o__ready)
+            busy = read_int(dut.status__busy)
+            arvalid, arready = read_int(dut.axi__arvalid), read_int(dut.axi__arready)
+            rvalid, rready = read_int(dut.axi__rvalid), read_int(dut.axi__rready)
+            ovalid, oready = read_int(dut.o__valid), read_int(dut.o__ready)
             obs["busy"] += busy
             obs["ar_stall"] += arvalid & (1 - arready)
             obs["out_stall"] += ovalid & (1 - oready)
             obs["mem_wait"] += busy & int(inflight > 0) & (1 - rvalid)
-            if not cfg_sent and _rd(dut.cfg__ready):
-                cfg_sent = True
+            if cfg_src.sample():
                 start = self.cycle
-            if chain and not scfg_sent and _rd(dut.scfg__ready):
-                scfg_sent = True
-            if tok_valid and _rd(src_ready):
+            if chain:
+                scfg_src.sample()
+            if tok_src.sample():
                 tok_cycles.append(self.cycle - start)
-                tok_valid = False
-                tok_i += 1
-            if ovalid and oready:
-                outs.append(unpack(self.lay["o"], _rd(dut.o__payload)))
+            if start is not None and not (chain and scfg_src.queue) and src:
+                tok_src.queue.extend(src)      # tokens once the job is configured
+                src = []
+            word = out.sample()
+            if word is not None:
+                outs.append(unpack(self.lay["o"], word))
             if arvalid and arready:
-                ar = (_rd(dut.axi__araddr), _rd(dut.axi__arlen) + 1, _rd(dut.axi__arsize),
-                      _rd(dut.axi__arburst), _rd(dut.axi__arid))
+                ar = (read_int(dut.axi__araddr), read_int(dut.axi__arlen) + 1,
+                      read_int(dut.axi__arsize), read_int(dut.axi__arburst),
+                      read_int(dut.axi__arid))
                 ars.append(ar)
                 ar_cycles.append(self.cycle - start)
                 inflight += 1
@@ -312,12 +310,12 @@ class TB:
             if rvalid and rready:
                 beats_seen += 1
                 r_cycles.append(self.cycle - start)
-                if _rd(dut.axi__rlast):
+                if read_int(dut.axi__rlast):
                     inflight -= 1
                 if pipe is not None:
                     pipe.on_r()
-            if cfg_sent and start is not None and self.cycle > start + 1 and not busy \
-                    and _rd(dut.status__done):
+            if start is not None and self.cycle > start + 1 and not busy \
+                    and read_int(dut.status__done):
                 end = self.cycle
                 break
         if pipe is not None:
@@ -325,7 +323,7 @@ class TB:
             pipe.idle()
         self._check(case, ars, outs, obs, limit, max_inflight, knobs,
                     _expected_outputs(case, tokens, CONF["page_tokens"]))
-        if chain and _rd(dut.sorter_error):
+        if chain and read_int(dut.sorter_error):
             raise self._fail(case, "sorter error flag", 0, 1)
         return {"name": case["name"], "mode": case["mode"], "tokens": len(case["slots"]),
                 "scores": len(case.get("scores", [])),
@@ -364,7 +362,7 @@ class TB:
                                  f"actual) {diff}", exp, g)
         if len(outs) != len(want_out):
             raise self._fail(case, "number of outputs", len(want_out), len(outs))
-        stats = {k: _rd(getattr(dut, f"stats__{k}")) for k in CONF["stats"]}
+        stats = {k: read_int(getattr(dut, f"stats__{k}")) for k in CONF["stats"]}
         want_stats = {"bursts": len(want_req), "bytes": case["bytes_read"],
                       "busy_cycles": obs["busy"], "ar_stall_cycles": obs["ar_stall"],
                       "out_stall_cycles": obs["out_stall"], "mem_wait_cycles": obs["mem_wait"]}
@@ -375,7 +373,7 @@ class TB:
                        "err_addr": int(next(iter(case["error_beats"]), 0)),
                        "rlast_error": 0, "order_error": int(bool(knobs.get("disorder"))),
                        "cfg_error": int(bool(knobs.get("misalign_base")))}
-        status = {k: _rd(getattr(dut, f"status__{k}")) for k in want_status}
+        status = {k: read_int(getattr(dut, f"status__{k}")) for k in want_status}
         if status != want_status:
             raise self._fail(case, "status", want_status, status)
 

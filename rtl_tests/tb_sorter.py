@@ -7,6 +7,8 @@ The configuration arrives as JSON in ``HIKV_TB_CONFIG``::
 
 Tests:
 
+Streams are driven by the shared kit (:mod:`hikv.rtl_tests.streams`).
+
 * ``regression``: directed corner cases, then ``jobs`` random jobs per mode, modes interleaved
   back to back, valid/ready patterns (always, random, bursty) on both sides, and resets in the
   middle of jobs each followed by a clean job. Every output beat is compared with the golden
@@ -23,7 +25,6 @@ import json
 import os
 import random
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,86 +43,9 @@ from hikv.rtl_tests.sorter_jobs import (
     expected_output,
     random_job,
 )
+from hikv.rtl_tests.streams import PATTERNS, Pattern, StreamSink, StreamSource
 
 ENV = "HIKV_TB_CONFIG"
-PATTERNS = ("always", "random", "bursty")
-
-
-class Pattern:
-    """Per-cycle yes/no: ``always``; ``random`` (a random duty between 0.3 and 0.9); ``bursty``
-    (runs of yes and no of random lengths up to 8)."""
-
-    def __init__(self, kind: str, rng: random.Random) -> None:
-        self.kind, self.rng = kind, rng
-        self.duty = rng.uniform(0.3, 0.9)
-        self.state, self.left = True, 0
-
-    def __call__(self) -> bool:
-        if self.kind == "always":
-            return True
-        if self.kind == "random":
-            return self.rng.random() < self.duty
-        if self.left == 0:
-            self.state = not self.state
-            self.left = self.rng.randint(1, 8)
-        self.left -= 1
-        return self.state
-
-
-class StreamSource:
-    """Drives ``<name>__valid/payload`` from a queue; an offered beat is held until taken."""
-
-    def __init__(self, dut: Any, name: str) -> None:
-        self.valid = getattr(dut, f"{name}__valid")
-        self.payload = getattr(dut, f"{name}__payload")
-        self.ready = getattr(dut, f"{name}__ready")
-        self.queue: deque[int] = deque()
-        self.pattern: Pattern | None = None
-        self.offering = False
-        self._valid_out = -1
-
-    def clear(self) -> None:
-        self.queue.clear()
-        self.offering = False
-
-    def drive(self) -> None:
-        if not self.offering and self.queue and (self.pattern is None or self.pattern()):
-            self.offering = True
-            self.payload.value = self.queue[0]
-        v = int(self.offering)
-        if v != self._valid_out:
-            self.valid.value = v
-            self._valid_out = v
-
-    def sample(self) -> bool:
-        """At ReadOnly: did the offered beat transfer at the coming edge?"""
-        if self.offering and self.ready.value:
-            self.queue.popleft()
-            self.offering = False
-            return True
-        return False
-
-
-class StreamSink:
-    """Drives ``<name>__ready`` by a pattern and returns transferred payloads."""
-
-    def __init__(self, dut: Any, name: str) -> None:
-        self.valid = getattr(dut, f"{name}__valid")
-        self.payload = getattr(dut, f"{name}__payload")
-        self.ready = getattr(dut, f"{name}__ready")
-        self.pattern: Pattern | None = None
-        self._ready = -1
-
-    def drive(self) -> None:
-        r = int(self.pattern is None or self.pattern())
-        if r != self._ready:
-            self.ready.value = r
-            self._ready = r
-
-    def sample(self) -> int | None:
-        if self._ready and self.valid.value:
-            return self.payload.value.to_unsigned()
-        return None
 
 
 @dataclass

@@ -12,10 +12,10 @@ import random
 
 import pytest
 import torch
-from amaranth.sim import Simulator
+from _amaranth_sim import run_until, stream_get, stream_put
 
-from hikv.hw.loader import MODE_OF_LAYOUT, AddressGen, Coalescer, Packer
-from hikv.hw.loader_timing import LoaderGeometry
+from hikv.hw.loader import MODE_OF_LAYOUT, AddressGen, Coalescer, KVLoader, Packer
+from hikv.hw.loader_timing import LoaderGeometry, job_timing
 from hikv.model.layout import Ranges
 from hikv.model.loader_ref import axi_requests, job_requests
 from hikv.params import RecordLayout
@@ -28,43 +28,6 @@ GEO = LoaderGeometry(CFG.layout, CFG.loader)
 #: records packed at element alignment (sharing beats), channel chunks of two bursts
 PACKED = packed_variant(CFG)
 CONFIGS = {"tiny": CFG, "packed": PACKED}
-
-
-# --------------------------------------------------------------------------- stream helpers
-async def _put(ctx, stream, payload, rng: random.Random, p_valid: float) -> None:
-    while rng.random() > p_valid:
-        await ctx.tick()
-    ctx.set(stream.payload, payload)
-    ctx.set(stream.valid, 1)
-    await ctx.tick().until(stream.ready)
-    ctx.set(stream.valid, 0)
-
-
-async def _get(ctx, stream, rng: random.Random, p_ready: float):
-    while True:
-        ready = rng.random() < p_ready
-        ctx.set(stream.ready, ready)
-        _, _, valid, payload = await ctx.tick().sample(stream.valid, stream.payload)
-        if ready and valid:
-            ctx.set(stream.ready, 0)
-            return payload
-
-
-def _simulate(dut, drivers, collector, *, deadline: int) -> None:
-    """Run ``drivers`` and ``collector``; stop when the collector returns."""
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    for d in drivers:
-        sim.add_testbench(d, background=True)
-    finished = []
-
-    async def main(ctx):
-        await collector(ctx)
-        finished.append(True)
-
-    sim.add_testbench(main)
-    sim.run_until(deadline * 1e-6)
-    assert finished, f"simulation did not finish in {deadline} cycles"
 
 
 # --------------------------------------------------------------------------- coalescer
@@ -97,8 +60,8 @@ def test_coalescer_matches_axi_requests(seed: int) -> None:
         await ctx.tick()
         ctx.set(dut.start, 0)
         for b0, b1 in blocks:
-            await _put(ctx, dut.ranges, {"b0": b0, "b1": b1, "end": 0}, rng, 0.7)
-        await _put(ctx, dut.ranges, {"b0": 0, "b1": 0, "end": 1}, rng, 0.7)
+            await stream_put(ctx, dut.ranges, {"b0": b0, "b1": b1, "end": 0}, rng, 0.7)
+        await stream_put(ctx, dut.ranges, {"b0": 0, "b1": 0, "end": 1}, rng, 0.7)
 
     async def collector(ctx):
         while True:
@@ -110,7 +73,7 @@ def test_coalescer_matches_axi_requests(seed: int) -> None:
             if valid and ready:
                 got.append((p.addr, p.beats))
 
-    _simulate(dut, [driver], collector, deadline=5000)
+    run_until(dut, [driver], collector, deadline=5000)
     for i, (g, w) in enumerate(zip(got, want, strict=False)):
         assert g == w, f"seed {seed}: request {i}: expected {w}, got {g}; blocks {blocks}"
     assert len(got) == len(want), f"seed {seed}: {len(got)} requests, expected {len(want)}"
@@ -145,12 +108,12 @@ def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout, cfg_name:
         await ctx.tick()
         ctx.set(dut.start, 0)
         for i, s in enumerate(job.slots):
-            await _put(ctx, dut.tokens, {"index": s, "last": i == len(job.slots) - 1}, rng,
+            await stream_put(ctx, dut.tokens, {"index": s, "last": i == len(job.slots) - 1}, rng,
                        0.6)
 
     async def range_sink(ctx):
         while True:
-            p = await _get(ctx, dut.ranges, rng, 0.7)
+            p = await stream_get(ctx, dut.ranges, rng, 0.7)
             if p.end:
                 ranges.append(None)
                 return
@@ -158,12 +121,12 @@ def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout, cfg_name:
 
     async def collector(ctx):
         while len(entries) < len(want_entries):
-            p = await _get(ctx, dut.entries, rng, 0.5)
+            p = await stream_get(ctx, dut.entries, rng, 0.5)
             entries.append(p)
         while not (ctx.get(dut.done) and ranges and ranges[-1] is None):
             await ctx.tick()
 
-    _simulate(dut, [driver, range_sink], collector, deadline=20000)
+    run_until(dut, [driver, range_sink], collector, deadline=20000)
     msg = f"{cfg_name} seed {seed}, job {job}"
     assert ranges[-1] is None and None not in ranges[:-1], msg
     burst = lay.burst_bytes
@@ -223,7 +186,7 @@ def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int 
         await ctx.tick()
         ctx.set(dut.start, 0)
         for e in expected_entries(job, geo):
-            await _put(ctx, dut.entries, {"page": e.page, "token": e.token, "fa": e.fa,
+            await stream_put(ctx, dut.entries, {"page": e.page, "token": e.token, "fa": e.fa,
                                           "la": e.la, "off": e.off,
                                           "last": e.last, "nodata": e.nodata,
                                           "bitmap": e.bitmap}, rng, 0.5)
@@ -232,17 +195,48 @@ def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int 
         await ctx.tick()
         for a in beats:
             data = int.from_bytes(mem[a:a + bb], "little")
-            await _put(ctx, dut.beats, {"data": data, "err": int(a in case.error_beats),
+            await stream_put(ctx, dut.beats, {"data": data, "err": int(a in case.error_beats),
                                         "addr": a // bb}, rng, 0.7)
 
     async def collector(ctx):
         while len(got) < len(case.outputs):
-            p = await _get(ctx, dut.o, rng, 0.6)
+            p = await stream_get(ctx, dut.o, rng, 0.6)
             got.append((p.token, p.data, p.mask, p.err, p.last))
 
-    _simulate(dut, [setup_and_entries, beat_source], collector, deadline=40000)
+    run_until(dut, [setup_and_entries, beat_source], collector, deadline=40000)
     n = len(case.outputs)
     for i, (g, w) in enumerate(zip(got, case.outputs, strict=True)):
         exp = (*w, int(i == n - 1))
         assert g == exp, (f"{cfg_name} seed {seed}, job {job}: output {i}: expected "
                           f"{tuple(hex(v) for v in exp)}, got {tuple(hex(v) for v in g)}")
+
+
+# --------------------------------------------------------------------------- contract
+@pytest.mark.parametrize("block", [KVLoader, AddressGen, Coalescer, Packer])
+def test_blocks_reject_a_config_instead_of_a_geometry(block) -> None:
+    with pytest.raises(TypeError, match=f"{block.__name__} needs a LoaderGeometry"):
+        block(CFG)
+
+
+@pytest.mark.parametrize("cfg_name", ["tiny", "packed"])
+def test_latency_is_the_fixed_part_of_the_timing_contract(cfg_name: str) -> None:
+    """A one-request job (one dense row) takes ``latency + L + beats - 1`` cycles at read
+    latency ``L``, for every ``L`` (``job_timing``, which the cocotb timing jobs check
+    against the RTL cycle for cycle)."""
+    cfg = CONFIGS[cfg_name]
+    geo = LoaderGeometry(cfg.layout, cfg.loader)
+    lat = KVLoader(geo).latency
+    for slot in (0, 1, 5):
+        for read_latency in (1, 2, 8, 33, 100):
+            t = job_timing(geo, mode="dense", slots=[slot], latency=read_latency)
+            assert len(t.requests) == 1, (cfg_name, slot, t.requests)
+            assert t.cycles == lat + read_latency + t.beats - 1, (cfg_name, slot, read_latency)
+
+
+def test_eq_const_rejects_a_constant_that_does_not_fit() -> None:
+    from amaranth.hdl import Signal
+
+    from hikv.hw.uops import eq_const
+
+    with pytest.raises(ValueError, match="does not fit a 3-bit value"):
+        eq_const(Signal(3), 8)

@@ -10,8 +10,8 @@ import random
 from collections import deque
 
 import pytest
+from _amaranth_sim import pump, run_sim
 from amaranth.lib import data
-from amaranth.sim import Simulator
 
 from hikv.hw.sorter_compact import Compactor
 from hikv.hw.sorter_merge import MergeLevel, Reducer
@@ -23,56 +23,6 @@ from hikv.hw.sorter_net import (
     bitonic_sort_network,
 )
 from hikv.hw.sorter_queue import RowQueue
-
-
-def run_sim(dut, testbench) -> None:
-    """Run ``testbench`` to completion (testbench loops bound their own cycles)."""
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
-
-
-class Deadline:
-    """Fails a testbench loop that runs past ``cycles`` iterations."""
-
-    def __init__(self, cycles: int, what: str) -> None:
-        self.left, self.what = cycles, what
-
-    def tick(self) -> None:
-        self.left -= 1
-        if self.left < 0:
-            raise AssertionError(f"{self.what}: timed out")
-
-
-async def pump(ctx, rng, src, dst, payloads, got, want, decode, *, p_in, p_out, seed,
-               free=0, events=None) -> None:
-    """Stream ``payloads`` into ``src`` and collect ``decode(payload)`` of every ``dst``
-    handshake into ``got`` until it holds ``want`` items. ``src.valid`` is offered with
-    probability ``p_in`` and ``dst.ready`` raised with probability ``p_out``, except that both
-    are held high while fewer than ``free`` payloads have been accepted. ``events`` (a dict)
-    gets the cycle of the first input (``first``) and output (``first_out``) handshake."""
-    sent, cycle = 0, 0
-    dl = Deadline(5000, f"seed={seed}")
-    while len(got) < want:
-        dl.tick()
-        free_now = sent < free
-        offer = sent < len(payloads) and (free_now or rng.random() < p_in)
-        ctx.set(src.valid, offer)
-        if offer:
-            ctx.set(src.payload, payloads[sent])
-        ctx.set(dst.ready, 1 if free_now else rng.random() < p_out)
-        _, _, iv, ir, ov, orr, op = await ctx.tick().sample(
-            src.valid, src.ready, dst.valid, dst.ready, dst.payload)
-        if iv and ir:
-            if events is not None:
-                events.setdefault("first", cycle)
-            sent += 1
-        if ov and orr:
-            if events is not None:
-                events.setdefault("first_out", cycle)
-            got.append(decode(op))
-        cycle += 1
 
 
 def row_const(width: int, items: list[int]) -> int:
@@ -137,9 +87,7 @@ def test_row_merger(lanes):
             exp = sorted(vals, reverse=True)
             assert hi + lo == exp, f"seed={seed} trial={trial} x={x} y={y}: {hi}+{lo} != {exp}"
 
-    sim = Simulator(dut)
-    sim.add_testbench(tb)
-    sim.run()
+    run_sim(dut, tb, clock=False)
 
 
 @pytest.mark.parametrize("lanes", [4, 8])

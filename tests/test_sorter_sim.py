@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from amaranth.sim import Simulator
+from _amaranth_sim import pump, run_sim, stream_put
 
 from hikv.hw.sorter import Sorter, SorterMode
 from hikv.hw.sorter_timing import SorterTiming
@@ -29,6 +29,11 @@ from hikv.rtl_tests.sorter_jobs import (
 PARAMS = get_preset("tiny").sorter
 
 
+def _segments_done(n: int):
+    """``pump``'s stop condition: ``n`` output beats with ``last`` (decoded by the codec)."""
+    return lambda got: sum(is_last for _, is_last, _ in got) == n
+
+
 def simulate(params: SorterParams, jobs: list[SorterJob], *, seed: int, backpressure: bool,
              bad_beats: bool = False):
     """Run ``jobs`` back to back; return per job (segments out, cycles, error flag)."""
@@ -39,41 +44,27 @@ def simulate(params: SorterParams, jobs: list[SorterJob], *, seed: int, backpres
 
     async def tb(ctx):
         for job in jobs:
-            ctx.set(dut.cfg.payload.as_value(), codec.config(job))
-            ctx.set(dut.cfg.valid, 1)
-            await ctx.tick().until(dut.cfg.ready)
-            ctx.set(dut.cfg.valid, 0)
+            await stream_put(ctx, dut.cfg, codec.config(job))
             beats = codec.beats(job)
             if bad_beats:
                 beats[0] ^= 1 << codec._last  # flip the first beat's last flag
+            got: list[tuple[list[tuple[int, int]], bool, int]] = []
+            events: dict[str, int] = {}
+            p = 0.7 if backpressure else 1.0
+            await pump(ctx, rng, dut.i, dut.o, beats, got, None,
+                       lambda op: codec.unpack(op.as_bits()), p_in=p,
+                       p_out=0.6 if backpressure else 1.0, seed=seed, events=events,
+                       until=_segments_done(len(job.segments)),
+                       deadline=20_000)
             segs_out: list[list[tuple[int, int]]] = [[]]
-            bi, cycle, first, last = 0, 0, None, None
-            while len(segs_out) <= len(job.segments):
-                offer = bi < len(beats) and (not backpressure or rng.random() < 0.7)
-                ctx.set(dut.i.valid, offer)
-                if offer:
-                    ctx.set(dut.i.payload.as_value(), beats[bi])
-                ctx.set(dut.o.ready, not backpressure or rng.random() < 0.6)
-                _, _, iv, ir, ov, orr, op = await ctx.tick().sample(
-                    dut.i.valid, dut.i.ready, dut.o.valid, dut.o.ready, dut.o.payload)
-                if iv and ir:
-                    first = cycle if first is None else first
-                    bi += 1
-                if ov and orr:
-                    items, is_last, _ = codec.unpack(op.as_bits())
-                    segs_out[-1] += items
-                    if is_last:
-                        segs_out.append([])
-                        last = cycle
-                cycle += 1
-                assert cycle < 20_000, f"seed={seed}: job {job.describe()} hangs"
-            ctx.set(dut.i.valid, 0)
-            results.append((segs_out[:-1], last - first + 1, ctx.get(dut.error)))
+            for items, is_last, _ in got:
+                segs_out[-1] += items
+                if is_last:
+                    segs_out.append([])
+            results.append((segs_out[:-1], events["last_out"] - events["first"] + 1,
+                            ctx.get(dut.error)))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    sim.run()
+    run_sim(dut, tb)
     return results
 
 
@@ -135,10 +126,7 @@ def test_bad_configuration_is_dropped_with_error():
         assert ctx.get(dut.busy) == 0
         assert ctx.get(dut.cfg.ready) == 1
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    sim.run()
+    run_sim(dut, tb)
 
 
 def test_codec_matches_amaranth_layout_const():
