@@ -7,7 +7,7 @@ import math
 import random
 import struct
 
-from amaranth.sim import Simulator
+from _amaranth_sim import run_sim
 
 from hikv.hw.baseline_pe import ExpUnit, Fp16MacLane
 from hikv.model import baseline_pe_ref as ref
@@ -48,10 +48,7 @@ def test_mac_lane_matches_reference():
             await ctx.tick()
             got.append(ctx.get(dut.acc))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    run_sim(dut, bench)
     obs = got[ref.MAC_LATENCY - 1:]
     assert len(obs) >= len(expect)
     for i, (e, g) in enumerate(zip(expect, obs, strict=False)):
@@ -75,10 +72,7 @@ def test_exp_unit_matches_reference():
             await ctx.tick()
             got.append((ctx.get(dut.y), ctx.get(dut.y_valid)))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    run_sim(dut, bench)
     obs = got[ref.EXP_LATENCY - 1:]
     for x, (y, valid) in zip(xs, obs, strict=False):
         assert valid == 1
