@@ -88,11 +88,6 @@ class Packer(wiring.Component):
     def geometry(self) -> LoaderGeometry:
         return self._geo
 
-    @property
-    def latency(self) -> int:
-        """Cycles from the beat that completes a dense row to its output valid (registered)."""
-        return 2
-
     # ------------------------------------------------------------------ entry register
     def _entry_register(self, m: Module) -> SimpleNamespace:
         g = self._geo
