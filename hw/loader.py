@@ -52,7 +52,6 @@ from .loader_addr import AddressGen
 from .loader_coalesce import Coalescer
 from .loader_pack import Packer
 from .loader_ports import (
-    MODE_OF_LAYOUT,
     Mode,
     axi_read_signature,
     config_layout,
@@ -66,19 +65,7 @@ from .loader_timing import COUNTER_WIDTH, LoaderGeometry, job_timing
 from .sorter_queue import RowQueue
 from .uops import add_w, eq_const, is_zero, log2_int, mul_w, sub_w, ueq, ult
 
-__all__ = [
-    "Mode",
-    "MODE_OF_LAYOUT",
-    "token_layout",
-    "config_layout",
-    "output_layout",
-    "axi_read_signature",
-    "AddressGen",
-    "Coalescer",
-    "Packer",
-    "KVLoader",
-    "make_loader",
-]
+__all__ = ["KVLoader", "make_loader"]
 
 
 class KVLoader(wiring.Component):

@@ -60,7 +60,7 @@ def _fields(layout: Any) -> dict[str, list[int]]:
 
 def tb_config(cfg: Config) -> dict[str, Any]:
     """What the testbench needs to know about the built loader (JSON-able)."""
-    from hikv.hw.loader import config_layout, output_layout, token_layout
+    from hikv.hw.loader_ports import config_layout, output_layout, token_layout
     from hikv.hw.loader_timing import LoaderGeometry
 
     geo = LoaderGeometry(cfg.layout, cfg.loader)
@@ -94,7 +94,7 @@ def _sorter_conf(cfg: Config) -> dict[str, Any]:
 
 
 def _case_json(case: Any, images: dict[int, str]) -> dict[str, Any]:
-    from hikv.hw.loader import MODE_OF_LAYOUT
+    from hikv.hw.loader_ports import MODE_OF_LAYOUT
 
     d = case.to_json(images)
     d["mode_code"] = MODE_OF_LAYOUT[case.job.mode].value

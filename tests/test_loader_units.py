@@ -14,7 +14,11 @@ import pytest
 import torch
 from _amaranth_sim import run_until, stream_get, stream_put
 
-from hikv.hw.loader import MODE_OF_LAYOUT, AddressGen, Coalescer, KVLoader, Packer
+from hikv.hw.loader import KVLoader
+from hikv.hw.loader_addr import AddressGen
+from hikv.hw.loader_coalesce import Coalescer
+from hikv.hw.loader_pack import Packer
+from hikv.hw.loader_ports import MODE_OF_LAYOUT
 from hikv.hw.loader_timing import LoaderGeometry, job_timing
 from hikv.model.layout import Ranges
 from hikv.model.loader_ref import axi_requests, job_requests
