@@ -66,6 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Vidur-format mlp.csv for --device (default: "
                         "shared/data/vidur-profiles/<device>/<model>/mlp.csv above the "
                         "checkout, or $HIKV_DATA/vidur-profiles)")
+    p.add_argument("--device-memory", type=float, metavar="GIB",
+                   help="with --device: memory per GPU in GiB (default: the device's, 80)")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor-parallel degree of --device (rows of the profile; default 1)")
     p.add_argument("--breakdown", action="store_true",
@@ -82,6 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also search the goodput (highest rate with >= slo_attainment of "
                         "requests meeting both SLOs; runs the workload many times)")
     p.add_argument("--out", metavar="DIR", help="write CSVs and plots into DIR")
+    p.add_argument("--export-vidur", metavar="DIR",
+                   help="write DIR/<method>/attention.csv (Vidur's attention profile format: "
+                        "decode from the attention cost model, prefill by roofline, per layer) "
+                        "for each --method and exit without serving")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,9 +118,12 @@ def run(args: argparse.Namespace) -> int:
         from hikv.sim.device import device_cost_for
 
         cfg, device_cost = device_cost_for(cfg, args.device, profile=args.profile,
-                                           tensor_parallel=args.tp)
-    elif args.profile or args.breakdown or args.section or args.tp != 1:
-        raise ParamError("--profile, --tp, --breakdown and --section need --device")
+                                           tensor_parallel=args.tp,
+                                           memory_gib=args.device_memory)
+    elif (args.profile or args.breakdown or args.section or args.tp != 1
+          or args.device_memory is not None):
+        raise ParamError("--profile, --tp, --device-memory, --breakdown and --section need "
+                         "--device")
     args.cost_model = args.cost_model or device_cost or DEFAULT_STEP_COST
     if args.admission:
         args.policy = f"{args.policy or cfg.serving.policy}:{args.admission}"
@@ -126,6 +135,12 @@ def run(args: argparse.Namespace) -> int:
     if changes:
         cfg = cfg.replace(serving=dataclasses.replace(sv, **changes))
     resolve_methods(cfg, args.method)          # reject bad names before any work
+    if args.export_vidur:
+        from hikv.sim.vidur_export import export_methods
+
+        for p in export_methods(cfg, args.method, args.export_vidur):
+            print(f"wrote {p}")
+        return 0
     if args.trace:
         if args.requests is not None:
             raise ParamError("--requests is for Poisson workloads; use --max-requests with "

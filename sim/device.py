@@ -220,14 +220,19 @@ def get_device(name: str) -> GpuDevice:
         raise ParamError(f"device = {name!r} is not one of: {', '.join(DEVICES)}") from None
 
 
-def device_config(cfg: Config, device: GpuDevice, *, tensor_parallel: int = 1) -> Config:
+def device_config(cfg: Config, device: GpuDevice, *, tensor_parallel: int = 1,
+                  memory_gib: float | None = None) -> Config:
     """``cfg`` with its accelerator's peaks and memory set to ``tensor_parallel`` of
-    ``device`` (what the roofline, the KV capacity and the report read)."""
+    ``device`` (what the roofline, the KV capacity and the report read); ``memory_gib``
+    replaces the device's memory per GPU."""
     import dataclasses
 
+    if memory_gib is not None and not memory_gib > 0:
+        raise ParamError(f"device memory = {memory_gib} GiB is out of range: allowed > 0")
+    mem = device.memory_bytes if memory_gib is None else int(memory_gib * 2**30)
     acc = dataclasses.replace(cfg.accel, mem_bandwidth_bytes_per_s=device.peak_bytes_per_s,
                               linear_flops_per_s=device.peak_flops_per_s,
-                              device_memory_bytes=device.memory_bytes * tensor_parallel)
+                              device_memory_bytes=mem * tensor_parallel)
     return cfg.replace(accel=acc)
 
 
@@ -500,7 +505,8 @@ class EfficientAttentionModelStepCost(_EfficientLinear, AttentionModelStepCost):
 
 # =========================================================================== CLI and report
 def device_cost_for(cfg: Config, device: str, *, profile: str | os.PathLike[str] | None = None,
-                    tensor_parallel: int = 1) -> tuple[Config, DeviceCost]:
+                    tensor_parallel: int = 1, memory_gib: float | None = None
+                    ) -> tuple[Config, DeviceCost]:
     """``cfg`` on ``device`` (peaks and memory, :func:`device_config`) and the measured
     step-cost factory for its model; the profile is ``profile`` or found by
     :func:`find_profile`. ParamError names what is missing or does not match."""
@@ -520,7 +526,7 @@ def device_cost_for(cfg: Config, device: str, *, profile: str | os.PathLike[str]
         profile = found
     cost = DeviceCost(device, str(profile), tensor_parallel)
     _cached_profile(cost.profile_path, tensor_parallel).check_model(cfg.model)
-    return device_config(cfg, dev, tensor_parallel=tensor_parallel), cost
+    return device_config(cfg, dev, tensor_parallel=tensor_parallel, memory_gib=memory_gib), cost
 
 
 def _describe(self: DeviceCost) -> str:

@@ -586,11 +586,12 @@ def little_check(l_integral: float, start_s: float, end_s: float, arrival_s: np.
 
 def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str | None = None,
              cost_model: str | Callable[[Config, MethodSpec], StepCostModel] = DEFAULT_STEP_COST,
-             policy: str | None = None, admission: str | None = None,
+             policy: str | Policy | None = None, admission: str | None = None,
              fast_forward: bool = True) -> ServingResult:
     """Serve ``workload`` with KV method ``spec`` on ``cfg``'s accelerator and model.
 
-    ``policy`` defaults to ``cfg.serving.policy``; ``admission`` (``"chunk"`` or
+    ``policy`` (a name of :data:`hikv.sim.scheduler.POLICIES`, or a
+    :class:`~hikv.sim.scheduler.Policy`) defaults to ``cfg.serving.policy``; ``admission`` (``"chunk"`` or
     ``"prompt"``, :mod:`hikv.sim.scheduler`) overrides the policy's admission rule;
     ``cost_model`` names a step-cost model of :data:`hikv.sim.step_cost.STEP_COST_MODELS`, or
     is a factory ``(cfg, spec) -> StepCostModel`` (its ``name`` attribute, if any, is
@@ -598,7 +599,7 @@ def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str |
     (default the spec's label). ``fast_forward=False`` simulates every iteration as its own
     event (slower, the same result). Pure: nothing is written, no global state is touched.
     """
-    pol = get_policy(policy or cfg.serving.policy)
+    pol = policy if isinstance(policy, Policy) else get_policy(policy or cfg.serving.policy)
     if admission is not None and admission != pol.admission:
         pol = dataclasses.replace(pol, admission=admission)
     if callable(cost_model):
