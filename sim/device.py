@@ -50,7 +50,9 @@ __all__ = [
     "read_profile", "tile_interp", "find_profile", "GpuDevice", "DEVICES", "get_device",
     "PROFILE_MODELS", "DeviceStepCost", "DeviceCost", "derive_efficiency",
     "elementwise_bytes_per_token", "gemm_weight_params", "EfficientRooflineStepCost",
-    "EfficientAttentionModelStepCost", "BREAKDOWN_OPS", "device_config",
+    "EfficientAttentionModelStepCost", "BREAKDOWN_OPS", "device_config", "device_cost_for",
+    "breakdown_batches", "breakdown_table", "device_section", "measured_vs_modelled",
+    "report_section", "TILE_TOKENS",
 ]
 
 #: Operators of Vidur's ``mlp.csv``, in file order.
@@ -580,14 +582,17 @@ def breakdown_table(cfg: Config, cost: DeviceCost, method: str = "full") -> str:
     model = cost(cfg, spec)
     assert isinstance(model, DeviceStepCost)
     rf = RooflineStepCost(cfg, spec)
+    ef = EfficientRooflineStepCost(cfg, spec)
     cols = ("emb", "norms", "qkv", "rope", "o_proj", "up", "act", "down", "add", "lm_head",
             "attn_prefill", "attn_decode")
-    head = ("| iteration (decode B x context; chunk) | total ms | roofline ms | "
+    head = ("| iteration | total ms | roofline ms | roofline-eff ms | "
             + " | ".join(cols) + " |")
     lines = [f"Per-iteration time by operator (ms), {cfg.model.name}, method {method}, "
-             f"{cost.name}; decode 'B x C': B sequences attending C tokens each; roofline: "
-             f"`--cost-model roofline` at the same peaks.", "", head,
-             "|" + "---|" * (len(cols) + 3)]
+             f"{cost.name}; 'decode B x C': B sequences attending C tokens each; 'prefill C': "
+             f"one chunk of C tokens from an empty prefix; 'mixed C + B x K': a chunk of C "
+             f"tokens after a prefix of C, with B decodes at context K; roofline and "
+             f"roofline-eff: `--cost-model roofline` / `roofline-eff` at the same peaks.", "",
+             head, "|" + "---|" * (len(cols) + 4)]
     for label, batch in breakdown_batches():
         bd = model.breakdown(batch)
         g = {"emb": bd["emb"], "norms": bd["input_layernorm"] + bd["post_attention_layernorm"],
@@ -597,6 +602,7 @@ def breakdown_table(cfg: Config, cost: DeviceCost, method: str = "full") -> str:
              "attn_decode": bd["attn_decode"]}
         lines.append(f"| {label} | {sum(bd.values()) * 1e3:.2f} | "
                      f"{rf.iteration_time_s(batch) * 1e3:.2f} | "
+                     f"{ef.iteration_time_s(batch) * 1e3:.2f} | "
                      + " | ".join(f"{g[c] * 1e3:.2f}" for c in cols) + " |")
     return "\n".join(lines)
 

@@ -591,8 +591,9 @@ def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str |
     """Serve ``workload`` with KV method ``spec`` on ``cfg``'s accelerator and model.
 
     ``policy`` (a name of :data:`hikv.sim.scheduler.POLICIES`, or a
-    :class:`~hikv.sim.scheduler.Policy`) defaults to ``cfg.serving.policy``; ``admission`` (``"chunk"`` or
-    ``"prompt"``, :mod:`hikv.sim.scheduler`) overrides the policy's admission rule;
+    :class:`~hikv.sim.scheduler.Policy`) defaults to ``cfg.serving.policy``; ``admission``
+    (``"chunk"`` or ``"prompt"``, :mod:`hikv.sim.scheduler`) overrides the policy's admission
+    rule;
     ``cost_model`` names a step-cost model of :data:`hikv.sim.step_cost.STEP_COST_MODELS`, or
     is a factory ``(cfg, spec) -> StepCostModel`` (its ``name`` attribute, if any, is
     recorded; e.g. :class:`hikv.sim.device.DeviceCost`); ``method`` is the display name

@@ -115,8 +115,8 @@ def test_interpolation_cross_validated(all_profiles, folds):
     """K-fold cross-validation over the profiled token counts (the smallest and largest
     always kept): a layer's non-attention time at held-out counts, interpolated from the
     rest, is within 2% on average and 5% at the 95th percentile for every profile and
-    tensor-parallel degree (measured: mean 1.1-1.5%, P95 2.5-4.2%, worst 4-11% just past a
-    GEMM tile step; profile rows repeated at one count differ by up to 3%)."""
+    tensor-parallel degree (measured: mean 0.85-1.39%, P95 2.4-4.4%, worst 4.4-18% just past
+    a GEMM tile step; profile rows repeated at one count differ by up to 3.9%)."""
     seed = 20261201
     for path in all_profiles:
         for tp in (1, 2, 4, 8):
