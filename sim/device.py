@@ -329,8 +329,7 @@ class DeviceStepCost(StepCostBase):
                                               * self.eff.bandwidth_fraction)
         # dense per-token-count tables of the profiled operators
         top = int(max(profile.tokens[-1], cfg.serving.token_budget)) + 1
-        grid = np.arange(top + 1, dtype=np.int64)
-        self._ops = {op: profile.time_s(op, grid) for op in PROFILE_OPS}
+        self._ops = _dense_tables(profile, top)
         self._layer = sum(self._ops[op] for op in LAYER_OPS) * self.layers + self._ops["emb"]
         # decode attention per decode key: bytes read (all layers, this GPU's heads)
         self._rf = RooflineStepCost(cfg, spec)
@@ -425,6 +424,20 @@ class DeviceCost:
     def name(self) -> str:
         return f"device:{self.device}"
 
+    def describe(self) -> str:
+        """One paragraph: what of this step cost is measured, what modelled, what not."""
+        dev = get_device(self.device)
+        a = dev.attention
+        return (f"device {dev.name} ({dev.label}, {dev.peak_flops_per_s / 1e12:g} TFLOP/s, "
+                f"{dev.peak_bytes_per_s / 1e12:g} TB/s), tensor parallel "
+                f"{self.tensor_parallel}: MEASURED every non-attention operator of a layer and "
+                f"the embedding ({self.profile_path}); MODELLED attention (decode "
+                f"{a.decode_bytes_per_s / 1e12:.2f} TB/s + {a.decode_fixed_s * 1e6:.1f} us per "
+                f"layer, prefill {a.prefill_flops_per_s / 1e12:.0f} TFLOP/s + "
+                f"{a.prefill_fixed_s * 1e6:.1f} us, fitted to published A100 kernel times) and "
+                f"the LM head (roofline at the profile's GEMM efficiencies); NOT MODELLED "
+                f"tensor-parallel all-reduce, CPU scheduling and sampling")
+
     def __call__(self, cfg: Config, spec: MethodSpec) -> StepCostModel:
         dev = get_device(self.device)
         prof = _cached_profile(self.profile_path, self.tensor_parallel)
@@ -440,6 +453,23 @@ def _cached_profile(path: str, tp: int) -> OperatorProfile:
     if key not in _PROFILES:
         _PROFILES[key] = read_profile(path, tensor_parallel=tp)
     return _PROFILES[key]
+
+
+_DENSE: dict[tuple[int, int], tuple[OperatorProfile, dict[str, np.ndarray]]] = {}
+
+
+def _dense_tables(profile: OperatorProfile, top: int) -> dict[str, np.ndarray]:
+    """Every operator at 0..top tokens (read-only arrays), built once per profile and size:
+    a goodput search builds a step cost per probe."""
+    key = (id(profile), top)
+    hit = _DENSE.get(key)
+    if hit is None or hit[0] is not profile:
+        grid = np.arange(top + 1, dtype=np.int64)
+        tables = {op: profile.time_s(op, grid) for op in PROFILE_OPS}
+        for t in tables.values():
+            t.flags.writeable = False
+        hit = _DENSE[key] = (profile, tables)
+    return hit[1]
 
 
 # =========================================================================== roofline + eff
@@ -531,21 +561,6 @@ def device_cost_for(cfg: Config, device: str, *, profile: str | os.PathLike[str]
     return device_config(cfg, dev, tensor_parallel=tensor_parallel, memory_gib=memory_gib), cost
 
 
-def _describe(self: DeviceCost) -> str:
-    dev = get_device(self.device)
-    a = dev.attention
-    return (f"device {dev.name} ({dev.label}, {dev.peak_flops_per_s / 1e12:g} TFLOP/s, "
-            f"{dev.peak_bytes_per_s / 1e12:g} TB/s), tensor parallel {self.tensor_parallel}: "
-            f"MEASURED every non-attention operator of a layer and the embedding "
-            f"({self.profile_path}); MODELLED attention (decode {a.decode_bytes_per_s / 1e12:.2f} "
-            f"TB/s + {a.decode_fixed_s * 1e6:.1f} us per layer, prefill "
-            f"{a.prefill_flops_per_s / 1e12:.0f} TFLOP/s + {a.prefill_fixed_s * 1e6:.1f} us, "
-            f"fitted to published A100 kernel times) and the LM head (roofline at the "
-            f"profile's GEMM efficiencies); NOT MODELLED tensor-parallel all-reduce, CPU "
-            f"scheduling and sampling")
-
-
-DeviceCost.describe = _describe  # type: ignore[attr-defined]
 
 #: Iterations of the breakdown table: (label, IterationBatch arguments).
 BREAKDOWN_DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -609,7 +624,7 @@ def breakdown_table(cfg: Config, cost: DeviceCost, method: str = "full") -> str:
 
 def measured_vs_modelled(cost: DeviceCost) -> str:
     """One paragraph: what of the measured-device step cost is measured, what modelled."""
-    return cost.describe()  # type: ignore[attr-defined]
+    return cost.describe()
 
 
 def device_section(cfg: Config, workload: Any, cost: DeviceCost, *,
@@ -643,8 +658,9 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
                    profile: str | os.PathLike[str] | None = None) -> Any:
     """A ``hikv report`` section (:class:`hikv.sim.report.ReportSection`): the conversation
     trace (first ``max_requests``) on the measured ``device`` with full KV and HiKV, stating
-    what is measured and what modelled. A preset whose model has no profile is replaced by
-    ``paper`` (Llama-3-8B). Skipped with the reason when the trace or profile is missing."""
+    what is measured and what modelled. A preset whose model is not in
+    :data:`PROFILE_MODELS` is replaced by ``paper`` (Llama-3-8B). Skipped with the reason
+    when the trace or profile is missing or does not match."""
     from hikv.presets import get_preset
 
     from .report import ReportSection
@@ -654,7 +670,7 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
     path = trace if trace is not None else find_azure_trace("conv")
     if path is None or not Path(path).is_file():
         return ReportSection(title, "Skipped: the Azure conversation trace was not found.", [])
-    if cfg.model.name not in PROFILE_MODELS and profile is None:
+    if cfg.model.name not in PROFILE_MODELS:
         cfg = get_preset("paper")
     try:
         dcfg, cost = device_cost_for(cfg, device, profile=profile)

@@ -259,3 +259,51 @@ def test_cli_device_breakdown_and_errors(capsys, a100_llama3, tmp_path, monkeypa
     assert "device = 'h100' is not one of" in capsys.readouterr().err
     assert main(["serve", "--preset", "tiny", "--breakdown", "--requests", "5"]) == 2
     assert "need --device" in capsys.readouterr().err
+
+
+def test_efficiency_parameters_reject_bad_values():
+    for field, bad in (("compute_fraction", 1.5), ("bandwidth_fraction", 0.0),
+                       ("elementwise_bandwidth_fraction", -0.1), ("elementwise_fixed_s", -1e-6),
+                       ("attention_compute_fraction", "high"), ("attention_fixed_s", 2.0)):
+        with pytest.raises(ParamError, match=f"RooflineEfficiency.{field}"):
+            RooflineEfficiency(**{field: bad})
+
+
+def test_cli_device_section_and_tensor_parallel(capsys, a100_llama3):
+    rc = main(["serve", "--device", "a100", "--profile", str(a100_llama3), "--section",
+               "--rate", "2", "--requests", "30", "--method", "full,hikv"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "### Serving on a measured device" in out
+    assert "MEASURED" in out and "MODELLED" in out and "NOT MODELLED" in out
+    assert "hikv" in out.split("```")[1]
+    rc = main(["serve", "--device", "a100", "--profile", str(a100_llama3), "--tp", "2",
+               "--breakdown", "--rate", "2", "--requests", "20", "--method", "full"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "tensor parallel 2" in out
+    cfg, cost = device_cost_for(get_preset("paper"), "a100", profile=a100_llama3,
+                                tensor_parallel=2)
+    spec = resolve_methods(cfg, "full")["full"]
+    cfg1, cost1 = _device_cfg(a100_llama3)
+    one, two = cost1(cfg1, spec), cost(cfg, spec)
+    b = IterationBatch(decode_prompt=[4000] * 64, decode_step=[1] * 64)
+    # half the heads and half of each GEMM per GPU: faster, but not twice (fixed costs)
+    assert 0.5 * one.iteration_time_s(b) < two.iteration_time_s(b) < one.iteration_time_s(b)
+    assert main(["serve", "--device", "a100", "--profile", str(a100_llama3), "--tp", "3",
+                 "--requests", "5"]) == 2
+    assert "tensor_parallel = 3 is not in profile" in capsys.readouterr().err
+
+
+def test_report_section_on_the_measured_device(a100_llama3):
+    from hikv.sim.device import report_section
+    from hikv.sim.workload import find_azure_trace
+
+    trace = find_azure_trace("conv", start=ROOT / "tests")
+    if trace is None:
+        pytest.skip("Azure LLM conversation trace not found")
+    sec = report_section(get_preset("default"), max_requests=150, trace=trace,
+                         profile=a100_llama3)
+    assert sec.title == "Serving on a measured device"
+    assert "llama3-8b" in sec.markdown and "MEASURED" in sec.markdown
+    assert "MODELLED" in sec.markdown and sec.rows[0]["requests"] == 150
+    missing = report_section(get_preset("default"), trace=ROOT / "no-such-trace.csv")
+    assert missing.markdown.startswith("Skipped")
