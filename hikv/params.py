@@ -570,6 +570,39 @@ class ServingParams:
                              f"not {self.synthetic!r}")
 
 
+@dataclass(frozen=True)
+class RooflineEfficiency:
+    """Achieved efficiencies for the serving roofline (``--cost-model roofline-eff`` and
+    ``attention-model-eff``, :mod:`hikv.sim.device`).
+
+    GEMMs run at ``compute_fraction`` of ``linear_flops_per_s`` or ``bandwidth_fraction`` of
+    the memory bandwidth (weight reads); the non-GEMM operators of a layer (norms, rotary
+    embedding, activation, residual add) move their activation bytes at
+    ``elementwise_bandwidth_fraction`` of the bandwidth plus ``elementwise_fixed_s`` per layer
+    and iteration; attention kernels reach ``attention_compute_fraction`` (prefill) and
+    ``attention_bandwidth_fraction`` (decode) plus ``attention_fixed_s`` per layer and kernel.
+    Defaults: :func:`hikv.sim.device.derive_efficiency` of the measured A100 Llama-3-8B
+    profile (Vidur ``mlp.csv``) and the fitted A100 attention kernels, rounded to two
+    significant digits (``tests/test_device.py`` recomputes them).
+    """
+
+    compute_fraction: float = 0.73
+    bandwidth_fraction: float = 0.76
+    elementwise_bandwidth_fraction: float = 0.47
+    elementwise_fixed_s: float = 26e-6
+    attention_compute_fraction: float = 0.58
+    attention_bandwidth_fraction: float = 0.72
+    attention_fixed_s: float = 15e-6
+
+    def __post_init__(self) -> None:
+        o = "RooflineEfficiency"
+        for name in ("compute_fraction", "bandwidth_fraction", "elementwise_bandwidth_fraction",
+                     "attention_compute_fraction", "attention_bandwidth_fraction"):
+            _num(o, name, getattr(self, name), 0, 1, lo_open=True)
+        _num(o, "elementwise_fixed_s", self.elementwise_fixed_s, 0, 1)
+        _num(o, "attention_fixed_s", self.attention_fixed_s, 0, 1)
+
+
 # --------------------------------------------------------------------------- config
 @dataclass(frozen=True)
 class Config:

@@ -11,6 +11,11 @@ check (L from the scheduler's queues against lambda*W from the request records, 
 steady-state window; relative error). Files are written only with --out DIR: summary.csv (one
 row per method, every configuration field, seed, code version), requests_<method>.csv (one row
 per request), latency_cdf.png and kv_use.png.
+
+--device a100 serves on a measured GPU (docs/serving.md, "Measured device"): every
+non-attention operator from a Vidur-format mlp.csv profile (--profile, default found under
+shared/data/vidur-profiles), attention and the LM head modelled; --breakdown prints
+per-iteration times by operator, --section the report's measured-device serving section.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ HELP = "simulate serving a trace or a Poisson workload with KV methods (latency,
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="default", help="configuration preset (default: default)")
+    p.add_argument("--preset", default=None,
+                   help="configuration preset (default: default; paper with --device)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a preset parameter, e.g. policy.scorer=page_bounds "
                         "(repeatable)")
@@ -41,12 +47,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-requests", type=int, metavar="N",
                    help="replay only the first N requests of --trace")
     p.add_argument("--seed", type=int, default=0, help="Poisson workload seed (default: 0)")
-    p.add_argument("--policy", help="scheduler policy: vllm-v1, sjf, serial "
+    p.add_argument("--policy", help="scheduler policy: vllm-v1, sjf, serial, sarathi "
                                     "(default: the preset's serving.policy)")
+    p.add_argument("--admission", choices=("chunk", "prompt"),
+                   help="KV admission: chunk (first chunk's blocks, vLLM V1) or prompt (whole "
+                        "prompt reserved, vLLM V0 / Sarathi) (default: the policy's)")
     p.add_argument("--cost-model", default=None,
                    help="per-iteration latency model: attention-model (decode attention from "
-                        "the attention cost model, the rest by roofline) or roofline "
-                        "(default: attention-model)")
+                        "the attention cost model, the rest by roofline), roofline, "
+                        "roofline-eff / attention-model-eff (with measured efficiencies) "
+                        "(default: attention-model; with --device the measured device)")
+    p.add_argument("--device", metavar="NAME",
+                   help="serve on a measured GPU: a100 (operators from a Vidur mlp.csv "
+                        "profile, attention fitted to published kernel times)")
+    p.add_argument("--model", metavar="NAME",
+                   help="model shape (hikv presets --list; default: the preset's)")
+    p.add_argument("--profile", metavar="FILE",
+                   help="Vidur-format mlp.csv for --device (default: "
+                        "shared/data/vidur-profiles/<device>/<model>/mlp.csv above the "
+                        "checkout, or $HIKV_DATA/vidur-profiles)")
+    p.add_argument("--device-memory", type=float, metavar="GIB",
+                   help="with --device: memory per GPU in GiB (default: the device's, 80)")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor-parallel degree of --device (rows of the profile; default 1)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="with --device: print per-iteration times by operator (decode batches, "
+                        "prefill chunks, mixed batches) before serving")
+    p.add_argument("--section", action="store_true",
+                   help="with --device: print the report's measured-device serving section "
+                        "(markdown) instead of the serving table")
     p.add_argument("--token-budget", type=int, help="override serving.token_budget (tokens)")
     p.add_argument("--max-running", type=int, help="override serving.max_running (sequences)")
     p.add_argument("--ttft-slo", type=float, metavar="S", help="override the TTFT SLO (s)")
@@ -55,6 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also search the goodput (highest rate with >= slo_attainment of "
                         "requests meeting both SLOs; runs the workload many times)")
     p.add_argument("--out", metavar="DIR", help="write CSVs and plots into DIR")
+    p.add_argument("--export-vidur", metavar="DIR",
+                   help="write DIR/<method>/attention.csv (Vidur's attention profile format: "
+                        "decode from the attention cost model, prefill by roofline, per layer) "
+                        "for each --method and exit without serving")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,8 +107,26 @@ def run(args: argparse.Namespace) -> int:
     from hikv.sim.step_cost import DEFAULT_STEP_COST
     from hikv.sim.workload import poisson_workload, read_azure_trace
 
-    cfg = with_overrides(get_preset(args.preset), args.set)
-    args.cost_model = args.cost_model or DEFAULT_STEP_COST
+    cfg = with_overrides(get_preset(args.preset or ("paper" if args.device else "default")),
+                         args.set)
+    if args.model:
+        from hikv.presets import get_model_shape
+
+        cfg = cfg.replace(model=get_model_shape(args.model))
+    device_cost = None
+    if args.device:
+        from hikv.sim.device import device_cost_for
+
+        cfg, device_cost = device_cost_for(cfg, args.device, profile=args.profile,
+                                           tensor_parallel=args.tp,
+                                           memory_gib=args.device_memory)
+    elif (args.profile or args.breakdown or args.section or args.tp != 1
+          or args.device_memory is not None):
+        raise ParamError("--profile, --tp, --device-memory, --breakdown and --section need "
+                         "--device")
+    args.cost_model = args.cost_model or device_cost or DEFAULT_STEP_COST
+    if args.admission:
+        args.policy = f"{args.policy or cfg.serving.policy}:{args.admission}"
     sv = cfg.serving
     changes = {k: v for k, v in (("token_budget", args.token_budget),
                                  ("max_running", args.max_running),
@@ -84,6 +135,12 @@ def run(args: argparse.Namespace) -> int:
     if changes:
         cfg = cfg.replace(serving=dataclasses.replace(sv, **changes))
     resolve_methods(cfg, args.method)          # reject bad names before any work
+    if args.export_vidur:
+        from hikv.sim.vidur_export import export_methods
+
+        for p in export_methods(cfg, args.method, args.export_vidur):
+            print(f"wrote {p}")
+        return 0
     if args.trace:
         if args.requests is not None:
             raise ParamError("--requests is for Poisson workloads; use --max-requests with "
@@ -99,6 +156,15 @@ def run(args: argparse.Namespace) -> int:
                               requests=args.requests)
         seed = args.seed
     out = _check_out_dir(args.out) if args.out else None
+    if device_cost is not None and (args.breakdown or args.section):
+        from hikv.sim.device import breakdown_table, device_section
+
+        if args.breakdown:
+            print(breakdown_table(cfg, device_cost))
+        if args.section:
+            print(device_section(cfg, wl, device_cost, methods=args.method,
+                                 policy=args.policy))
+            return 0
     cap = kv_capacity_blocks(cfg)
     print(f"preset {cfg.name}: model {cfg.model.name}, {cfg.accel.mem_bandwidth_bytes_per_s:.3g} "
           f"B/s, {cfg.accel.linear_flops_per_s:.3g} FLOP/s, KV capacity {cap} blocks of "
@@ -106,7 +172,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"workload {wl.source}: {len(wl)} requests at {wl.rate_per_s:.4g}/s; policy "
           f"{args.policy or cfg.serving.policy}, token budget {cfg.serving.token_budget}, "
           f"max running {cfg.serving.max_running}; SLOs TTFT {cfg.serving.ttft_slo_s} s, "
-          f"TPOT {cfg.serving.tpot_slo_s} s; cost model {args.cost_model}")
+          f"TPOT {cfg.serving.tpot_slo_s} s; cost model "
+          f"{getattr(args.cost_model, 'name', args.cost_model)}")
+    if device_cost is not None:
+        print(device_cost.describe())
     sys.stdout.flush()
     runs = run_methods(cfg, wl, args.method, cost_model=args.cost_model, policy=args.policy,
                        with_goodput=args.goodput, seed=seed,

@@ -16,7 +16,15 @@ Policies:
 * ``sjf``: as ``vllm-v1`` but the waiting queue is ordered by shortest prompt first
   (preempted sequences still go first);
 * ``serial``: batching disabled: one sequence at a time, FCFS, prefill then decode to the end
-  (a single-server queue; tests compare it with the Pollaczek-Khinchine formula).
+  (a single-server queue; tests compare it with the Pollaczek-Khinchine formula);
+* ``sarathi``: as ``vllm-v1`` but with whole-prompt admission (below) and a watermark of 1%
+  of the KV blocks (vLLM V0's block manager and Sarathi-Serve, as Vidur simulates them).
+
+Admission (``Policy.admission``): ``"chunk"`` (vLLM V1) admits a waiting request when the
+blocks of its first chunk are free and allocates the rest chunk by chunk; ``"prompt"`` (vLLM
+V0, Sarathi-Serve) admits it only when the blocks of its whole remaining prompt (its peak if
+prefilled in one chunk) plus ``watermark_fraction`` of the capacity are free, and reserves
+them until its last chunk is prefilled. Decode growth and preemption are the same for both.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from typing import Protocol
 
 from hikv.params import ParamError, ServingParams
 
-__all__ = ["Policy", "POLICIES", "get_policy", "WaitQueue"]
+__all__ = ["Policy", "POLICIES", "ADMISSIONS", "get_policy", "WaitQueue"]
 
 
 class _HasOrder(Protocol):
@@ -77,14 +85,28 @@ class WaitQueue:
         return heapq.heappop(self._heap)[3]
 
 
+#: Admission rules (module docstring).
+ADMISSIONS = ("chunk", "prompt")
+
+
 @dataclass(frozen=True)
 class Policy:
-    """A scheduling policy: waiting order, running cap and chunking (see module docstring)."""
+    """A scheduling policy: waiting order, running cap, admission (see module docstring)."""
 
     name: str
     description: str
     waiting_order: str = "fcfs"
     serial: bool = False          # one sequence at a time
+    admission: str = "chunk"      # one of ADMISSIONS
+    watermark_fraction: float = 0.0   # of the KV blocks kept free at admission
+
+    def __post_init__(self) -> None:
+        if self.admission not in ADMISSIONS:
+            raise ParamError(f"admission = {self.admission!r} is not one of: "
+                             f"{', '.join(ADMISSIONS)}")
+        if not 0.0 <= self.watermark_fraction < 1.0:
+            raise ParamError(f"watermark_fraction = {self.watermark_fraction!r} is out of "
+                             "range: allowed [0, 1)")
 
     def max_running(self, serving: ServingParams) -> int:
         return 1 if self.serial else serving.max_running
@@ -100,13 +122,24 @@ POLICIES: dict[str, Policy] = {
         Policy("sjf", "shortest prompt first, decodes first, chunked prefill",
                waiting_order="shortest-prompt"),
         Policy("serial", "no batching: one request at a time, FCFS", serial=True),
+        Policy("sarathi", "FCFS, decodes first, chunked prefill, whole prompt reserved at "
+                          "admission with a 1% watermark (vLLM V0 / Sarathi-Serve)",
+               admission="prompt", watermark_fraction=0.01),
     )
 }
 
 
 def get_policy(name: str) -> Policy:
-    """The policy called ``name``; an unknown name lists the known ones."""
+    """The policy called ``name``; an unknown name lists the known ones. ``NAME:ADMISSION``
+    (e.g. ``vllm-v1:prompt``) is policy ``NAME`` with its admission rule replaced."""
+    import dataclasses
+
+    base, _, admission = name.partition(":")
     try:
-        return POLICIES[name]
+        pol = POLICIES[base]
     except KeyError:
-        raise ParamError(f"policy = {name!r} is not one of: {', '.join(POLICIES)}") from None
+        raise ParamError(f"policy = {name!r} is not one of: {', '.join(POLICIES)} "
+                         f"(optionally :{'/:'.join(ADMISSIONS)})") from None
+    if admission and admission != pol.admission:
+        pol = dataclasses.replace(pol, name=name, admission=admission)
+    return pol

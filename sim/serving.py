@@ -19,7 +19,9 @@ golden model; capacity is ``(device memory - weights - workspace) // block bytes
 allocated for an iteration's peak (after appending the iteration's tokens, before any
 eviction) and released to the post-iteration residency afterwards (capacity methods free
 blocks here). When a block cannot be allocated, the most recently admitted running sequence
-is preempted (recompute).
+is preempted (recompute). Admission follows the policy (:mod:`hikv.sim.scheduler`): the
+first chunk's blocks (``"chunk"``, vLLM V1) or the whole remaining prompt's blocks reserved
+until its last chunk, plus a watermark (``"prompt"``, vLLM V0 / Sarathi-Serve).
 
 Batched decode runs. When an iteration is pure decode of every running sequence and nothing
 could change the next schedules (no completion, no allocation failure, no admissible waiting
@@ -37,9 +39,11 @@ time in system ``W`` of the requests arriving in the window. :class:`LittleCheck
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +131,7 @@ class ServingResult:
     little: LittleCheck
     little_integral: float           # integral of |waiting| + |running| over the window
     wall_s: float
+    admission: str = "chunk"         # the policy's admission rule (hikv.sim.scheduler)
 
     # ----------------------------------------------------------------- latencies
     @property
@@ -177,6 +182,7 @@ class ServingResult:
             "method": self.method,
             "method_label": self.spec.label,
             "policy": self.policy,
+            "admission": self.admission,
             "cost_model": self.cost_model,
             "workload": self.workload,
             "requests": n,
@@ -211,7 +217,7 @@ class ServingResult:
 class _Seq:
     __slots__ = ("rid", "arrival", "prompt", "output", "generated", "kv_prompt", "base", "done",
                  "step", "blocks", "first_sched", "first_token", "finish", "preemptions",
-                 "prefilled", "completions")
+                 "prefilled", "completions", "reserve")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int) -> None:
         self.rid = rid
@@ -230,6 +236,7 @@ class _Seq:
         self.preemptions = 0
         self.prefilled = 0           # tokens prefilled in all, recomputation included
         self.completions = 0
+        self.reserve = 0             # blocks reserved for the whole prompt ("prompt" admission)
 
 
 class _Engine:
@@ -246,6 +253,8 @@ class _Engine:
         self.max_running = policy.max_running(self.sp)
         self.budget = self.sp.token_budget
         self.capacity = kv_capacity_blocks(cfg)
+        self.reserve_prompt = policy.admission == "prompt"
+        self.watermark = int(policy.watermark_fraction * self.capacity)
         # blocks held for r resident tokens, r = 0 .. longest sequence
         longest = int((workload.prompt_tokens + workload.output_tokens).max()) + 2
         heads = cfg.model.layers * cfg.model.kv_heads
@@ -319,6 +328,7 @@ class _Engine:
         self.running.remove(victim)
         self.used -= victim.blocks
         victim.blocks = 0
+        victim.reserve = 0
         victim.preemptions += 1
         victim.kv_prompt = victim.prompt + victim.generated
         victim.done = 0
@@ -355,6 +365,14 @@ class _Engine:
         self.used += peak - s.blocks
         s.blocks = peak
         return True, back, preempted
+
+    def _admit_blocks(self, s: _Seq, chunk: int) -> int:
+        """Free blocks the admission of waiting ``s`` with a first chunk of ``chunk`` tokens
+        needs: that chunk's peak, or the whole remaining prompt's peak plus the watermark."""
+        if self.reserve_prompt:
+            return (int(self.blk[self.kv.prefill_peak(s.done, s.kv_prompt - s.done)])
+                    + self.watermark)
+        return int(self.blk[self.kv.prefill_peak(s.done, chunk)])
 
     def _schedule(self, t: float) -> tuple:
         for _attempt in range(2):
@@ -406,7 +424,7 @@ class _Engine:
             if s not in self.running:
                 continue
             chunk = min(s.kv_prompt - s.done, budget)
-            peak = int(blk[kv.prefill_peak(s.done, chunk)])
+            peak = max(int(blk[kv.prefill_peak(s.done, chunk)]), s.reserve)
             ok, back, pe = self._allocate(s, peak, dec, pre)
             preempted |= pe
             budget += back
@@ -419,13 +437,16 @@ class _Engine:
             while len(self.waiting) and budget > 0 and len(self.running) < self.max_running:
                 s = self.waiting.peek()
                 chunk = min(s.kv_prompt - s.done, budget)
-                peak = int(blk[kv.prefill_peak(s.done, chunk)])
-                if peak > self.capacity - self.used:
+                need = self._admit_blocks(s, chunk)
+                if need > self.capacity - self.used:
                     break
+                peak = need - self.watermark if self.reserve_prompt else need
                 self.waiting.pop()
                 self.running.append(s)
                 self.used += peak
                 s.blocks = peak
+                if self.reserve_prompt:
+                    s.reserve = peak
                 if math.isnan(s.first_sched):
                     s.first_sched = t
                 pre.append((s, chunk))
@@ -480,7 +501,7 @@ class _Engine:
         if can_admit and len(self.waiting):
             head = self.waiting.peek()
             chunk = min(head.kv_prompt - head.done, self.budget - d)
-            need = int(self.blk[self.kv.prefill_peak(head.done, chunk)]) - head.blocks
+            need = self._admit_blocks(head, chunk) - head.blocks
             ok = np.nonzero(self.capacity - peaks[1:k] >= need)[0]
             if ok.size:
                 k = int(ok[0]) + 1
@@ -514,6 +535,10 @@ class _Engine:
             self.prefill_tokens += chunk
             s.prefilled += chunk
             after = int(blk[kv.resident_after_prefill(s.done, s.kv_prompt)])
+            if s.done < s.kv_prompt:
+                after = max(after, s.reserve)
+            else:
+                s.reserve = 0
             self.used += after - s.blocks
             s.blocks = after
             if s.done == s.kv_prompt:
@@ -560,17 +585,30 @@ def little_check(l_integral: float, start_s: float, end_s: float, arrival_s: np.
 
 
 def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str | None = None,
-             cost_model: str = DEFAULT_STEP_COST, policy: str | None = None,
+             cost_model: str | Callable[[Config, MethodSpec], StepCostModel] = DEFAULT_STEP_COST,
+             policy: str | Policy | None = None, admission: str | None = None,
              fast_forward: bool = True) -> ServingResult:
     """Serve ``workload`` with KV method ``spec`` on ``cfg``'s accelerator and model.
 
-    ``policy`` defaults to ``cfg.serving.policy``; ``cost_model`` names a step-cost model of
-    :data:`hikv.sim.step_cost.STEP_COST_MODELS`; ``method`` is the display name (default the
-    spec's label). ``fast_forward=False`` simulates every iteration as its own event (slower,
-    the same result). Pure: nothing is written, no global state is touched.
+    ``policy`` (a name of :data:`hikv.sim.scheduler.POLICIES`, or a
+    :class:`~hikv.sim.scheduler.Policy`) defaults to ``cfg.serving.policy``; ``admission``
+    (``"chunk"`` or ``"prompt"``, :mod:`hikv.sim.scheduler`) overrides the policy's admission
+    rule;
+    ``cost_model`` names a step-cost model of :data:`hikv.sim.step_cost.STEP_COST_MODELS`, or
+    is a factory ``(cfg, spec) -> StepCostModel`` (its ``name`` attribute, if any, is
+    recorded; e.g. :class:`hikv.sim.device.DeviceCost`); ``method`` is the display name
+    (default the spec's label). ``fast_forward=False`` simulates every iteration as its own
+    event (slower, the same result). Pure: nothing is written, no global state is touched.
     """
-    pol = get_policy(policy or cfg.serving.policy)
-    cost = make_step_cost(cost_model, cfg, spec)
+    pol = policy if isinstance(policy, Policy) else get_policy(policy or cfg.serving.policy)
+    if admission is not None and admission != pol.admission:
+        pol = dataclasses.replace(pol, admission=admission)
+    if callable(cost_model):
+        cost = cost_model(cfg, spec)
+        cost_name = str(getattr(cost_model, "name", type(cost).__name__))
+    else:
+        cost = make_step_cost(cost_model, cfg, spec)
+        cost_name = cost_model
     t0 = time.perf_counter()
     eng = _Engine(cfg, spec, workload, cost, pol, fast_forward)
     eng.run()
@@ -585,7 +623,7 @@ def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str |
     little = little_check(eng.l_integral, eng.w0, eng.w1, arrival, finish)
     return ServingResult(
         config=cfg, method=method or spec.label, spec=spec, policy=pol.name,
-        cost_model=cost_model, workload=workload.source,
+        cost_model=cost_name, workload=workload.source,
         arrival_s=arrival, prompt_tokens=col("prompt", np.int64),
         output_tokens=col("output", np.int64), first_scheduled_s=col("first_sched", np.float64),
         first_token_s=col("first_token", np.float64), finish_s=finish,
@@ -597,4 +635,4 @@ def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str |
         iterations=eng.iterations, events=eng.events, prefill_tokens=eng.prefill_tokens,
         decode_tokens=eng.decode_tokens,
         prefill_completions=eng.prefill_completions, little=little,
-        little_integral=eng.l_integral, wall_s=wall)
+        little_integral=eng.l_integral, wall_s=wall, admission=pol.admission)

@@ -288,6 +288,8 @@ class AttentionModelStepCost(RooflineStepCost):
 STEP_COST_MODELS: dict[str, Callable[[Config, MethodSpec], StepCostModel] | str] = {
     "roofline": RooflineStepCost,
     "attention-model": AttentionModelStepCost,
+    "roofline-eff": "hikv.sim.device:EfficientRooflineStepCost",
+    "attention-model-eff": "hikv.sim.device:EfficientAttentionModelStepCost",
 }
 
 
