@@ -70,8 +70,8 @@ def _pow2(owner: str, name: str, value: int) -> None:
 
 def _num(owner: str, name: str, value: Any, lo: float, hi: float | None = None,
          lo_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ParamError(f"{owner}.{name} must be a number, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ParamError(f"{owner}.{name} must be a finite number, not {value!r}")
     bad_lo = value <= lo if lo_open else value < lo
     if bad_lo or (hi is not None and value > hi):
         left = "(" if lo_open else "["
