@@ -476,7 +476,7 @@ class ModelShape:
         _int(o, "hidden", self.hidden, 8)
         _int(o, "intermediate", self.intermediate, 8)
         _int(o, "vocab", self.vocab, 2)
-        _num(o, "weight_bytes_per_param", self.weight_bytes_per_param, 0, lo_open=True)
+        _num(o, "weight_bytes_per_param", self.weight_bytes_per_param, 0, 8, lo_open=True)
         if not isinstance(self.tied_embeddings, bool):
             raise ParamError(f"{o}.tied_embeddings must be true or false, "
                              f"not {self.tied_embeddings!r}")
