@@ -39,6 +39,7 @@ __all__ = [
     "run_cocotb",
     "text_hash",
     "BuildError",
+    "SimulationError",
     "BUILD_STAMP",
     "build_verilog",
 ]
@@ -210,6 +211,10 @@ class BuildError(RuntimeError):
     names the build log and the fix."""
 
 
+class SimulationError(RuntimeError):
+    """The simulator exited before writing its results (the message names the run folder)."""
+
+
 #: Written into a build directory after a successful build; a directory without it holds an
 #: interrupted or failed build and is wiped before the next one (make would otherwise take a
 #: half-written object or precompiled header for up to date).
@@ -366,8 +371,9 @@ def run_cocotb(
     except SystemExit as exc:
         # under pytest the runner exits on failed tests; the results file still tells which
         if not xml.exists():
-            raise RuntimeError(f"simulation of {toplevel} crashed (exit {exc.code}) before "
-                               f"writing results; see the log above and {build_dir}") from None
+            raise SimulationError(f"simulation of {toplevel} crashed (exit {exc.code}) before "
+                                  f"writing results; see the log above, the run folder "
+                                  f"{run_dir} and the build {build_dir}") from None
     tests, failed = get_results(xml)
     wave = run_dir / "dump.vcd" if waves else None
     return CocotbRun(passed=(failed == 0 and tests > 0), tests=tests, failed=failed,

@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: imports nothing heavy to recognise them (an exception's module is loaded when it is raised).
 _EXPECTED = (("hikv.model.assets", "AssetError"), ("hikv.sim.cells", "CellsUnavailable"),
              ("hikv.sim.area", "SynthError"), ("hikv.toolchain", "BuildError"),
+             ("hikv.toolchain", "SimulationError"),
              ("zipfile", "BadZipFile"), ("gguf", "GGUFError"))
 
 #: Exit status of an interrupted command (128 + SIGINT), as shells report it.
@@ -55,7 +56,7 @@ EXIT_ERROR = 2
 
 
 def _expected(exc: BaseException) -> bool:
-    if isinstance(exc, ParamError | OSError | UnicodeError | MemoryError):
+    if isinstance(exc, ParamError | OSError | UnicodeError | MemoryError | OverflowError):
         return True
     for mod, name in _EXPECTED:
         cls = getattr(sys.modules.get(mod), name, None)
@@ -69,6 +70,9 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return ("out of memory: the inputs ask for more memory than this machine has; use "
                 "smaller sizes (fewer requests, shorter contexts, fewer design points)")
+    if isinstance(exc, OverflowError):
+        return (f"a result overflowed ({exc}): a parameter is far outside the range the "
+                "models are meant for; use realistic values (--set, sweep axes, --rate)")
     if isinstance(exc, OSError) and not isinstance(exc, ParamError):
         what = exc.strerror or str(exc) or type(exc).__name__
         where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)

@@ -248,11 +248,19 @@ def run(args: argparse.Namespace) -> int:
 def _table(args: argparse.Namespace) -> int:
     from hikv.model import accuracy as A
     from hikv.model.accuracy_io import markdown_table, read_rows, write_rows
+    from hikv.params import ParamError
 
     loaded = [read_rows(p) for p in args.perplexity]
     ppl = [r for rows, _ in loaded for r in rows]
     pk = [r for p in args.passkey for r in read_rows(p)[0]]
-    iso = A.iso_table(ppl, pk, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol)
+    try:
+        iso = A.iso_table(ppl, pk, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, ParamError):
+            raise
+        raise ParamError(f"--perplexity/--passkey: the rows are not those of `hikv accuracy "
+                         f"perplexity` / `passkey` ({type(e).__name__}: {e}); give files they "
+                         "wrote") from None
     meta = {"command": " ".join(sys.argv), "perplexity": [str(p) for p in args.perplexity],
             "passkey": [str(p) for p in args.passkey]}
     write_rows(args.out, "iso_table", iso, meta)
