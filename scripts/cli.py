@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             args = parser.parse_args(argv)
         except SystemExit as e:        # argparse: usage and one error line (2), --help (0)
-            return e.code if isinstance(e.code, int) else EXIT_ERROR
+            return 0 if e.code is None else e.code if isinstance(e.code, int) else EXIT_ERROR
         command = f"hikv {args.command}" if getattr(args, "command", None) else "hikv"
         if not getattr(args, "_run", None):
             parser.print_help()
