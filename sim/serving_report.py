@@ -87,20 +87,17 @@ def goodput(cfg: Config, spec: MethodSpec, workload: Workload, *,
     a0 = att(r0)
     lo, hi = (r0, math.nan) if a0 >= target else (math.nan, r0)
     for _ in range(max_doublings):
-        if math.isnan(hi):
-            r = lo * 2
-            if att(r) >= target:
-                lo = r
-            else:
-                hi = r
-        elif math.isnan(lo):
-            r = hi / 2
-            if att(r) >= target:
-                lo = r
-            else:
-                hi = r
-        else:
+        if not (math.isnan(hi) or math.isnan(lo)):
             break
+        r = lo * 2 if math.isnan(hi) else hi / 2
+        try:
+            ok = att(r) >= target
+        except ParamError:      # the rate left the workload's range: the search's edge
+            break
+        if ok:
+            lo = r
+        else:
+            hi = r
     if math.isnan(lo) or math.isnan(hi):
         best = 0.0 if math.isnan(lo) else lo
         return Goodput(best, max((a for r, a in runs if r == best), default=0.0), target,

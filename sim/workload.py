@@ -45,9 +45,10 @@ AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 #: Largest prompt or output of one request (tokens) a trace may hold: the serving model keeps
 #: per-token state, and no served model has a context near this.
 MAX_REQUEST_TOKENS = 1 << 24
-#: Latest arrival a workload may hold (s): 2**22 s (48.5 days) keeps float64 times at
-#: nanosecond resolution (np.spacing(2.0**22) is 9.3e-10 s), finer than any iteration.
-MAX_ARRIVAL_S = float(2**22)
+#: Latest arrival a workload may hold (s): 2**30 s (34 years) keeps float64 times at 0.24 us
+#: resolution (np.spacing(2.0**30) is 2.4e-7 s), 400x finer than the shortest SLO of a preset
+#: (0.1 ms); the goodput search's 12 halvings of an hour-long trace stay well inside it.
+MAX_ARRIVAL_S = float(2**30)
 #: Highest nominal arrival rate (requests/s): one request per nanosecond.
 MAX_RATE_PER_S = 1e9
 #: Most requests one workload holds (the simulator keeps per-request arrays).
@@ -86,7 +87,7 @@ class Workload:
         if a.size and (a.min() < 0 or a.max() > MAX_ARRIVAL_S):
             raise ParamError(f"Workload.arrival_s spans up to {a.max():.4g} s: allowed [0, "
                              f"{MAX_ARRIVAL_S:.4g}] s, beyond which float64 times lose the "
-                             "nanosecond resolution the simulator needs (is the rate too low?)")
+                             "resolution the simulator needs (is the rate too low?)")
         if p.min() < 1 or o.min() < 1:
             raise ParamError("Workload: prompt_tokens and output_tokens must be >= 1")
         if not (0 < self.rate_per_s <= MAX_RATE_PER_S):
