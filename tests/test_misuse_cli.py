@@ -188,6 +188,13 @@ def test_goodput_bound_and_overload_are_labelled(tmp_path, capsys):
     with (out / "summary.csv").open() as f:
         row = next(csv.DictReader(f))
     assert row["goodput_bound"] == "lower bound" and row["goodput_bracketed"] == "False"
+    # SLOs no rate can meet: the reported 0 is an upper bound, printed as "<lowest rate"
+    assert main(["serve", "--preset", "tiny", "--method", "full", "--requests", "30",
+                 "--ttft-slo", "1e-9", "--goodput", "--out", str(out), "--force"]) == 0
+    text = capsys.readouterr().out
+    assert "goodput [full]: upper bound" in text and " <0." in text
+    with (out / "summary.csv").open() as f:
+        assert next(csv.DictReader(f))["goodput_bound"] == "upper bound"
     # far beyond capacity: the windowed Little's law is labelled as not in a steady state
     assert main(["serve", "--preset", "tiny", "--method", "full", "--rate", "100000",
                  "--requests", "400", "--out", str(out), "--force"]) == 0
