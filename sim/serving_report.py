@@ -413,17 +413,46 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
              "TPOT P99 (ms) | goodput (req/s) | goodput vs full KV | Little's-law error |",
              "|---|---|---|---|---|---|---|---|"]
     keys = ("method", "throughput_req_per_s", "throughput_tok_per_s", "ttft_p99_s",
-            "tpot_p99_s", "goodput_req_per_s", "goodput_bracketed", "little_rel_error",
-            "slo_attainment", "preemptions", "kv_util_peak")
+            "tpot_p99_s", "goodput_req_per_s", "goodput_bracketed", "goodput_bound",
+            "little_rel_error", "little_steady_state", "slo_attainment", "preemptions",
+            "kv_util_peak")
     out = []
+    full = by["full"]
     for r in show:
         role = ("full KV" if r["method"] == "full" else "HiKV" if r["method"] == "hikv"
                 else "best baseline")
-        g = r["goodput_req_per_s"] / by["full"]["goodput_req_per_s"]
+        measured = (r.get("goodput_bound", "measured") == "measured"
+                    and full.get("goodput_bound", "measured") == "measured"
+                    and full["goodput_req_per_s"] > 0)
+        g = f"{r['goodput_req_per_s'] / full['goodput_req_per_s']:.2f}x" if measured else "n/a"
+        le = r["little_rel_error"]
+        little = f"{le:+.1e}" if math.isfinite(le) else "n/a"
+        if r.get("little_steady_state") is False:
+            little += "*"
         lines.append(f"| {r['method']} ({role}) | {r['throughput_req_per_s']:.3f} | "
                      f"{r['throughput_tok_per_s']:.0f} | {r['ttft_p99_s'] * 1e3:.2f} | "
-                     f"{r['tpot_p99_s'] * 1e3:.3f} | {r['goodput_req_per_s']:.3f} | "
-                     f"{g:.2f}x | {r['little_rel_error']:+.1e} |")
+                     f"{r['tpot_p99_s'] * 1e3:.3f} | {_goodput_cell(r)} | "
+                     f"{g} | {little} |")
         out.append({**{k: r.get(k) for k in keys}, "role": role, "requests": n,
                     "trace": str(path)})
+    notes = []
+    if any(r.get("goodput_bound", "measured") != "measured" for r in show):
+        notes.append("`>=`: the goodput search reached its cap (a lower bound); `<`: no rate "
+                     "tried met the SLOs (an upper bound); ratios of bounds are n/a.")
+    if any(r.get("little_steady_state") is False for r in show):
+        notes.append("`*`: not in a steady state at the trace's own rate (arrivals outpace "
+                     "completions in the window), so the windowed Little's-law check does "
+                     "not apply.")
+    if notes:
+        lines += ["", *notes]
     return ReportSection(title, "\n".join(lines), out)
+
+
+def _goodput_cell(r: dict[str, Any]) -> str:
+    """A goodput table cell: the rate, or the bound it is (``>=x`` / ``<y``)."""
+    bound = r.get("goodput_bound", "measured")
+    if bound == "lower bound":
+        return f">={r['goodput_req_per_s']:.3f}"
+    if bound == "upper bound":
+        return f"<{r.get('goodput_min_rate_tried_req_per_s', math.nan):.3g}"
+    return f"{r['goodput_req_per_s']:.3f}"

@@ -314,3 +314,13 @@ def test_json_results_refuse_non_finite(tmp_path):
         write_csv(tmp_path / "a.csv", [{"x": float("inf")}])
     write_json(tmp_path / "b.json", {"x": float("nan")}, missing_ok=("x",))
     assert json.loads((tmp_path / "b.json").read_text()) == {"x": None}
+
+
+def test_report_serving_cells_label_bounds():
+    from hikv.sim.serving_report import _goodput_cell
+
+    assert _goodput_cell({"goodput_req_per_s": 4.0, "goodput_bound": "measured"}) == "4.000"
+    assert _goodput_cell({"goodput_req_per_s": 4096.0,
+                          "goodput_bound": "lower bound"}) == ">=4096.000"
+    assert _goodput_cell({"goodput_req_per_s": 0.0, "goodput_bound": "upper bound",
+                          "goodput_min_rate_tried_req_per_s": 0.244}) == "<0.244"
