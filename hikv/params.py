@@ -55,12 +55,19 @@ def clog2(n: int) -> int:
 
 
 # --------------------------------------------------------------------------- checks
+#: Largest integer any parameter takes: the models compute in int64 arrays.
+INT_MAX = 2**62
+
+
 def _int(owner: str, name: str, value: Any, lo: int, hi: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParamError(f"{owner}.{name} must be an integer, not {value!r}")
     if value < lo or (hi is not None and value > hi):
         rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
         raise ParamError(f"{owner}.{name} = {value} is out of range: allowed {rng}")
+    if value > INT_MAX:
+        raise ParamError(f"{owner}.{name} = {value} is out of range: allowed [{lo}, {INT_MAX}] "
+                         "(a 64-bit integer)")
 
 
 def _pow2(owner: str, name: str, value: int) -> None:
@@ -70,8 +77,11 @@ def _pow2(owner: str, name: str, value: int) -> None:
 
 def _num(owner: str, name: str, value: Any, lo: float, hi: float | None = None,
          lo_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ParamError(f"{owner}.{name} must be a number, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ParamError(f"{owner}.{name} must be a finite number, not {value!r}")
+    if isinstance(value, int) and abs(value) > INT_MAX:
+        raise ParamError(f"{owner}.{name} = {value} is out of range: allowed magnitude <= "
+                         f"{INT_MAX} for an integer (write it as a float, e.g. 1e30)")
     bad_lo = value <= lo if lo_open else value < lo
     if bad_lo or (hi is not None and value > hi):
         left = "(" if lo_open else "["
@@ -476,7 +486,7 @@ class ModelShape:
         _int(o, "hidden", self.hidden, 8)
         _int(o, "intermediate", self.intermediate, 8)
         _int(o, "vocab", self.vocab, 2)
-        _num(o, "weight_bytes_per_param", self.weight_bytes_per_param, 0, lo_open=True)
+        _num(o, "weight_bytes_per_param", self.weight_bytes_per_param, 0, 8, lo_open=True)
         if not isinstance(self.tied_embeddings, bool):
             raise ParamError(f"{o}.tied_embeddings must be true or false, "
                              f"not {self.tied_embeddings!r}")

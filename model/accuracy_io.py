@@ -6,30 +6,23 @@ configuration, seed, code version, wall time), so a number can be traced to what
 
 from __future__ import annotations
 
-import csv
-import json
 import math
-import subprocess
 from collections.abc import Sequence as Seq
 from pathlib import Path
 from typing import Any
 
+from hikv.io import (
+    atomic_write_text,
+    code_version,
+    json_text,
+    read_json,
+    save_figure,
+    write_csv,
+)
+from hikv.params import ParamError
+
 __all__ = ["write_rows", "read_rows", "code_version", "markdown_table", "plot_tradeoff",
            "plot_fidelity"]
-
-
-def code_version() -> str:
-    """``git describe`` of the source tree when available, else the package version."""
-    from hikv import __version__
-
-    try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
-                             text=True, timeout=10, cwd=Path(__file__).resolve().parent)
-        if out.returncode == 0 and out.stdout.strip():
-            return f"{__version__}+{out.stdout.strip()}"
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return __version__
 
 
 def _cell(v: Any) -> Any:
@@ -41,26 +34,26 @@ def _cell(v: Any) -> Any:
 
 
 def write_rows(out: Path, name: str, rows: Seq[dict[str, Any]], meta: dict[str, Any]) -> Path:
-    """Write ``out/name.csv`` and ``out/name.json`` (rows + meta); returns the JSON path."""
+    """Write ``out/name.csv`` and ``out/name.json`` (rows + meta) atomically; returns the JSON
+    path. A NaN or infinite result raises :class:`hikv.io.NonFiniteError`."""
     out.mkdir(parents=True, exist_ok=True)
-    keys: list[str] = []
-    for r in rows:
-        for k in r:
-            if k not in keys:
-                keys.append(k)
-    with (out / f"{name}.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: _cell(r.get(k)) for k in keys})
     path = out / f"{name}.json"
-    path.write_text(json.dumps({"meta": meta, "rows": list(rows)}, indent=1, default=str))
+    text = json_text({"meta": meta, "rows": list(rows)}, indent=1, default=str,
+                     where=str(path))
+    write_csv(out / f"{name}.csv", rows, cell=_cell)
+    atomic_write_text(path, text)
     return path
 
 
 def read_rows(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows and meta of a JSON file written by :func:`write_rows`."""
-    d = json.loads(Path(path).read_text())
+    """Rows and meta of a JSON file written by :func:`write_rows` (a missing, unreadable or
+    foreign file raises :class:`~hikv.params.ParamError` naming it)."""
+    d = read_json(path, what="a results file of hikv accuracy")
+    if (not isinstance(d, dict) or not isinstance(d.get("rows"), list)
+            or not isinstance(d.get("meta"), dict)
+            or not all(isinstance(r, dict) for r in d["rows"])):
+        raise ParamError(f"{path}: not a results file of hikv accuracy (expected a JSON object "
+                         "with 'meta' and a list of 'rows')")
     return d["rows"], d["meta"]
 
 
@@ -144,8 +137,5 @@ def _finish(plt: Any, fig: Any, ax: Any, path: Path, title: str) -> Path:
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", lw=0.3)
     ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=130)

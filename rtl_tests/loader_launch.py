@@ -161,6 +161,7 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
 
     from hikv.hw.loader import make_loader
     from hikv.hw.verilog import to_verilog
+    from hikv.io import unique_dir
     from hikv.rtl_tests.loader_jobs import make_cases, make_timing_cases
     from hikv.toolchain import cache_dir, run_cocotb, text_hash
 
@@ -190,8 +191,9 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
                            for i, key in images.items()}
     payload = json.dumps(jobs_json)
     conf["memory_bytes"] = _memory_bytes(cfg, cases + timing)
-    run_dir = cache_dir() / "runs" / f"loader-{cfg.name}-s{seed}-{text_hash(verilog, payload)}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # one directory per run: two processes with the same seed must not share jobs.json
+    run_dir = unique_dir(cache_dir() / "runs",
+                         f"loader-{cfg.name}-s{seed}-{text_hash(verilog, payload)}")
     jobs_path = run_dir / "jobs.json"
     jobs_path.write_text(payload)
     result_path = run_dir / "result.json"
@@ -254,6 +256,7 @@ def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
     with :func:`chain_variant`) or seeded random ones."""
     from hikv.hw.sorter_loader import make_sorter_loader
     from hikv.hw.verilog import to_verilog
+    from hikv.io import unique_dir
     from hikv.rtl_tests.loader_jobs import make_chain_cases
     from hikv.toolchain import cache_dir, run_cocotb, text_hash
 
@@ -273,8 +276,8 @@ def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
     jobs_json["images"] = {key: {str(a): b.hex() for a, b in by_id[i].items()}
                            for i, key in images.items()}
     payload = json.dumps(jobs_json)
-    run_dir = cache_dir() / "runs" / f"chain-{cfg.name}-s{seed}-{text_hash(verilog, payload)}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = unique_dir(cache_dir() / "runs",
+                         f"chain-{cfg.name}-s{seed}-{text_hash(verilog, payload)}")
     (run_dir / "jobs.json").write_text(payload)
     result_path = run_dir / "result.json"
     if result_path.exists():

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
+from hikv.io import unique_dir
 from hikv.params import Config, ParamError, config_to_json
 from hikv.toolchain import cache_dir, run_cocotb, text_hash
 
@@ -57,9 +57,7 @@ def sorter_verilog(cfg: Config) -> str:
 
 
 def _run_dir(cfg: Config, what: str, seed: int) -> Path:
-    d = cache_dir() / "runs" / f"sorter-{cfg.name}-{what}-s{seed}-{os.getpid()}-{time.time_ns()}"
-    d.mkdir(parents=True)
-    return d
+    return unique_dir(cache_dir() / "runs", f"sorter-{cfg.name}-{what}-s{seed}")
 
 
 def run_sim(cfg: Config, testcase: str, *, seed: int, extra: dict[str, Any],

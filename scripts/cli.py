@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -39,17 +41,98 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "_run", None):
-        parser.print_help()
-        return 2
+#: Exceptions that are the user's or the machine's problem, not a bug, by module and class:
+#: each becomes one line on stderr and exit status 2. Looked up in ``sys.modules`` so the CLI
+#: imports nothing heavy to recognise them (an exception's module is loaded when it is raised).
+_EXPECTED = (("hikv.model.assets", "AssetError"), ("hikv.sim.cells", "CellsUnavailable"),
+             ("hikv.sim.area", "SynthError"), ("hikv.toolchain", "BuildError"),
+             ("hikv.toolchain", "SimulationError"),
+             ("zipfile", "BadZipFile"), ("gguf", "GGUFError"))
+
+#: Exit status of an interrupted command (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130
+#: Exit status of every expected failure (bad input, unreadable or unwritable file, ...).
+EXIT_ERROR = 2
+
+
+def _expected(exc: BaseException) -> bool:
+    if isinstance(exc, ParamError | OSError | UnicodeError | MemoryError | OverflowError):
+        return True
+    for mod, name in _EXPECTED:
+        cls = getattr(sys.modules.get(mod), name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return True
+    return False
+
+
+def _describe(exc: BaseException) -> str:
+    """One line: what went wrong, and what is allowed or how to fix it."""
+    if isinstance(exc, MemoryError):
+        return ("out of memory: the inputs ask for more memory than this machine has; use "
+                "smaller sizes (fewer requests, shorter contexts, fewer design points)")
+    if isinstance(exc, OverflowError):
+        return (f"a result overflowed ({exc}): a parameter is far outside the range the "
+                "models are meant for; use realistic values (--set, sweep axes, --rate)")
+    if isinstance(exc, OSError) and not isinstance(exc, ParamError):
+        what = exc.strerror or str(exc) or type(exc).__name__
+        where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+        hint = {errno.ENOSPC: "free disk space or write elsewhere (--out)",
+                errno.EACCES: "check the permissions or choose another path",
+                errno.EROFS: "the file system is read-only: choose another path",
+                errno.ENOENT: "check the path",
+                errno.EISDIR: "give a file, not a folder",
+                errno.ENOTDIR: "a parent of the path is a file, not a folder"}.get(
+                    exc.errno or 0, "")
+        return f"{what}" + (f": {where}" if where else "") + (f" ({hint})" if hint else "")
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _close_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so the final flush cannot fail again."""
     try:
-        return int(args._run(args) or 0)
-    except ParamError as e:
-        print(f"hikv {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``hikv`` command; returns the exit status (0 ok, 1 a check or regression
+    failed, 2 an expected error -- one line on stderr, no traceback --, 130 Ctrl-C).
+    ``HIKV_DEBUG=1`` re-raises expected errors with their traceback."""
+    command = "hikv"
+    try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:        # argparse: usage and one error line (2), --help (0)
+            return 0 if e.code is None else e.code if isinstance(e.code, int) else EXIT_ERROR
+        command = f"hikv {args.command}" if getattr(args, "command", None) else "hikv"
+        if not getattr(args, "_run", None):
+            parser.print_help()
+            return EXIT_ERROR
+        rc = int(args._run(args) or 0)
+        sys.stdout.flush()
+        return rc
+    except KeyboardInterrupt:
+        print(f"\n{command}: interrupted (Ctrl-C); files already written are complete, "
+              "partial ones were not kept", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _close_stdout()
+        print(f"{command}: output closed early (broken pipe); nothing else was affected",
+              file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as e:
+        if not _expected(e) or os.environ.get("HIKV_DEBUG"):
+            raise
+        try:
+            print(f"{command}: error: {_describe(e)}", file=sys.stderr)
+        except BrokenPipeError:
+            pass
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -47,6 +47,19 @@ def _common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of passkey keys and offsets")
 
 
+def _force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="replace this subcommand's files of an earlier run (otherwise an "
+                        "existing one is an error)")
+
+
+#: The files each subcommand writes into --out (refused without --force when present).
+OWNED = {"perplexity": ("perplexity.csv", "perplexity.json"),
+         "passkey": ("passkey.csv", "passkey.json"),
+         "fidelity": ("fidelity.csv", "fidelity.json", "fidelity.png"),
+         "table": ("iso_table.csv", "iso_table.json", "reductions.csv", "reductions.json")}
+
+
 def _methods(p: argparse.ArgumentParser, default: list[str]) -> None:
     p.add_argument("--methods", nargs="+", default=default, metavar="LABEL",
                    help=f"method labels (default: {' '.join(default)})")
@@ -66,6 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--window", type=int, default=2048, help="tokens per window (default 2048)")
     a.add_argument("--prefix", type=int, default=1024,
                    help="prefilled tokens per window; the rest is decoded (default 1024)")
+    _force(a)
 
     b = sub.add_parser("passkey", help="passkey retrieval accuracy per length and depth")
     _common(b)
@@ -77,12 +91,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--question", choices=("decode", "prefill"), default="decode",
                    help="decode: the question is fed through decode after the haystack "
                         "(default); prefill: it is part of the prompt but its last token")
+    _force(b)
 
     c = sub.add_parser("fidelity", help="per-layer attention-output error vs full KV")
     _common(c)
     _methods(c, [m for m in _DEFAULT_METHODS if m != "full"])
     c.add_argument("--tokens", type=int, default=1536, help="tokens in all (default 1536)")
     c.add_argument("--prefix", type=int, default=1024, help="prefilled tokens (default 1024)")
+    _force(c)
 
     d = sub.add_parser("capture", help="save real q, k, v and attention probabilities (.pt)")
     _common(d, out_required=False)
@@ -93,6 +109,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--prob-rows", type=int, default=32,
                    help="last prompt queries whose probabilities are saved (default 32)")
     d.add_argument("--file", type=Path, required=True, help="output .pt file")
+    _force(d)
 
     e = sub.add_parser("table", help="iso-accuracy table from perplexity/passkey JSON files")
     e.add_argument("--perplexity", nargs="+", type=Path, required=True, help="JSON files")
@@ -108,6 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--iso-file", type=Path, default=None, metavar="FILE",
                    help="also write the operating points for `hikv report --iso FILE` "
                         "(hikv.iso_accuracy/1; the config is the perplexity JSON's)")
+    _force(e)
 
     f = sub.add_parser("run", help="the whole study, resumable (see hikv.model.accuracy_suite)")
     _common(f)
@@ -139,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "threads", 1) < 1:
         raise ParamError(f"--threads = {args.threads} is out of range: allowed >= 1")
+    _check_numbers(args)
+    _prepare_out(args)
     torch.set_num_threads(getattr(args, "threads", 1))
     if args.what == "table":
         return _table(args)
@@ -161,7 +181,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     t0 = time.perf_counter()
-    lm = load_lm(args.model, cache=args.cache)
+    try:
+        lm = load_lm(args.model, cache=args.cache)
+    except (ValueError, KeyError, IndexError, EOFError) as e:
+        if isinstance(e, ParamError):
+            raise
+        raise ParamError(f"--model {args.model}: cannot be read as a model ({type(e).__name__}: "
+                         f"{str(e)[:200]}); is the file complete? fetch it again "
+                         "(`hikv fetch-assets`) or give another .gguf file") from None
     cfg = lm_config(get_preset(args.preset), lm.shape)
     print(f"model {lm.shape.name}: {lm.shape.layers} layers, d = {lm.shape.head_dim}, "
           f"loaded in {lm.load_s:.0f} s")
@@ -174,8 +201,13 @@ def run(args: argparse.Namespace) -> int:
         ids = A.text_windows(lm, essays_text(args.cache), args.tokens, 1)[0]
         data = A.capture(lm, cfg, ids, args.layers, args.prefix, prob_rows=args.prob_rows)
         data["meta"].update(meta)
-        args.file.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(data, args.file)
+        import io as _stdio
+
+        from hikv.io import atomic_write_bytes
+
+        buf = _stdio.BytesIO()
+        torch.save(data, buf)
+        atomic_write_bytes(args.file, buf.getvalue())
         print(f"captured layers {args.layers} ({args.tokens} tokens, {args.prefix} prefilled) "
               f"-> {args.file}")
         return 0
@@ -216,11 +248,19 @@ def run(args: argparse.Namespace) -> int:
 def _table(args: argparse.Namespace) -> int:
     from hikv.model import accuracy as A
     from hikv.model.accuracy_io import markdown_table, read_rows, write_rows
+    from hikv.params import ParamError
 
     loaded = [read_rows(p) for p in args.perplexity]
     ppl = [r for rows, _ in loaded for r in rows]
     pk = [r for p in args.passkey for r in read_rows(p)[0]]
-    iso = A.iso_table(ppl, pk, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol)
+    try:
+        iso = A.iso_table(ppl, pk, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, ParamError):
+            raise
+        raise ParamError(f"--perplexity/--passkey: the rows are not those of `hikv accuracy "
+                         f"perplexity` / `passkey` ({type(e).__name__}: {e}); give files they "
+                         "wrote") from None
     meta = {"command": " ".join(sys.argv), "perplexity": [str(p) for p in args.perplexity],
             "passkey": [str(p) for p in args.passkey]}
     write_rows(args.out, "iso_table", iso, meta)
@@ -248,8 +288,7 @@ def _table(args: argparse.Namespace) -> int:
 def _write_iso_file(args: argparse.Namespace, iso: list[dict], fam: str | None,
                     ppl: list[dict], meta: dict) -> None:
     """``meta``: the first perplexity file's metadata (its configuration and model)."""
-    import json
-
+    from hikv.io import write_json
     from hikv.model import accuracy as A
     from hikv.params import Config, ParamError, from_dict
 
@@ -263,7 +302,7 @@ def _write_iso_file(args: argparse.Namespace, iso: list[dict], fam: str | None,
         context=max((int(r["window"]) for r in ppl if r.get("window")), default=None),
         source=" ".join(sys.argv))
     args.iso_file.parent.mkdir(parents=True, exist_ok=True)
-    args.iso_file.write_text(json.dumps(data, indent=1) + "\n")
+    write_json(args.iso_file, data, indent=1)
     from hikv.presets import get_preset
 
     use = (f"hikv report --preset {data['preset']} --iso {args.iso_file}"
@@ -271,3 +310,53 @@ def _write_iso_file(args: argparse.Namespace, iso: list[dict], fam: str | None,
            f"head_dim {cfg.layout.head_dim} differs from preset {data['preset']!r}'s, so "
            "hikv report cannot use it")
     print(f"wrote {args.iso_file} ({len(data['points'])} operating points; {use})")
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Counts and sizes in range before any model is loaded (ParamError names the flag)."""
+    import math
+
+    from hikv.params import ParamError
+
+    for flag in ("batch", "windows", "window", "prefix", "tokens", "trials", "prob_rows"):
+        v = getattr(args, flag, None)
+        if v is not None and v < 1:
+            raise ParamError(f"--{flag.replace('_', '-')} = {v} is out of range: allowed >= 1")
+    if getattr(args, "seed", 0) < 0:
+        raise ParamError(f"--seed = {args.seed} is out of range: allowed >= 0")
+    for flag in ("budgets", "lengths", "layers"):
+        vals = getattr(args, flag, None) or []
+        lo = 0 if flag == "layers" else 1
+        bad = [v for v in vals if v < lo]
+        if bad:
+            raise ParamError(f"--{flag} {bad} out of range: allowed >= {lo}")
+    for v in getattr(args, "depths", None) or []:
+        if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+            raise ParamError(f"--depths value {v} is out of range: allowed [0, 1]")
+    for flag in ("ppl_tol", "passkey_tol"):
+        v = getattr(args, flag, None)
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            raise ParamError(f"--{flag.replace('_', '-')} = {v} is out of range: allowed a "
+                             "finite number >= 0")
+
+
+def _prepare_out(args: argparse.Namespace) -> None:
+    """Check --out (or --file) before the model loads: writable, and no earlier result of
+    this subcommand in it unless --force (which deletes it first). ``run`` resumes: it owns
+    its folder and keeps earlier phases."""
+    from hikv.io import check_writable, prepare_out_dir
+    from hikv.params import ParamError
+
+    force = getattr(args, "force", False)
+    if args.what in OWNED:
+        prepare_out_dir(args.out, OWNED[args.what], force=force)
+    elif args.what == "run":
+        check_writable(args.out)
+    if args.what == "capture":
+        check_writable(args.file.parent, "--file")
+        if args.file.is_dir():
+            raise ParamError(f"--file {args.file} is a folder: give a .pt file path")
+        if args.file.exists() and not force:
+            raise ParamError(f"--file {args.file} exists; pass --force to replace it")
+    if args.what == "table" and args.iso_file is not None:
+        check_writable(args.iso_file.parent, "--iso-file")

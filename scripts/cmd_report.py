@@ -18,7 +18,10 @@ HELP = "attention-level result table of a preset (speedup, energy, bytes, area o
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="paper", help="configuration preset (hikv presets)")
-    p.add_argument("--out", help="output directory (default: out/report-PRESET)")
+    p.add_argument("--out", help="output directory (default: out/report-PRESET); one holding "
+                   "an earlier report's files needs --force")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier report's files in --out (deleted first)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a preset parameter, e.g. policy.scorer=page_bounds "
                         "(repeatable)")
@@ -40,8 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from hikv.io import prepare_out_dir
     from hikv.presets import get_preset, with_overrides
     from hikv.sim.report import build_report, load_iso_accuracy, markdown, write_report
 
@@ -54,13 +56,17 @@ def run(args: argparse.Namespace) -> int:
     if n < 0:
         raise ParamError(f"--serving-requests = {n} is out of range: allowed >= 0 (0: the "
                          "whole trace)")
+    out = prepare_out_dir(args.out or f"out/report-{args.preset}", OWNED, force=args.force)
     rep = build_report(cfg, iso=iso, area=not args.no_area, fetch_cells=not args.no_fetch,
                        sections=() if args.no_serving else ("serving",),
                        section_options={"serving": {"max_requests": n or None}})
-    out = Path(args.out or f"out/report-{args.preset}")
     files = write_report(rep, out, plots=not args.no_plots)
     if not args.quiet:
         print(markdown(rep))
     for f in files:
         print(f"wrote {f}")
     return 0
+
+
+#: The files ``hikv report`` writes into --out (cleared by --force).
+OWNED = ("report.md", "report.csv", "report.json", "config.json", "*.png")

@@ -31,8 +31,10 @@ def run(args: argparse.Namespace) -> int:
     from hikv.presets import get_preset
     from hikv.rtl_tests.registry import get_regression
 
-    if args.jobs is not None and args.jobs < 1:
-        raise ParamError(f"--jobs = {args.jobs} is out of range: allowed >= 1")
+    if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
+        raise ParamError(f"--jobs = {args.jobs} is out of range: allowed [1, {MAX_JOBS}]")
+    if args.seed is not None and not 0 <= args.seed < 2**31:
+        raise ParamError(f"--seed = {args.seed} is out of range: allowed [0, 2**31 - 1]")
     regression = get_regression(args.block)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     cfg = get_preset(args.preset)
@@ -40,12 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if args.capture is not None:
         if args.block != "sorter_loader":
             raise ParamError(f"--capture is for --block sorter_loader, not {args.block!r}")
-        import torch
-
-        try:
-            extra["capture"] = torch.load(args.capture, weights_only=False)
-        except (OSError, RuntimeError) as e:
-            raise ParamError(f"--capture {args.capture}: {e}") from None
+        extra["capture"] = load_capture(args.capture)
     rep = regression(cfg, seed=seed, jobs=args.jobs, waves=args.waves, simulator=args.sim,
                      **extra)
     status = "PASS" if rep.passed else "FAIL"
@@ -55,3 +52,33 @@ def run(args: argparse.Namespace) -> int:
     if rep.waves:
         print(f"  waves: {rep.waves}")
     return 0 if rep.passed else 1
+
+
+#: Most randomized jobs one ``hikv rtl`` run takes (each is simulated cycle by cycle).
+MAX_JOBS = 1_000_000
+
+
+def load_capture(path: str) -> dict:
+    """A ``hikv accuracy capture`` file, loaded without running code from it
+    (``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only).
+    Anything else -- a missing file, another format, a pickle that needs code -- is a
+    :class:`~hikv.params.ParamError` naming the file."""
+    import torch
+
+    from hikv.params import ParamError
+
+    what = "a file written by `hikv accuracy capture`"
+    try:
+        data = torch.load(path, weights_only=True, map_location="cpu")
+    except FileNotFoundError:
+        raise ParamError(f"--capture {path}: no such file (expected {what})") from None
+    except OSError as e:
+        raise ParamError(f"--capture {path}: cannot be read: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - whatever a foreign file makes torch raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ParamError(f"--capture {path}: not loadable as plain tensors and data "
+                         f"(weights_only=True refuses files that would run code): {first}; "
+                         f"expected {what}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("layers"), dict):
+        raise ParamError(f"--capture {path}: holds no 'layers' mapping; expected {what}")
+    return data

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 
 HELP = "simulate serving a trace or a Poisson workload with KV methods (latency, goodput)"
@@ -83,20 +84,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--goodput", action="store_true",
                    help="also search the goodput (highest rate with >= slo_attainment of "
                         "requests meeting both SLOs; runs the workload many times)")
-    p.add_argument("--out", metavar="DIR", help="write CSVs and plots into DIR")
+    p.add_argument("--out", metavar="DIR", help="write CSVs and plots into DIR (checked before "
+                   "the simulation; a DIR holding an earlier run's files needs --force)")
     p.add_argument("--export-vidur", metavar="DIR",
                    help="write DIR/<method>/attention.csv (Vidur's attention profile format: "
                         "decode from the attention cost model, prefill by roofline, per layer) "
                         "for each --method and exit without serving")
+    p.add_argument("--force", action="store_true",
+                   help="replace the files of an earlier run in --out (they are deleted first)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from hikv.io import prepare_out_dir
     from hikv.params import ParamError
     from hikv.presets import get_preset, with_overrides
     from hikv.sim.kv_bytes import resolve_methods
     from hikv.sim.serving import block_bytes, kv_capacity_blocks
     from hikv.sim.serving_report import (
-        _check_out_dir,
         code_version,
         format_table,
         plot_cdfs,
@@ -107,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
     from hikv.sim.step_cost import DEFAULT_STEP_COST
     from hikv.sim.workload import poisson_workload, read_azure_trace
 
+    _check_numbers(args)
+    out = (prepare_out_dir(args.out, OWNED, force=args.force) if args.out else None)
     cfg = with_overrides(get_preset(args.preset or ("paper" if args.device else "default")),
                          args.set)
     if args.model:
@@ -155,7 +161,6 @@ def run(args: argparse.Namespace) -> int:
         wl = poisson_workload(cfg.serving.synthetic, seed=args.seed, rate_per_s=args.rate,
                               requests=args.requests)
         seed = args.seed
-    out = _check_out_dir(args.out) if args.out else None
     if device_cost is not None and (args.breakdown or args.section):
         from hikv.sim.device import breakdown_table, device_section
 
@@ -169,7 +174,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"preset {cfg.name}: model {cfg.model.name}, {cfg.accel.mem_bandwidth_bytes_per_s:.3g} "
           f"B/s, {cfg.accel.linear_flops_per_s:.3g} FLOP/s, KV capacity {cap} blocks of "
           f"{block_bytes(cfg)} B ({cap * cfg.serving.block_tokens} full-KV tokens)")
-    print(f"workload {wl.source}: {len(wl)} requests at {wl.rate_per_s:.4g}/s; policy "
+    if args.goodput and len(wl) > 1 and wl.span_s == 0:
+        raise ParamError(f"--goodput: {wl.source} has all {len(wl)} requests at one instant "
+                         "(zero span), so its arrival rate cannot be searched; give a trace "
+                         "whose arrivals span time")
+    rate = (f"{wl.rate_per_s:.4g}/s" if len(wl) > 1 and wl.span_s > 0 else
+            "one instant (zero span: no arrival rate)")
+    print(f"workload {wl.source}: {len(wl)} requests at {rate}; policy "
           f"{args.policy or cfg.serving.policy}, token budget {cfg.serving.token_budget}, "
           f"max running {cfg.serving.max_running}; SLOs TTFT {cfg.serving.ttft_slo_s} s, "
           f"TPOT {cfg.serving.tpot_slo_s} s; cost model "
@@ -185,9 +196,21 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(rows))
     for res, _, _ in runs:
         lc = res.little
-        print(f"Little's law [{res.method}]: window {lc.start_s:.1f}-{lc.end_s:.1f} s, "
-              f"{lc.requests} requests: L = {lc.L:.4f}, lambda*W = {lc.lambda_w:.4f}, "
-              f"relative error {lc.rel_error:+.3e}")
+        note = next(r["little_note"] for r2, _, r in runs if r2 is res)
+        head = (f"Little's law [{res.method}]: window {lc.start_s:.1f}-{lc.end_s:.1f} s, "
+                f"{lc.requests} requests")
+        if lc.requests == 0 or not lc.end_s > lc.start_s or not math.isfinite(lc.rel_error):
+            print(f"{head}: not checked ({note or 'the window is empty'})")
+        else:
+            print(f"{head}: L = {lc.L:.4f}, lambda*W = {lc.lambda_w:.4f}, relative error "
+                  f"{lc.rel_error:+.3e}" + (f" -- {note}" if note else ""))
+    for _, good, row in runs:
+        if good is not None and row["goodput_bound"] != "measured":
+            print(f"goodput [{row['method']}]: {row['goodput_bound']} -- "
+                  + ("every rate tried up to the search cap met the SLOs"
+                     if row["goodput_bound"] == "lower bound" else
+                     f"no rate tried (lowest {row['goodput_min_rate_tried_req_per_s']:.4g}/s) "
+                     "met the SLOs"))
     if out is not None:
         version = code_version()
         written = [write_csv(out / "summary.csv", rows)]
@@ -199,6 +222,29 @@ def run(args: argparse.Namespace) -> int:
         for p in written:
             print(f"wrote {p}")
     return 0
+
+
+#: The files ``hikv serve --out`` writes (cleared by --force).
+OWNED = ("summary.csv", "requests_*.csv", "latency_cdf.png", "kv_use.png")
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The flags no parameter class checks, before any work (ParamError names the flag);
+    --token-budget, --max-running and the SLOs are checked by ServingParams, --rate and
+    --requests of a Poisson workload also by SyntheticWorkload."""
+    import math
+
+    from hikv.params import ParamError
+    from hikv.sim.workload import MAX_REQUESTS
+
+    if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
+        raise ParamError(f"--rate = {args.rate} is out of range: allowed a finite number > 0 "
+                         "(requests per second)")
+    for flag, v in (("--requests", args.requests), ("--max-requests", args.max_requests)):
+        if v is not None and not 1 <= v <= MAX_REQUESTS:
+            raise ParamError(f"{flag} = {v} is out of range: allowed [1, {MAX_REQUESTS}]")
+    if not 0 <= args.seed < 2**63:
+        raise ParamError(f"--seed = {args.seed} is out of range: allowed [0, 2**63 - 1]")
 
 
 def _plot_kv(results, out):
@@ -215,8 +261,6 @@ def _plot_kv(results, out):
     ax.set_ylabel("KV blocks held / capacity")
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    path = out / "kv_use.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from hikv.io import save_figure
+
+    return save_figure(fig, out / "kv_use.png", dpi=110)

@@ -9,20 +9,88 @@ per second. Units: bytes, seconds, joules, m^2; bandwidth in bytes/s (e.g. 256e9
 from __future__ import annotations
 
 import argparse
+import math
 
 HELP = "sweep the cost model over B, r, d, N, lanes, memory, node (CSV + Pareto plots)"
 
 
+def _items(s: str) -> list[str]:
+    items = [x.strip() for x in s.split(",")]
+    if not s.strip() or any(not x for x in items):
+        raise argparse.ArgumentTypeError(f"{s!r} is not a comma-separated list of values "
+                                         "(empty item)")
+    return items
+
+
 def _ints(s: str) -> list[int]:
-    return [int(float(x)) for x in s.split(",") if x]
+    """Integers, exactly: ``8.9`` is an error, never truncated to 8 (``1e3`` is 1000)."""
+    out = []
+    for x in _items(s):
+        try:
+            v = int(x)
+        except ValueError:
+            try:
+                f = float(x)
+            except ValueError:
+                f = math.nan
+            if not (math.isfinite(f) and f == int(f)):
+                raise argparse.ArgumentTypeError(f"{x!r} is not an integer") from None
+            v = int(f)
+        out.append(v)
+    return out
 
 
 def _floats(s: str) -> list[float]:
-    return [float(x) for x in s.split(",") if x]
+    out = []
+    for x in _items(s):
+        try:
+            v = float(x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{x!r} is not a number") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{x!r} is not a finite number")
+        out.append(v)
+    return out
 
 
 def _strs(s: str) -> list[str]:
-    return [x.strip() for x in s.split(",") if x.strip()]
+    return _items(s)
+
+
+#: The flag of each sweep axis (for messages).
+_FLAGS = {"context": "--context", "budget": "--budget", "keep_v": "--keep-v",
+          "keep_k": "--keep-k", "head_dim": "--head-dim", "pe_lanes": "--pe-lanes",
+          "sorter_lanes": "--sorter-lanes", "memory": "--memory", "bandwidth": "--bandwidth",
+          "tech_nm": "--node"}
+
+
+def check_axes(cfg, axes: dict[str, list]) -> None:
+    """Validate every axis value through the parameter classes: the preset with that one
+    value set (every configuration column the axis sets) must be a valid configuration as far
+    as that field's own range goes. A violation is a :class:`~hikv.params.ParamError` naming
+    the flag, the value and the allowed range; constraints between two fields (a budget below
+    the preset's recent window) are left to the per-point model, as before."""
+    import json
+    import re
+
+    from hikv.params import ParamError
+    from hikv.presets import with_overrides
+    from hikv.sim.sweep import AXES
+
+    for name, vals in axes.items():
+        flag = _FLAGS.get(name, name)
+        if not vals:
+            raise ParamError(f"{flag} has no values: give at least one")
+        cols = AXES[name][1]
+        fields = {c.rsplit(".", 1)[-1] for c in cols}
+        for v in vals:
+            try:
+                with_overrides(cfg, [f"{c}={json.dumps(v)}" for c in cols])
+            except ParamError as e:
+                msg = str(e)
+                own = any(re.search(rf"\.{re.escape(f)} (=|must|is not)", msg) for f in fields)
+                if own:
+                    raise ParamError(f"{flag} value {v!r}: {msg}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,7 +108,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", type=_ints, help="technology nodes in nm: 45,28,16,7")
     p.add_argument("--methods", default="full,hikv",
                    help="methods: full,h2o,snapkv,quest,sparq,ds,hikv (default full,hikv)")
-    p.add_argument("--out", help="output directory (default: out/sweep-PRESET)")
+    p.add_argument("--out", help="output directory (default: out/sweep-PRESET); one holding "
+                   "an earlier sweep's files needs --force")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier sweep's files in --out (deleted first)")
     p.add_argument("--no-area", action="store_true", help="skip area columns (no synthesis)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--bench", action="store_true",
@@ -50,17 +121,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from hikv.io import prepare_out_dir
     from hikv.params import ParamError
     from hikv.presets import get_preset
     from hikv.sim import sweep as sw
     from hikv.sim.report import baseline_specs, code_version
 
     cfg = get_preset(args.preset)
+    if not 0 <= args.seed < 2**63:
+        raise ParamError(f"--seed = {args.seed} is out of range: allowed [0, 2**63 - 1]")
     if args.bench:
-        if args.points < 1:
-            raise ParamError(f"--points = {args.points} is out of range: allowed >= 1")
+        if not 1 <= args.points <= MAX_POINTS:
+            raise ParamError(f"--points = {args.points} is out of range: allowed "
+                             f"[1, {MAX_POINTS}]")
         r = sw.bench(cfg, points=args.points, seed=args.seed)
         print(f"hikv sweep --bench: {r['points']} design points x {len(r['methods'])} methods "
               f"({', '.join(r['methods'])}) in {r['seconds']:.3f} s (best of 3) = "
@@ -72,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
                               ("head_dim", args.head_dim), ("pe_lanes", args.pe_lanes),
                               ("sorter_lanes", args.sorter_lanes), ("memory", args.memory),
                               ("bandwidth", args.bandwidth), ("tech_nm", args.node))
-            if v}
+            if v is not None}
+    check_axes(cfg, axes)
     if not axes:
         axes = {"context": [1024, 2048, 4096, 8192, 16384],
                 "budget": [128, 256, 512], "pe_lanes": [64, 256, 1024],
@@ -88,8 +162,14 @@ def run(args: argparse.Namespace) -> int:
     if "hikv" not in wanted:
         wanted.append("hikv")
     specs = [by_name["full"]] + [by_name[m] for m in wanted if m != "full"]
+    size = math.prod(len(v) for v in axes.values())
+    if size > MAX_POINTS:
+        raise ParamError(f"the axes make {size:,} design points: allowed at most {MAX_POINTS:,} "
+                         "(use fewer values per axis)")
+    out = prepare_out_dir(args.out or f"out/sweep-{args.preset}", OWNED, force=args.force)
     pts = sw.grid(axes)
     res = sw.evaluate(cfg, pts, specs)
+    _check_results(res)
     area = None
     if not args.no_area:
         from hikv.sim.cells import CellsUnavailable, fetch_cells
@@ -99,7 +179,6 @@ def run(args: argparse.Namespace) -> int:
             area = sw.area_columns(cfg, pts, res.size)
         except CellsUnavailable as e:
             print(f"area columns skipped: {e}")
-    out = Path(args.out or f"out/sweep-{args.preset}")
     rows = sw.write_csv(cfg, res, out / "sweep.csv", area)
     print(f"{res.size} design points x {len(specs)} methods evaluated in {res.seconds:.3f} s "
           f"(timing model {res.timing})")
@@ -114,3 +193,26 @@ def run(args: argparse.Namespace) -> int:
     print(f"largest HiKV speedup vs full KV: {h['speedup_vs_ref'][i]:.2f}x (roofline bound "
           f"{h['roofline_bound_vs_ref'][i]:.2f}x) at {best}")
     return 0
+
+
+#: Most design points one sweep or --bench evaluates (the arrays are held in memory).
+MAX_POINTS = 10_000_000
+#: The files ``hikv sweep`` writes into --out (cleared by --force).
+OWNED = ("sweep.csv", "*.png")
+
+
+def _check_results(res) -> None:
+    """Every result finite: a NaN or infinity is an error naming method, column and point."""
+    import numpy as np
+
+    from hikv.io import NonFiniteError
+
+    for label, cols in res.methods.items():
+        for col, arr in cols.items():
+            a = np.asarray(arr, dtype=float)
+            bad = ~np.isfinite(a)
+            if bad.any():
+                i = int(np.flatnonzero(bad.reshape(-1))[0])
+                point = {k: v.reshape(-1)[i % v.size].item() for k, v in res.points.items()}
+                raise NonFiniteError(f"sweep result {label} {col} is {a.reshape(-1)[i]} at "
+                                     f"design point {point}: the point is degenerate")

@@ -26,8 +26,9 @@ def run(args: argparse.Namespace) -> int:
     text = block.verilog(cfg)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+        from hikv.io import atomic_write_text
+
+        atomic_write_text(args.out, text)
         print(f"{args.out}: module {block.toplevel} ({args.block}, preset {args.preset}), "
               f"{text.count(chr(10))} lines, sha256 {digest}")
     else:

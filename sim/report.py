@@ -25,14 +25,13 @@ import dataclasses
 import io
 import json
 import math
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hikv import __version__
+from hikv.io import atomic_write_text, code_version, save_figure
 from hikv.params import (
     Config,
     Method,
@@ -108,18 +107,6 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def code_version() -> str:
-    """``hikv <version>`` plus the git commit of the source tree (``-dirty`` if modified)."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty",
-                              "--abbrev=12"], capture_output=True, text=True, timeout=10)
-        tag = rev.stdout.strip() if rev.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired):
-        tag = ""
-    return f"{__version__}+{tag}" if tag else __version__
-
-
 # --------------------------------------------------------------------------- operating points
 def baseline_specs(cfg: Config) -> list[MethodSpec]:
     """The nominal operating point: full KV, each baseline at HiKV's budget, and HiKV.
@@ -181,6 +168,8 @@ def load_iso_accuracy(path: str | Path, cfg: Config) -> IsoAccuracy:
         data = json.loads(p.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ParamError(f"iso-accuracy file {p}: {e}") from None
+    if not isinstance(data, dict):
+        raise ParamError(f"iso-accuracy file {p}: not a JSON object (expected {ISO_SCHEMA})")
     if data.get("schema") != ISO_SCHEMA:
         raise ParamError(f"iso-accuracy file {p}: schema = {data.get('schema')!r}, expected "
                          f"{ISO_SCHEMA!r}")
@@ -625,16 +614,6 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def save_figure(fig: Any, path: Path) -> Path:
-    """Lay out ``fig``, write it to ``path`` as PNG (120 dpi), close it; returns ``path``."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def plot_report(rep: Report, out: Path) -> list[Path]:
     """Per-method bars (time, energy, bytes vs full KV) and speedup vs context length."""
     import matplotlib
@@ -676,10 +655,10 @@ def write_report(rep: Report, out: Path, *, plots: bool = True) -> list[Path]:
     files = []
     for name, text in (("report.md", markdown(rep)), ("report.csv", rows_csv(rep)),
                        ("report.json", json.dumps(report_json(rep), indent=2) + "\n")):
-        (out / name).write_text(text)
+        atomic_write_text(out / name, text)
         files.append(out / name)
     cfg_text = config_to_json(from_dict(Config, rep.config))
-    (out / "config.json").write_text(cfg_text + "\n")
+    atomic_write_text(out / "config.json", cfg_text + "\n")
     files.append(out / "config.json")
     if plots:
         files += plot_report(rep, out)

@@ -7,7 +7,6 @@ field (flattened, ``serving.token_budget``), the seed, the workload and the code
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+import hikv.io as _io
 from hikv.params import Config, MethodSpec, ParamError, to_dict
 
 from .kv_bytes import resolve_methods
@@ -29,6 +29,10 @@ from .workload import Workload, read_azure_trace
 __all__ = [
     "Goodput",
     "goodput",
+    "goodput_bound",
+    "steady_state",
+    "STEADY_STATE_TOL",
+    "MISSING_OK",
     "code_version",
     "config_fields",
     "result_row",
@@ -83,20 +87,17 @@ def goodput(cfg: Config, spec: MethodSpec, workload: Workload, *,
     a0 = att(r0)
     lo, hi = (r0, math.nan) if a0 >= target else (math.nan, r0)
     for _ in range(max_doublings):
-        if math.isnan(hi):
-            r = lo * 2
-            if att(r) >= target:
-                lo = r
-            else:
-                hi = r
-        elif math.isnan(lo):
-            r = hi / 2
-            if att(r) >= target:
-                lo = r
-            else:
-                hi = r
-        else:
+        if not (math.isnan(hi) or math.isnan(lo)):
             break
+        r = lo * 2 if math.isnan(hi) else hi / 2
+        try:
+            ok = att(r) >= target
+        except ParamError:      # the rate left the workload's range: the search's edge
+            break
+        if ok:
+            lo = r
+        else:
+            hi = r
     if math.isnan(lo) or math.isnan(hi):
         best = 0.0 if math.isnan(lo) else lo
         return Goodput(best, max((a for r, a in runs if r == best), default=0.0), target,
@@ -108,6 +109,39 @@ def goodput(cfg: Config, spec: MethodSpec, workload: Workload, *,
         else:
             hi = mid
     return Goodput(lo, max(a for r, a in runs if r == lo), target, tuple(runs), True)
+
+
+def goodput_bound(good: Goodput) -> str:
+    """What ``good.rate_per_s`` is: ``"measured"`` (bracketed within the tolerance),
+    ``"lower bound"`` (every rate tried met the SLOs: the search stopped at its cap) or
+    ``"upper bound"`` (no rate tried met them: goodput is below the lowest rate tried, and the
+    reported 0 is not a measurement)."""
+    if good.bracketed:
+        return "measured"
+    return "lower bound" if good.rate_per_s > 0 else "upper bound"
+
+
+#: A windowed Little's-law check needs a steady state: in the window, completions must keep up
+#: with arrivals to within this fraction (an overloaded run's queue grows without bound, so
+#: ``L`` and ``lambda*W`` measure a transient and their difference is no model error).
+STEADY_STATE_TOL = 0.1
+
+
+def steady_state(result: ServingResult) -> tuple[bool, str]:
+    """Whether ``result``'s Little's-law window is in a steady state, and a note saying why
+    not (empty when it is): the window holds requests, and completions in the window are at
+    least ``1 - STEADY_STATE_TOL`` of the arrivals in it."""
+    lc = result.little
+    if lc.requests == 0 or not lc.end_s > lc.start_s:
+        return False, "no request arrives in the window: Little's law not checked"
+    arr, fin = result.arrival_s, result.finish_s
+    arrived = int(((arr >= lc.start_s) & (arr <= lc.end_s)).sum())
+    done = int(((fin >= lc.start_s) & (fin <= lc.end_s)).sum())
+    if done < (1 - STEADY_STATE_TOL) * arrived:
+        return False, (f"not in a steady state (overloaded): {arrived} arrivals but {done} "
+                       "completions in the window, so the queue grows and the windowed check "
+                       "does not apply")
+    return True, ""
 
 
 # --------------------------------------------------------------------------- provenance
@@ -128,6 +162,11 @@ def result_row(result: ServingResult, *, seed: int | None, version: str,
         row["goodput_req_per_s"] = good.rate_per_s
         row["goodput_bracketed"] = good.bracketed
         row["goodput_runs"] = len(good.runs)
+        row["goodput_bound"] = goodput_bound(good)
+        row["goodput_min_rate_tried_req_per_s"] = min(rate for rate, _ in good.runs)
+    steady, why = steady_state(result)
+    row["little_steady_state"] = steady
+    row["little_note"] = why
     row["seed"] = seed
     row["code_version"] = version
     row.update(_spec_fields(result.spec))
@@ -163,16 +202,17 @@ def request_rows(result: ServingResult, *, seed: int | None, version: str
 
 
 def write_csv(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> Path:
-    """Write ``rows`` (union of their keys, first-seen order) as CSV; returns the path."""
-    p = Path(path)
-    keys: dict[str, None] = {}
-    for row in rows:
-        keys.update(dict.fromkeys(row))
-    with p.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(keys))
-        w.writeheader()
-        w.writerows(rows)
-    return p
+    """Write ``rows`` (union of their keys, first-seen order) as CSV atomically; returns the
+    path. Non-finite values are errors, except NaN where a value does not apply
+    (:data:`MISSING_OK`, written as an empty cell)."""
+    return _io.write_csv(path, rows, missing_ok=MISSING_OK)
+
+
+#: Columns whose NaN means "does not apply" (e.g. TPOT of a one-token output, a percentile or
+#: Little's-law figure of an empty window), written as an empty cell rather than refused.
+MISSING_OK = ("rate_per_s", "tpot_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "tpot_mean_s",
+              "little_L", "little_lambda_w", "little_rel_error", "goodput_req_per_s",
+              "goodput_slo_attainment")
 
 
 def plot_cdfs(results: Sequence[ServingResult], out_dir: str | os.PathLike[str],
@@ -202,11 +242,7 @@ def plot_cdfs(results: Sequence[ServingResult], out_dir: str | os.PathLike[str],
     r0 = results[0]
     fig.suptitle(f"{r0.workload} | preset {r0.config.name} | policy {r0.policy} | "
                  f"cost model {r0.cost_model}", fontsize=9)
-    fig.tight_layout()
-    path = Path(out_dir) / f"{stem}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _io.save_figure(fig, Path(out_dir) / f"{stem}.png", dpi=110)
 
 
 # --------------------------------------------------------------------------- runs
@@ -288,15 +324,25 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         line = []
         for c in cols:
             v = r.get(c[1])
-            if v is None:
-                line.append("-")
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                line.append("-" if v is None else "n/a")
+                continue
+            bound = r.get("goodput_bound") if c[1] == "goodput_req_per_s" else None
+            if bound == "upper bound":
+                low = r.get("goodput_min_rate_tried_req_per_s")
+                line.append(f"<{low:.3g}" if low else "<min")
                 continue
             if len(c) > 3 and isinstance(v, float):
                 v = v * c[3]
             try:
-                line.append(c[2].format(v))
+                text = c[2].format(v)
             except (ValueError, TypeError):
-                line.append(str(v))
+                text = str(v)
+            if bound == "lower bound":
+                text = ">=" + text
+            elif c[1].startswith("little_") and r.get("little_steady_state") is False:
+                text += "*"
+            line.append(text)
         cells.append(line)
     widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
     return "\n".join("  ".join(x.rjust(w) if i else x.ljust(w)
@@ -367,17 +413,46 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
              "TPOT P99 (ms) | goodput (req/s) | goodput vs full KV | Little's-law error |",
              "|---|---|---|---|---|---|---|---|"]
     keys = ("method", "throughput_req_per_s", "throughput_tok_per_s", "ttft_p99_s",
-            "tpot_p99_s", "goodput_req_per_s", "goodput_bracketed", "little_rel_error",
-            "slo_attainment", "preemptions", "kv_util_peak")
+            "tpot_p99_s", "goodput_req_per_s", "goodput_bracketed", "goodput_bound",
+            "little_rel_error", "little_steady_state", "slo_attainment", "preemptions",
+            "kv_util_peak")
     out = []
+    full = by["full"]
     for r in show:
         role = ("full KV" if r["method"] == "full" else "HiKV" if r["method"] == "hikv"
                 else "best baseline")
-        g = r["goodput_req_per_s"] / by["full"]["goodput_req_per_s"]
+        measured = (r.get("goodput_bound", "measured") == "measured"
+                    and full.get("goodput_bound", "measured") == "measured"
+                    and full["goodput_req_per_s"] > 0)
+        g = f"{r['goodput_req_per_s'] / full['goodput_req_per_s']:.2f}x" if measured else "n/a"
+        le = r["little_rel_error"]
+        little = f"{le:+.1e}" if math.isfinite(le) else "n/a"
+        if r.get("little_steady_state") is False:
+            little += "*"
         lines.append(f"| {r['method']} ({role}) | {r['throughput_req_per_s']:.3f} | "
                      f"{r['throughput_tok_per_s']:.0f} | {r['ttft_p99_s'] * 1e3:.2f} | "
-                     f"{r['tpot_p99_s'] * 1e3:.3f} | {r['goodput_req_per_s']:.3f} | "
-                     f"{g:.2f}x | {r['little_rel_error']:+.1e} |")
+                     f"{r['tpot_p99_s'] * 1e3:.3f} | {_goodput_cell(r)} | "
+                     f"{g} | {little} |")
         out.append({**{k: r.get(k) for k in keys}, "role": role, "requests": n,
                     "trace": str(path)})
+    notes = []
+    if any(r.get("goodput_bound", "measured") != "measured" for r in show):
+        notes.append("`>=`: the goodput search reached its cap (a lower bound); `<`: no rate "
+                     "tried met the SLOs (an upper bound); ratios of bounds are n/a.")
+    if any(r.get("little_steady_state") is False for r in show):
+        notes.append("`*`: not in a steady state at the trace's own rate (arrivals outpace "
+                     "completions in the window), so the windowed Little's-law check does "
+                     "not apply.")
+    if notes:
+        lines += ["", *notes]
     return ReportSection(title, "\n".join(lines), out)
+
+
+def _goodput_cell(r: dict[str, Any]) -> str:
+    """A goodput table cell: the rate, or the bound it is (``>=x`` / ``<y``)."""
+    bound = r.get("goodput_bound", "measured")
+    if bound == "lower bound":
+        return f">={r['goodput_req_per_s']:.3f}"
+    if bound == "upper bound":
+        return f"<{r.get('goodput_min_rate_tried_req_per_s', math.nan):.3g}"
+    return f"{r['goodput_req_per_s']:.3f}"

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from hikv.io import atomic_open
 from hikv.params import Config, MemoryType, MethodSpec, ParamError, to_dict
 
 from .attention_model import Overrides, attention_cost
@@ -189,7 +190,7 @@ def write_csv(cfg: Config, res: SweepResult, path: Path,
     version = code_version()
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = 0
-    with path.open("w", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["point", "method", *config_cols, *result_cols, *area_cols, "timing_model",
                     "code_version"])

