@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import json
 import math
+import re
 import types
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -38,6 +39,7 @@ __all__ = [
     "ServingParams",
     "Method",
     "MethodSpec",
+    "parse_method",
     "Config",
     "to_dict",
     "from_dict",
@@ -251,9 +253,25 @@ class HiKVPolicy:
                              "V has no query, allowed 'none', 'static'")
 
     @property
+    def forced(self) -> int:
+        """Tokens Stage I keeps whatever their importance: the sinks and the recent window.
+        The query-aware Stage I always attends the current token, so its window holds at least
+        one token (``S + max(R, 1)``); the evicting one keeps ``S + R``."""
+        r = max(self.recent, 1) if self.stage1 is Stage1Variant.QUERY_AWARE else self.recent
+        return self.sinks + r
+
+    def important_tokens(self, budget: Any = None) -> Any:
+        """Stage I's ``k``: tokens chosen by importance, ``B -`` :attr:`forced` (at least 0).
+
+        The one definition used by the golden model, the closed forms and the sorter jobs.
+        ``budget`` overrides ``B`` and may be a numpy array (design points)."""
+        k = (self.budget if budget is None else budget) - self.forced
+        return k * (k > 0)
+
+    @property
     def important(self) -> int:
-        """Tokens chosen by importance: ``B - S - R``."""
-        return self.budget - self.sinks - self.recent
+        """:meth:`important_tokens` at the policy's budget."""
+        return int(self.important_tokens())
 
     def check_head_dim(self, head_dim: int) -> None:
         for name, rule in (("k_rule", self.k_rule), ("v_rule", self.v_rule)):
@@ -323,9 +341,15 @@ class MethodSpec:
 
     @property
     def label(self) -> str:
-        """Short human-readable name, e.g. ``h2o@256``, ``hikv-query_aware@256/lowbit4``
-        (query-aware Stage I scored by 4-bit keys), ``.../k:channel_groups32g8`` (32 channels
-        kept in groups of 8)."""
+        """Short name that :meth:`from_label` (:func:`parse_method`) turns back into this spec,
+        e.g. ``full``, ``h2o@256``, ``quest@256/p4`` (pages of 4 tokens; 16 unnamed),
+        ``ds@256/r16/b4`` (16 label channels of 4 bits; 16 bits unnamed),
+        ``hikv-query_aware@256/lowbit4`` (query-aware Stage I scored by 4-bit keys),
+        ``.../k:channel_groups32g8`` (32 channels kept in groups of 8).
+
+        Fields the label does not name are those :func:`parse_method` derives from a policy
+        (recent and observation windows, HiKV's sinks, pooling, compaction interval), so two
+        specs of one policy differ in their labels."""
         if self.method is Method.HIKV:
             p = self.hikv
             assert p is not None
@@ -339,9 +363,92 @@ class MethodSpec:
             return "/".join(parts)
         if self.method is Method.FULL:
             return "full"
-        extra = f"/r{self.channels}" if self.method in (Method.SPARQ,
-                                                         Method.DOUBLE_SPARSITY) else ""
+        extra = ""
+        if self.method is Method.QUEST and self.page_tokens != _DEFAULT_PAGE_TOKENS:
+            extra += f"/p{self.page_tokens}"
+        if self.method in (Method.SPARQ, Method.DOUBLE_SPARSITY):
+            extra += f"/r{self.channels}"
+        if self.method is Method.DOUBLE_SPARSITY and self.label_bits != _FULL_LABEL_BITS:
+            extra += f"/b{self.label_bits}"
         return f"{self.method.value}@{self.budget}{extra}"
+
+    @classmethod
+    def from_label(cls, text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
+        """The spec :attr:`label` names, other fields from ``policy``: :func:`parse_method`."""
+        return parse_method(text, policy, head_dim)
+
+
+_DEFAULT_PAGE_TOKENS = 16
+_FULL_LABEL_BITS = 16
+_HIKV_RE = re.compile(r"^hikv-(?P<s1>[a-z_]+)(?:@(?P<b>\d+))?(?:/lowbit(?P<lb>\d+))?"
+                      r"(?P<rest>(?:/[kv]:[a-z_]+\d+(?:g\d+)?)*)$")
+_RULE_RE = re.compile(r"/(?P<t>[kv]):(?P<kind>[a-z_]+?)(?P<keep>\d+)(?:g(?P<g>\d+))?")
+_BASE_RE = re.compile(r"^(?P<m>h2o|snapkv|quest|sparq|ds)@(?P<b>\d+)(?:/p(?P<p>\d+))?"
+                      r"(?:/r(?P<r>\d+))?(?:/b(?P<bits>\d+))?$")
+#: Stage I names in HiKV labels; ``qa`` and ``query`` are old spellings of ``query_aware``
+_S1_ALIASES = {"qa": "query_aware", "query": "query_aware", "query_aware": "query_aware",
+               "evict": "evict", "none": "none"}
+
+
+def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
+    """A :class:`MethodSpec` from its :attr:`MethodSpec.label` (or an old spelling), such as
+    ``full``, ``h2o@256``, ``sparq@256/r16``, ``ds@256/r16/b4``, ``quest@256/p4``,
+    ``hikv-evict@256``, ``hikv-qa@256/v:static48``, ``hikv-query_aware@256/lowbit4``
+    (query-aware Stage I scored by 4-bit keys instead of page bounds) or
+    ``hikv-none/k:channel_groups32g8``.
+
+    The accuracy study's settings for what a label does not name: SparQ's and Double
+    Sparsity's ``r`` default to ``head_dim / 4``, Double Sparsity's labels to 16 bits, Quest's
+    pages to 16 tokens; H2O's recent window and SnapKV's observation window are
+    ``policy.recent`` (at most half the budget). HiKV labels take sinks, recent window,
+    observation window, pooling and compaction interval from ``policy`` (and scorer and
+    low-bit width when Stage I is not query-aware); Stage II rules come only from the label
+    (absent = whole vectors).
+    """
+    t = text.strip()
+    if t == "full":
+        return MethodSpec()
+    m = _BASE_RE.match(t)
+    if m:
+        method = {"h2o": Method.H2O, "snapkv": Method.SNAPKV, "quest": Method.QUEST,
+                  "sparq": Method.SPARQ, "ds": Method.DOUBLE_SPARSITY}[m["m"]]
+        r = int(m["r"]) if m["r"] else max(1, head_dim // 4)
+        b = int(m["b"])
+        return MethodSpec(method=method, budget=b, channels=r,
+                          recent=min(policy.recent, b // 2),
+                          page_tokens=int(m["p"]) if m["p"] else _DEFAULT_PAGE_TOKENS,
+                          label_bits=int(m["bits"]) if m["bits"] else _FULL_LABEL_BITS)
+    m = _HIKV_RE.match(t)
+    if m:
+        s1 = _S1_ALIASES.get(m["s1"])
+        if s1 is None:
+            raise ParamError(f"method {text!r}: Stage I {m['s1']!r} is not one of "
+                             f"{sorted(_S1_ALIASES)}")
+        budget = int(m["b"]) if m["b"] else policy.budget
+        rules = {"k": Stage2Rule(), "v": Stage2Rule()}
+        for r in _RULE_RE.finditer(m["rest"]):
+            try:
+                kind = Stage2Kind(r["kind"])
+            except ValueError:
+                raise ParamError(f"method {text!r}: Stage II kind {r['kind']!r} is not one of "
+                                 f"{[k.value for k in Stage2Kind]}") from None
+            group = int(r["g"]) if r["g"] else Stage2Rule().group
+            rules[r["t"]] = Stage2Rule(kind, int(r["keep"]), group)
+        recent = min(policy.recent, max(0, budget - policy.sinks))
+        if Stage1Variant(s1) is Stage1Variant.QUERY_AWARE:
+            scorer = Stage1Scorer.LOWBIT_KEYS if m["lb"] else Stage1Scorer.PAGE_BOUNDS
+        else:
+            scorer = policy.scorer
+        bits = int(m["lb"]) if m["lb"] else policy.lowbit_bits
+        pol = dataclasses.replace(policy, budget=budget, recent=recent,
+                                  stage1=Stage1Variant(s1), k_rule=rules["k"],
+                                  v_rule=rules["v"], scorer=scorer, lowbit_bits=bits)
+        pol.check_head_dim(head_dim)
+        return MethodSpec.for_hikv(pol)
+    raise ParamError(f"method {text!r} is not a method label: use full, h2o@B, snapkv@B, "
+                     "quest@B[/pP], sparq@B[/rR], ds@B[/rR][/bBITS], "
+                     "hikv-{evict,query_aware,none}@B[/lowbitN]"
+                     "[/k:{static,query_channels,channel_groups}N[gG]][/v:staticN]")
 
 
 # --------------------------------------------------------------------------- hardware

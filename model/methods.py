@@ -40,6 +40,13 @@ from hikv.params import (
     Stage2Rule,
 )
 
+from .account import (
+    SCORE_BYTES,
+    bounds_row_bytes,
+    label_row_bytes,
+    lowbit_row_bytes,
+    stage1_meta_bytes,
+)
 from .attention import attend, causal_prefill, default_scale, group_queries, ungroup
 from .keys import float_to_key
 from .layout import (
@@ -68,10 +75,6 @@ __all__ = [
     "static_mask",
     "SCORE_BYTES",
 ]
-
-#: bytes of one stored importance score (fp16) of the evicting HiKV Stage I
-SCORE_BYTES = 2
-
 
 def _float_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Positions of the ``k`` largest scores along the last dim, ascending (baselines)."""
@@ -413,7 +416,7 @@ class Quest(KVCache):
         tok = (sel_pages.unsqueeze(-1) * pt + torch.arange(pt)).reshape(self.kv_heads, -1)
         valid = tok < n
         out_parts, reads, counts = [], [], []
-        meta_stride = self.layout.stride(2 * self.layout.row_bytes)
+        meta_stride = bounds_row_bytes(self.layout)
         for h in range(self.kv_heads):
             sel = tok[h][valid[h]]
             o, _ = attend(qg[h: h + 1], self.k[h: h + 1, sel], self.v[h: h + 1, sel], self.scale)
@@ -511,9 +514,7 @@ class DoubleSparsity(KVCache):
         return torch.round(lab / scale).clamp(-qmax, qmax) * scale
 
     def _label_row_bytes(self) -> int:
-        r = min(self.spec.channels, self.d)
-        bits = self.spec.label_bits
-        return -(-r * bits // 8) + (0 if bits >= 16 else 2)
+        return label_row_bytes(min(self.spec.channels, self.d), self.spec.label_bits)
 
     def _decode(self, qg: torch.Tensor) -> tuple[torch.Tensor, list[ByteAccount]]:
         assert self.k is not None
@@ -625,7 +626,7 @@ class HiKV(_Evicting):
         s, r = p.sinks, p.recent
         assert self.imp is not None
         cand = self.imp[:, s: n - r]
-        top = self._topk(cand, budget - s - r) + s
+        top = self._topk(cand, p.important_tokens(budget)) + s
         keep = torch.cat([torch.arange(s).expand(self.kv_heads, s), top,
                           torch.arange(n - r, n).expand(self.kv_heads, r)], dim=1)
         self._keep(keep)
@@ -647,7 +648,7 @@ class HiKV(_Evicting):
         if n <= p.budget:
             return torch.ones(self.kv_heads, n, dtype=torch.bool)
         forced = self._forced(n)
-        n_imp = p.budget - int(forced.sum())
+        n_imp = p.important
         sel = forced.expand(self.kv_heads, n).clone()
         if p.scorer is Stage1Scorer.PAGE_BOUNDS:
             # whole pages: a chosen page adds its tokens that are not forced already
@@ -740,8 +741,8 @@ class HiKV(_Evicting):
         if p.stage1 is Stage1Variant.EVICT:
             return SCORE_BYTES
         if p.scorer is Stage1Scorer.PAGE_BOUNDS:
-            return lay.stride(2 * lay.row_bytes)
-        return -(-lay.head_dim * p.lowbit_bits // 8) + 2 * lay.elem_bytes
+            return bounds_row_bytes(lay)
+        return lowbit_row_bytes(lay.head_dim, p.lowbit_bits, lay.elem_bytes)
 
     def _meta_read(self, n: int) -> Ranges:
         p = self.policy
@@ -767,15 +768,7 @@ def hikv_resident_bytes(p: HiKVPolicy, lay: KVLayout, n: int) -> int:
             return n * lay.stride(lay.record_bytes(rule.keep))
         return -(-n // lay.page_tokens) * lay.head_dim * lay.channel_chunk_bytes
 
-    meta = 0
-    if p.stage1 is Stage1Variant.EVICT:
-        meta = n * SCORE_BYTES
-    elif p.stage1 is Stage1Variant.QUERY_AWARE:
-        if p.scorer is Stage1Scorer.PAGE_BOUNDS:
-            meta = -(-n // lay.page_tokens) * lay.stride(2 * lay.row_bytes)
-        else:
-            meta = n * (-(-lay.head_dim * p.lowbit_bits // 8) + 2 * lay.elem_bytes)
-    return region(p.k_rule) + region(p.v_rule) + meta
+    return region(p.k_rule) + region(p.v_rule) + stage1_meta_bytes(p, lay, n)
 
 
 METHODS: dict[Method, type[KVCache]] = {

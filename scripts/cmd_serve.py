@@ -59,8 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hikv.params import ParamError
-    from hikv.presets import get_preset, with_overrides
-    from hikv.sim.kv_bytes import resolve_methods
+    from hikv.presets import get_preset, resolve_methods, with_overrides
     from hikv.sim.serving import block_bytes, kv_capacity_blocks
     from hikv.sim.serving_report import (
         _check_out_dir,

@@ -5,7 +5,7 @@
 returns a :class:`ServingResult` (per-request records, KV use over time, counters and the
 Little's-law check). Iteration latency comes from a step-cost model
 (:mod:`hikv.sim.step_cost`); KV capacity and per-sequence residency from the method's byte
-model (:mod:`hikv.sim.kv_bytes`).
+model (:mod:`hikv.sim.closed_form`).
 
 Mechanics. An event heap keyed ``(time, sequence number)`` holds request arrivals and the end
 of the running iteration (ties: the event created first wins, so an arrival at the very end of
@@ -47,7 +47,8 @@ import numpy as np
 
 from hikv.params import Config, MethodSpec, ParamError
 
-from .kv_bytes import KVBytes, kv_bytes_model
+from .closed_form import closed_form
+from .closed_form_base import ClosedForm
 from .scheduler import Policy, get_policy
 from .step_cost import DEFAULT_STEP_COST, IterationBatch, StepCostModel, make_step_cost
 from .workload import Workload
@@ -220,7 +221,7 @@ class _Seq:
         self.output = output
         self.generated = 0
         self.kv_prompt = prompt      # P: tokens to prefill at the last (re)admission
-        self.base = 0                # decode key of step j is base + j (KVBytes.decode_key)
+        self.base = 0                # decode key of step j is base + j (ClosedForm.decode_key)
         self.done = 0                # tokens of P prefilled
         self.step = 0                # decode steps since the last (re)admission
         self.blocks = 0
@@ -239,7 +240,7 @@ class _Engine:
                  policy: Policy, fast_forward: bool) -> None:
         self.cfg = cfg
         self.sp = cfg.serving
-        self.kv: KVBytes = kv_bytes_model(spec, cfg.layout)
+        self.kv: ClosedForm = closed_form(spec, cfg.layout)
         self.cost = cost
         self.policy = policy
         self.fast = fast_forward

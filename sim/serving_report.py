@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from hikv.params import Config, MethodSpec, ParamError, to_dict
+from hikv.presets import resolve_methods
 
-from .kv_bytes import resolve_methods
 from .report import ReportSection, code_version, flatten
 from .serving import ServingResult, simulate
 from .step_cost import DEFAULT_STEP_COST

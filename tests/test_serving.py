@@ -18,7 +18,7 @@ import pytest
 from hikv.params import ParamError, SyntheticWorkload
 from hikv.presets import get_preset
 from hikv.scripts.cli import main
-from hikv.sim.kv_bytes import resolve_methods
+from hikv.presets import resolve_methods
 from hikv.sim.scheduler import POLICIES, get_policy
 from hikv.sim.serving import kv_capacity_blocks, little_check, simulate
 from hikv.sim.serving_report import best_baseline, goodput, serving_summary
