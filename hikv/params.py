@@ -641,7 +641,7 @@ class ServingParams:
     """Iteration-level serving of one replica (hikv.sim.serving, DESIGN.md section 5).
 
     ``policy`` names a scheduler of :data:`hikv.sim.scheduler.POLICIES`. Each iteration
-    schedules at most ``token_budget`` tokens and at most ``max_running`` sequences. KV lives
+    schedules at most ``max_batched_tokens`` tokens and at most ``max_running`` sequences. KV lives
     in blocks of ``block_tokens`` tokens of full KV (all layers and KV heads); KV capacity is
     device memory minus weights minus ``workspace_bytes``. Goodput counts a request as good
     when its TTFT <= ``ttft_slo_s`` and its TPOT <= ``tpot_slo_s``, and is the highest rate at
@@ -650,7 +650,7 @@ class ServingParams:
     """
 
     policy: str = "vllm-v1"
-    token_budget: int = 8192
+    max_batched_tokens: int = 8192
     max_running: int = 256
     block_tokens: int = 16
     workspace_bytes: int = 1 << 30
@@ -664,7 +664,7 @@ class ServingParams:
         o = "ServingParams"
         if not isinstance(self.policy, str) or not self.policy:
             raise ParamError(f"{o}.policy must be a non-empty string, not {self.policy!r}")
-        _int(o, "token_budget", self.token_budget, 1, 1 << 24)
+        _int(o, "max_batched_tokens", self.max_batched_tokens, 1, 1 << 24)
         _int(o, "max_running", self.max_running, 1, 1 << 20)
         _int(o, "block_tokens", self.block_tokens, 1, 4096)
         _int(o, "workspace_bytes", self.workspace_bytes, 0)
@@ -713,6 +713,7 @@ class Config:
         if self.loader.beat_bytes > self.layout.burst_bytes:
             raise ParamError(f"{o}.loader.data_width = {self.loader.data_width} bits is wider "
                              f"than one burst of layout.burst_bytes = {self.layout.burst_bytes}")
+        self._check_fits_hardware()
         kv_room = (self.accel.device_memory_bytes - self.model.weight_bytes
                    - self.serving.workspace_bytes)
         if kv_room <= 0:
@@ -720,6 +721,25 @@ class Config:
                              f"leaves no KV memory: device_memory_bytes = "
                              f"{self.accel.device_memory_bytes} minus weights "
                              f"{self.model.weight_bytes} must exceed it")
+
+    def _check_fits_hardware(self) -> None:
+        """The operating point fits the sorter and the loader this configuration builds."""
+        o = "Config"
+        p, st, ld, lay = self.policy, self.sorter, self.loader, self.layout
+        if p.budget > st.max_k:
+            raise ParamError(f"{o}.policy.budget = {p.budget} exceeds {o}.sorter.max_k = "
+                             f"{st.max_k}: the sorter cannot select the budget's tokens")
+        if self.context > st.max_n:
+            raise ParamError(f"{o}.context = {self.context} exceeds {o}.sorter.max_n = "
+                             f"{st.max_n}: the sorter cannot score every cached token")
+        if self.context > ld.max_tokens:
+            raise ParamError(f"{o}.context = {self.context} exceeds {o}.loader.max_tokens = "
+                             f"{ld.max_tokens}: the loader cannot take every cached token")
+        region = max(self.context * lay.stride(lay.row_bytes),
+                     -(-self.context // lay.page_tokens) * lay.head_dim * lay.channel_chunk_bytes)
+        if region > 1 << ld.addr_width:
+            raise ParamError(f"{o}.context = {self.context} tokens need a KV region of {region} "
+                             f"B, more than {o}.loader.addr_width = {ld.addr_width} bits address")
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)

@@ -47,7 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="per-iteration latency model: attention-model (decode attention from "
                         "the attention cost model, the rest by roofline) or roofline "
                         "(default: attention-model)")
-    p.add_argument("--token-budget", type=int, help="override serving.token_budget (tokens)")
+    p.add_argument("--max-batched-tokens", "--token-budget", dest="max_batched_tokens", type=int,
+                   help="override serving.max_batched_tokens: tokens one iteration may batch "
+                        "(prefill chunks plus decodes; --token-budget is its old name)")
     p.add_argument("--max-running", type=int, help="override serving.max_running (sequences)")
     p.add_argument("--ttft-slo", type=float, metavar="S", help="override the TTFT SLO (s)")
     p.add_argument("--tpot-slo", type=float, metavar="S", help="override the TPOT SLO (s)")
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = with_overrides(get_preset(args.preset), args.set)
     args.cost_model = args.cost_model or DEFAULT_STEP_COST
     sv = cfg.serving
-    changes = {k: v for k, v in (("token_budget", args.token_budget),
+    changes = {k: v for k, v in (("max_batched_tokens", args.max_batched_tokens),
                                  ("max_running", args.max_running),
                                  ("ttft_slo_s", args.ttft_slo),
                                  ("tpot_slo_s", args.tpot_slo)) if v is not None}
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
           f"B/s, {cfg.accel.linear_flops_per_s:.3g} FLOP/s, KV capacity {cap} blocks of "
           f"{block_bytes(cfg)} B ({cap * cfg.serving.block_tokens} full-KV tokens)")
     print(f"workload {wl.source}: {len(wl)} requests at {wl.rate_per_s:.4g}/s; policy "
-          f"{args.policy or cfg.serving.policy}, token budget {cfg.serving.token_budget}, "
+          f"{args.policy or cfg.serving.policy}, max batched tokens {cfg.serving.max_batched_tokens}, "
           f"max running {cfg.serving.max_running}; SLOs TTFT {cfg.serving.ttft_slo_s} s, "
           f"TPOT {cfg.serving.tpot_slo_s} s; cost model {args.cost_model}")
     sys.stdout.flush()

@@ -53,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from hikv.params import ParamError
-    from hikv.presets import get_preset
+    from hikv.presets import baseline_specs, get_preset
     from hikv.sim import sweep as sw
-    from hikv.sim.report import baseline_specs, code_version
+    from hikv.sim.report import code_version
 
     cfg = get_preset(args.preset)
     if args.bench:

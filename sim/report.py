@@ -15,7 +15,7 @@ ours. Numbers are labelled by where they come from:
 Budgets are *nominal* (the preset's budget for every method) unless an iso-accuracy operating
 point file is given (:func:`load_iso_accuracy`, written by the accuracy study).
 
-Extra sections (the serving model's, later) plug in through :data:`REPORT_SECTIONS`.
+Extra sections (the serving model's) plug in through :data:`REPORT_SECTIONS`.
 """
 
 from __future__ import annotations
@@ -25,14 +25,13 @@ import dataclasses
 import io
 import json
 import math
-import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hikv import __version__
 from hikv.params import (
     Config,
     Method,
@@ -42,8 +41,11 @@ from hikv.params import (
     from_dict,
     to_dict,
 )
+from hikv.presets import baseline_specs, method_specs
 
 from .attention_model import AttentionCost, Overrides, attention_cost
+from .report_section import ReportSection, code_version, flatten
+from .serving_report import report_section
 from .timing import TimingModel, default_timing
 
 __all__ = [
@@ -55,7 +57,6 @@ __all__ = [
     "Report",
     "code_version",
     "flatten",
-    "baseline_specs",
     "load_iso_accuracy",
     "build_report",
     "write_report",
@@ -79,69 +80,12 @@ REFERENCE_CLAIMS: dict[str, dict[str, Any]] = {
 #: Importance-based baselines the bytes claim is held against.
 SOTA_METHODS = (Method.H2O, Method.SNAPKV, Method.QUEST, Method.SPARQ, Method.DOUBLE_SPARSITY)
 
-#: name -> "module:callable"; callable(cfg, report, **options) -> ReportSection, the options
-#: from ``build_report(section_options={name: {...}})``. Sections are appended to the Markdown
-#: and JSON in this order.
-REPORT_SECTIONS: dict[str, str] = {
-    "serving": "hikv.sim.serving_report:report_section",
+#: Extra sections by name, appended to the Markdown and JSON in this order:
+#: ``fn(cfg, report, **options) -> ReportSection``, the options from
+#: ``build_report(section_options={name: {...}})``.
+REPORT_SECTIONS: dict[str, Callable[..., ReportSection]] = {
+    "serving": report_section,
 }
-
-
-@dataclass(frozen=True)
-class ReportSection:
-    """An extra section: a Markdown body and JSON-able rows."""
-
-    title: str
-    markdown: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
-
-
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested dict as one level with dotted names (``prefix`` before each)."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def code_version() -> str:
-    """``hikv <version>`` plus the git commit of the source tree (``-dirty`` if modified)."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty",
-                              "--abbrev=12"], capture_output=True, text=True, timeout=10)
-        tag = rev.stdout.strip() if rev.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired):
-        tag = ""
-    return f"{__version__}+{tag}" if tag else __version__
-
-
-# --------------------------------------------------------------------------- operating points
-def baseline_specs(cfg: Config) -> list[MethodSpec]:
-    """The nominal operating point: full KV, each baseline at HiKV's budget, and HiKV.
-
-    H2O's recent window is HiKV's ``recent``; SnapKV's observation window is HiKV's
-    ``obs_window``; Quest pages are the layout's pages; SparQ and Double Sparsity use
-    ``r = d / 8`` channels (the papers' usual setting for d = 128) and Double Sparsity a 4-bit
-    label cache.
-    """
-    p = cfg.policy
-    B = p.budget
-    r = max(1, cfg.layout.head_dim // 8)
-    rec = min(p.recent, B)
-    return [
-        MethodSpec(Method.FULL, budget=B, recent=rec),
-        MethodSpec(Method.H2O, budget=B, recent=rec),
-        MethodSpec(Method.SNAPKV, budget=B, recent=min(p.obs_window, B)),
-        MethodSpec(Method.QUEST, budget=B, recent=rec, page_tokens=cfg.layout.page_tokens),
-        MethodSpec(Method.SPARQ, budget=B, recent=rec, channels=r),
-        MethodSpec(Method.DOUBLE_SPARSITY, budget=B, recent=rec, channels=r, label_bits=4),
-        MethodSpec.for_hikv(p),
-    ]
 
 
 @dataclass(frozen=True)
@@ -206,8 +150,7 @@ def load_iso_accuracy(path: str | Path, cfg: Config) -> IsoAccuracy:
             best[spec.method] = spec
     if Method.HIKV not in best:
         raise ParamError(f"iso-accuracy file {p}: no HiKV point within tolerance")
-    specs = [MethodSpec(Method.FULL, budget=cfg.policy.budget,
-                        recent=min(cfg.policy.recent, cfg.policy.budget))]
+    specs = [method_specs(cfg)["full"]]
     specs += [best[m] for m in Method if m in best and m is not Method.FULL]
     unreached = tuple(sorted(seen - {m.value for m in best}))
     return IsoAccuracy(specs=tuple(specs), metric=str(data["metric"]),
@@ -356,15 +299,12 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
                  context_curve=curve)
     names = tuple(REPORT_SECTIONS) if sections is True else tuple(sections or ())
     if names:
-        import importlib
-
         extra = []
         for name in names:
             if name not in REPORT_SECTIONS:
                 raise ParamError(f"report section {name!r} is not one of "
                                  f"{sorted(REPORT_SECTIONS)}")
-            mod, _, attr = REPORT_SECTIONS[name].partition(":")
-            fn = getattr(importlib.import_module(mod), attr)
+            fn = REPORT_SECTIONS[name]
             extra.append(fn(cfg, rep, **(section_options or {}).get(name, {})))
         rep = dataclasses.replace(rep, sections=tuple(extra))
     return rep

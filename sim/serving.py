@@ -11,7 +11,7 @@ Mechanics. An event heap keyed ``(time, sequence number)`` holds request arrival
 of the running iteration (ties: the event created first wins, so an arrival at the very end of
 an iteration is seen by the next schedule). Whenever the engine is idle and there is work, it
 schedules one iteration (see :mod:`hikv.sim.scheduler`): running decodes first (one token
-each), then running prefills, then waiting requests, within the token budget and the running
+each), then running prefills, then waiting requests, within ``max_batched_tokens`` and the running
 cap. KV is paged: a block is ``block_tokens`` tokens of full KV (all layers and KV heads at the
 layout's row stride); a sequence under method ``m`` holds ``ceil(resident bytes / block
 bytes)`` blocks, where the resident bytes (data, metadata, Stage II records) follow the
@@ -245,7 +245,7 @@ class _Engine:
         self.policy = policy
         self.fast = fast_forward
         self.max_running = policy.max_running(self.sp)
-        self.budget = self.sp.token_budget
+        self.max_batched = self.sp.max_batched_tokens
         self.capacity = kv_capacity_blocks(cfg)
         # blocks held for r resident tokens, r = 0 .. longest sequence
         longest = int((workload.prompt_tokens + workload.output_tokens).max()) + 2
@@ -316,7 +316,7 @@ class _Engine:
 
     # ----------------------------------------------------------------- scheduling
     def _preempt(self, victim: _Seq, dec: list[_Seq], pre: list[tuple[_Seq, int]]) -> int:
-        """Preempt ``victim`` (recompute); returns the budget tokens it gave back."""
+        """Preempt ``victim`` (recompute); returns the batched tokens it gave back."""
         self.running.remove(victim)
         self.used -= victim.blocks
         victim.blocks = 0
@@ -339,7 +339,7 @@ class _Engine:
     def _allocate(self, s: _Seq, peak: int, dec: list[_Seq], pre: list[tuple[_Seq, int]]
                   ) -> tuple[bool, int, bool]:
         """Grow ``s`` to ``peak`` blocks, preempting from the tail of ``running`` as needed.
-        Returns (allocated, budget given back by victims, anything preempted)."""
+        Returns (allocated, batched tokens given back by victims, anything preempted)."""
         if peak > self.capacity:
             raise ParamError(
                 f"serving cannot make progress: request {s.rid} alone needs {peak} KV blocks "
@@ -371,7 +371,7 @@ class _Engine:
 
     def _schedule_once(self, t: float) -> tuple | None:
         kv, blk = self.kv, self.blk
-        budget = self.budget
+        tokens_left = self.max_batched
         dec: list[_Seq] = []
         pre: list[tuple[_Seq, int]] = []
         preempted = False
@@ -381,45 +381,45 @@ class _Engine:
             pk = self.peak_blk[np.fromiter((s.base + s.step + 1 for s in decoding), np.int64,
                                            len(decoding))]
             grow = int(pk.sum()) - sum(s.blocks for s in decoding)
-            if grow <= self.capacity - self.used and len(decoding) <= budget:
+            if grow <= self.capacity - self.used and len(decoding) <= tokens_left:
                 for s, p in zip(decoding, pk.tolist(), strict=True):
                     s.blocks = p
                 self.used += grow
                 dec = decoding
-                budget -= len(decoding)
+                tokens_left -= len(decoding)
             else:
                 for s, p in zip(decoding, pk.tolist(), strict=True):
-                    if budget == 0:
+                    if tokens_left == 0:
                         break
                     if s not in self.running:
                         continue            # preempted as a victim earlier in this loop
                     ok, back, pe = self._allocate(s, p, dec, pre)
                     preempted |= pe
-                    budget += back
+                    tokens_left += back
                     if not ok:
                         break
                     dec.append(s)
-                    budget -= 1
+                    tokens_left -= 1
         # 2. running prefills (chunked), in admission order
         for s in [s for s in self.running if s.done < s.kv_prompt]:
-            if budget == 0:
+            if tokens_left == 0:
                 break
             if s not in self.running:
                 continue
-            chunk = min(s.kv_prompt - s.done, budget)
+            chunk = min(s.kv_prompt - s.done, tokens_left)
             peak = int(blk[kv.prefill_peak(s.done, chunk)])
             ok, back, pe = self._allocate(s, peak, dec, pre)
             preempted |= pe
-            budget += back
+            tokens_left += back
             if not ok:
                 break
             pre.append((s, chunk))
-            budget -= chunk
+            tokens_left -= chunk
         # 3. waiting requests, unless this iteration preempted
         if not preempted:
-            while len(self.waiting) and budget > 0 and len(self.running) < self.max_running:
+            while len(self.waiting) and tokens_left > 0 and len(self.running) < self.max_running:
                 s = self.waiting.peek()
-                chunk = min(s.kv_prompt - s.done, budget)
+                chunk = min(s.kv_prompt - s.done, tokens_left)
                 peak = int(blk[kv.prefill_peak(s.done, chunk)])
                 if peak > self.capacity - self.used:
                     break
@@ -430,7 +430,7 @@ class _Engine:
                 if math.isnan(s.first_sched):
                     s.first_sched = t
                 pre.append((s, chunk))
-                budget -= chunk
+                tokens_left -= chunk
         if not dec and not pre:
             return None
         # batched decode run?
@@ -456,7 +456,7 @@ class _Engine:
         if k < 2:
             return None
         d = len(dec)
-        can_admit = len(self.running) < self.max_running and self.budget - d > 0
+        can_admit = len(self.running) < self.max_running and self.max_batched - d > 0
         next_arrival = self.heap[0][0] if self.heap else math.inf
         # an arrival matters if it could be admitted: the queue is empty, or it may overtake
         # a blocked head (any order but FCFS)
@@ -480,7 +480,7 @@ class _Engine:
         # a waiting request that becomes admissible ends the run before that iteration
         if can_admit and len(self.waiting):
             head = self.waiting.peek()
-            chunk = min(head.kv_prompt - head.done, self.budget - d)
+            chunk = min(head.kv_prompt - head.done, self.max_batched - d)
             need = int(self.blk[self.kv.prefill_peak(head.done, chunk)]) - head.blocks
             ok = np.nonzero(self.capacity - peaks[1:k] >= need)[0]
             if ok.size:

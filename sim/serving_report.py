@@ -1,7 +1,7 @@
 """Goodput search, result rows, per-request CSV and latency CDF plots for serving runs.
 
 Nothing here writes a file unless a function is given a path. Rows record every configuration
-field (flattened, ``serving.token_budget``), the seed, the workload and the code version.
+field (flattened, ``serving.max_batched_tokens``), the seed, the workload and the code version.
 :func:`serving_summary` and :func:`report_section` make ``hikv report``'s serving section.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 from hikv.params import Config, MethodSpec, ParamError, to_dict
 from hikv.presets import resolve_methods
 
-from .report import ReportSection, code_version, flatten
+from .report_section import ReportSection, code_version, flatten
 from .serving import ServingResult, simulate
 from .step_cost import DEFAULT_STEP_COST
 from .workload import Workload, read_azure_trace
@@ -357,7 +357,7 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
     head = (f"Preset {cfg.name} ({cfg.model.name}), {Path(path).name}: "
             + (f"the first {n:,} requests" if max_requests is not None else "every request")
             + f" (`hikv report --serving-requests N` sets how many); scheduler {sv.policy}, "
-            f"token budget {sv.token_budget}, step cost `{DEFAULT_STEP_COST}`; SLOs TTFT "
+            f"max batched tokens {sv.max_batched_tokens}, step cost `{DEFAULT_STEP_COST}`; SLOs TTFT "
             f"{sv.ttft_slo_s * 1e3:g} ms and TPOT {sv.tpot_slo_s * 1e3:g} ms for "
             f"{100 * sv.slo_attainment:g}% of requests. Best baseline: the highest goodput "
             f"among {', '.join(m for m in REPORT_METHODS if m not in ('full', 'hikv'))}. "

@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 
 from hikv.params import Config, MemoryType, MethodSpec, ParamError, to_dict
+from hikv.presets import baseline_specs
 
 from .attention_model import Overrides, attention_cost
-from .report import baseline_specs, code_version, flatten, save_figure
+from .report import code_version, flatten, save_figure
 from .timing import TimingModel, default_timing, loader_instances
 
 __all__ = ["AXES", "SweepResult", "grid", "sample", "evaluate", "area_columns", "write_csv",

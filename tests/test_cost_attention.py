@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from hikv.params import MemoryType, Method, MethodSpec, ParamError, Stage2Rule
-from hikv.presets import get_preset
+from hikv.presets import baseline_specs, get_preset
 from hikv.sim import energy as E
 from hikv.sim.attention_model import Overrides, attention_cost, step_work
-from hikv.sim.report import baseline_specs
 from hikv.sim.timing import RtlTiming, loader_instances
 
 
@@ -140,7 +139,8 @@ def test_work_of_the_selecting_methods():
     assert float(q.score_macs) == G * pages * 2 * d
     assert [j.mode for j in q.sorts] == ["stage1"]
     s = step_work(specs[Method.SPARQ], cfg)
-    assert float(s.score_macs) == G * n * (d // 8)
+    assert float(s.score_macs) == G * n * specs[Method.SPARQ].channels
+    assert specs[Method.SPARQ].channels == d // 4        # the operating point: r = d / 4
     assert sorted(j.mode for j in s.sorts) == ["stage1", "stage2"]
     h = step_work(specs[Method.HIKV], cfg)
     assert float(h.select_bytes) == float(h.bytes.meta_burst) > 0

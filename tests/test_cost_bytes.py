@@ -1,4 +1,4 @@
-"""Closed-form bytes per step (hikv.sim.closed_form.step_bytes, the operating-point view) against the
+"""Closed-form bytes per step (hikv.sim.closed_form.step_bytes, the operating point) against the
 golden model's byte accounts."""
 
 from __future__ import annotations

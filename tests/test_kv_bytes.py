@@ -1,4 +1,4 @@
-"""The closed forms of hikv.sim.closed_form (sequence-state view) against the golden model's byte accounts.
+"""The closed forms of hikv.sim.closed_form (sequence state) against the golden byte accounts.
 
 Each case runs a real golden-model cache (random tensors, local generator) through a prefill
 of ``N`` tokens and ``STEPS`` decode steps, and compares every step's ByteAccount of every KV
@@ -24,8 +24,7 @@ from hikv.params import (
     Stage2Kind,
     Stage2Rule,
 )
-from hikv.presets import get_preset
-from hikv.presets import METHOD_NAMES, method_specs, resolve_methods
+from hikv.presets import METHOD_NAMES, get_preset, method_specs, resolve_methods
 from hikv.sim.closed_form import closed_form
 
 STEPS = 24
@@ -76,7 +75,8 @@ def _run_golden(spec: MethodSpec, cfg, n_prompt: int, seed: int):
     return accounts, resident
 
 
-FIELDS = ("k_ideal", "v_ideal", "meta_ideal", "k_burst", "v_burst", "meta_burst", "tokens")
+FIELDS = ("k_ideal", "v_ideal", "meta_ideal", "k_burst", "v_burst", "meta_burst", "resident",
+          "tokens")
 
 
 def _check(name: str, spec: MethodSpec, cfg, n_prompt: int, seed: int) -> None:

@@ -27,7 +27,7 @@ REJECTED = [
     (SyntheticWorkload, "max_prompt_tokens", 0, ["max_prompt_tokens"]),
     (SyntheticWorkload, "max_output_tokens", 0, ["max_output_tokens"]),
     (ServingParams, "policy", "", ["policy", "non-empty"]),
-    (ServingParams, "token_budget", 0, ["token_budget", "[1, "]),
+    (ServingParams, "max_batched_tokens", 0, ["max_batched_tokens", "[1, "]),
     (ServingParams, "max_running", 0, ["max_running"]),
     (ServingParams, "block_tokens", 0, ["block_tokens", "[1, 4096]"]),
     (ServingParams, "workspace_bytes", -1, ["workspace_bytes", ">= 0"]),
