@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
           f"B/s, {cfg.accel.linear_flops_per_s:.3g} FLOP/s, KV capacity {cap} blocks of "
           f"{block_bytes(cfg)} B ({cap * cfg.serving.block_tokens} full-KV tokens)")
     print(f"workload {wl.source}: {len(wl)} requests at {wl.rate_per_s:.4g}/s; policy "
-          f"{args.policy or cfg.serving.policy}, max batched tokens {cfg.serving.max_batched_tokens}, "
+          f"{args.policy or cfg.serving.policy}, max batched tokens "
+          f"{cfg.serving.max_batched_tokens}, "
           f"max running {cfg.serving.max_running}; SLOs TTFT {cfg.serving.ttft_slo_s} s, "
           f"TPOT {cfg.serving.tpot_slo_s} s; cost model {args.cost_model}")
     sys.stdout.flush()

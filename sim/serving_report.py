@@ -357,7 +357,8 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
     head = (f"Preset {cfg.name} ({cfg.model.name}), {Path(path).name}: "
             + (f"the first {n:,} requests" if max_requests is not None else "every request")
             + f" (`hikv report --serving-requests N` sets how many); scheduler {sv.policy}, "
-            f"max batched tokens {sv.max_batched_tokens}, step cost `{DEFAULT_STEP_COST}`; SLOs TTFT "
+            f"max batched tokens {sv.max_batched_tokens}, step cost `{DEFAULT_STEP_COST}`; "
+            f"SLOs TTFT "
             f"{sv.ttft_slo_s * 1e3:g} ms and TPOT {sv.tpot_slo_s * 1e3:g} ms for "
             f"{100 * sv.slo_attainment:g}% of requests. Best baseline: the highest goodput "
             f"among {', '.join(m for m in REPORT_METHODS if m not in ('full', 'hikv'))}. "
