@@ -176,29 +176,76 @@ class QuestBytes(ClosedForm):
         return self.layout.align_bytes >= self.layout.burst_bytes
 
 
-class SparQBytes(ClosedForm):
-    """Top-``r`` channels of ``|q|`` read from a channel-major second copy of K score every
-    token; the top-``B`` rows are read (scattered), and the mean of V."""
-
-    method = Method.SPARQ
+class _TopRows(ClosedForm):
+    """Shared by SparQ and Double Sparsity: approximate scores of every token from metadata,
+    then the top-``B`` rows read (scattered; all of them while ``n <= B``)."""
 
     def _r(self, head_dim: ArrayLike) -> ArrayLike:
         return np.minimum(self.spec.channels, head_dim)
 
+    def _meta_storage(self, g: Geometry, r: ArrayLike) -> ArrayLike:
+        """Metadata bytes kept for ``r`` resident tokens."""
+        raise NotImplementedError
+
+    def _scoring_read(self, g: Geometry, n: ArrayLike) -> tuple[ArrayLike, ArrayLike, ArrayLike]:
+        """(K-copy bytes, metadata bytes, K-copy arrays) read to score ``n`` cached tokens:
+        the K copy is ``arrays`` arrays of the first bytes, each read from its start."""
+        raise NotImplementedError
+
     def storage(self, g: Geometry, r: ArrayLike, keep_k: ArrayLike | None = None,
                 keep_v: ArrayLike | None = None) -> ArrayLike:
-        return r * 2 * g.stride(g.row_bytes) + r * g.row_bytes + g.row_bytes
+        return r * 2 * g.stride(g.row_bytes) + self._meta_storage(g, r)
 
     def step(self, g: Geometry, n: ArrayLike, B: ArrayLike, zero: ArrayLike, *,
              keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None,
              prompt: ArrayLike | None = None) -> StepAccount:
         rb = g.row_bytes
-        r = self._r(g.head_dim)
         c = np.minimum(B, n + 1) - 1
         rw = rows(g, c, n, rb)
-        k = rw + contiguous(g, n * g.elem_bytes).scale(r)
-        return account_of(c * rb + r * n * g.elem_bytes, c * rb, rb, k, rw, contiguous(g, rb),
+        k_copy, meta, arrays = self._scoring_read(g, n)
+        k = rw + contiguous(g, k_copy).scale(arrays) if arrays is not None else rw
+        k_ideal = c * rb + (k_copy * arrays if arrays is not None else 0)
+        return account_of(k_ideal, c * rb, meta, k, rw, contiguous(g, meta),
                           self.storage(g, n + 1), c, zero)
+
+    def _read(self, n: np.ndarray, cached: np.ndarray, z: np.ndarray) -> StepAccount:
+        lay = self.layout
+        row = lay.row_bytes
+        dense = Rows(lay, row)
+        b = self.spec.budget
+        toks = np.minimum(n, b) - 1
+        kb = np.where(n <= b, dense.prefix(toks), dense.isolated(toks))
+        k_copy, meta, arrays = self._scoring_read(Geometry.of(lay), n - 1)
+        meta = meta + z
+        k_ideal, k_burst = toks * row, kb
+        if arrays is not None:
+            k_ideal = k_ideal + arrays * k_copy
+            k_burst = k_burst + arrays * contig_burst(k_copy, lay.burst_bytes)
+        return read_account(k_ideal, toks * row, meta, k_burst, kb,
+                            contig_burst(meta, lay.burst_bytes), toks)
+
+    def _scoring_macs(self, n: np.ndarray, group: int) -> np.ndarray:
+        return group * min(self.spec.channels, self.layout.head_dim) * n
+
+    def _stage1_sort(self, n: ArrayLike, B: ArrayLike) -> SortJob:
+        return SortJob("stage1", n=n + 1, k=B, per_step=np.where(n + 1 > B, 1, 0))
+
+    @property
+    def exact(self) -> bool:
+        return self.layout.align_bytes >= self.layout.burst_bytes
+
+
+class SparQBytes(_TopRows):
+    """SparQ: top-``r`` channels of ``|q|``, each read for every cached token from a
+    channel-major second copy of K, score the tokens; the mean of V is read too."""
+
+    method = Method.SPARQ
+
+    def _meta_storage(self, g: Geometry, r: ArrayLike) -> ArrayLike:
+        return r * g.row_bytes + g.row_bytes
+
+    def _scoring_read(self, g: Geometry, n: ArrayLike) -> tuple[ArrayLike, ArrayLike, ArrayLike]:
+        return n * g.elem_bytes, g.row_bytes, self._r(g.head_dim)
 
     def work(self, g: Geometry, n: ArrayLike, B: ArrayLike, sb: StepAccount, group: int, *,
              keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None) -> Work:
@@ -207,67 +254,24 @@ class SparQBytes(ClosedForm):
         return Work(select_bytes=one.burst * r, select_requests=one.requests * r,
                     score_macs=group * n * r, score_exps=group * (n + 1),
                     sorts=(SortJob("stage2", d=g.head_dim, k=r, count=1),
-                           SortJob("stage1", n=n + 1, k=B, per_step=np.where(n + 1 > B, 1, 0))))
-
-    def _read(self, n: np.ndarray, cached: np.ndarray, z: np.ndarray) -> StepAccount:
-        lay = self.layout
-        row = lay.row_bytes
-        dense = Rows(lay, row)
-        b = self.spec.budget
-        toks = np.minimum(n, b) - 1
-        kb = np.where(n <= b, dense.prefix(toks), dense.isolated(toks))
-        r = min(self.spec.channels, lay.head_dim)
-        kt = (n - 1) * lay.elem_bytes
-        meta = np.full_like(z, row)
-        return read_account(toks * row + r * kt, toks * row, meta,
-                            kb + r * contig_burst(kt, lay.burst_bytes), kb,
-                            contig_burst(meta, lay.burst_bytes), toks)
-
-    def _scoring_macs(self, n: np.ndarray, group: int) -> np.ndarray:
-        return group * min(self.spec.channels, self.layout.head_dim) * n
-
-    @property
-    def exact(self) -> bool:
-        return self.layout.align_bytes >= self.layout.burst_bytes
+                           self._stage1_sort(n, B)))
 
 
-class DSBytes(SparQBytes):
+class DSBytes(_TopRows):
     """Double Sparsity: a label cache (``r`` calibrated channels of every key, at
-    ``label_bits``) scores every token; the top-``B`` rows are read (scattered)."""
+    ``label_bits``) scores every token."""
 
     method = Method.DOUBLE_SPARSITY
 
-    def _label_row(self, head_dim: ArrayLike) -> ArrayLike:
-        return label_row_bytes(self._r(head_dim), self.spec.label_bits)
+    def _meta_storage(self, g: Geometry, r: ArrayLike) -> ArrayLike:
+        return r * label_row_bytes(self._r(g.head_dim), self.spec.label_bits)
 
-    def storage(self, g: Geometry, r: ArrayLike, keep_k: ArrayLike | None = None,
-                keep_v: ArrayLike | None = None) -> ArrayLike:
-        return r * 2 * g.stride(g.row_bytes) + r * self._label_row(g.head_dim)
-
-    def step(self, g: Geometry, n: ArrayLike, B: ArrayLike, zero: ArrayLike, *,
-             keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None,
-             prompt: ArrayLike | None = None) -> StepAccount:
-        rb = g.row_bytes
-        lrb = self._label_row(g.head_dim)
-        c = np.minimum(B, n + 1) - 1
-        rw = rows(g, c, n, rb)
-        return account_of(c * rb, c * rb, n * lrb, rw, rw, contiguous(g, n * lrb),
-                          self.storage(g, n + 1), c, zero)
+    def _scoring_read(self, g: Geometry, n: ArrayLike) -> tuple[ArrayLike, ArrayLike, None]:
+        return 0, self._meta_storage(g, n), None
 
     def work(self, g: Geometry, n: ArrayLike, B: ArrayLike, sb: StepAccount, group: int, *,
              keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None) -> Work:
         return Work(select_bytes=sb.meta_burst,
                     select_requests=contiguous(g, sb.meta_ideal).requests,
                     score_macs=group * n * self._r(g.head_dim), score_exps=group * (n + 1),
-                    sorts=(SortJob("stage1", n=n + 1, k=B, per_step=np.where(n + 1 > B, 1, 0)),))
-
-    def _read(self, n: np.ndarray, cached: np.ndarray, z: np.ndarray) -> StepAccount:
-        lay = self.layout
-        row = lay.row_bytes
-        dense = Rows(lay, row)
-        b = self.spec.budget
-        toks = np.minimum(n, b) - 1
-        kb = np.where(n <= b, dense.prefix(toks), dense.isolated(toks))
-        lab = (n - 1) * self._label_row(lay.head_dim)
-        return read_account(toks * row, toks * row, lab, kb, kb,
-                            contig_burst(lab, lay.burst_bytes), toks)
+                    sorts=(self._stage1_sort(n, B),))
