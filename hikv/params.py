@@ -383,7 +383,9 @@ _FULL_LABEL_BITS = 16
 _HIKV_RE = re.compile(r"^hikv-(?P<s1>[a-z_]+)(?:@(?P<b>\d+))?(?:/lowbit(?P<lb>\d+))?"
                       r"(?P<rest>(?:/[kv]:[a-z_]+\d+(?:g\d+)?)*)$")
 _RULE_RE = re.compile(r"/(?P<t>[kv]):(?P<kind>[a-z_]+?)(?P<keep>\d+)(?:g(?P<g>\d+))?")
-_BASE_RE = re.compile(r"^(?P<m>h2o|snapkv|quest|sparq|ds)@(?P<b>\d+)(?:/p(?P<p>\d+))?"
+#: the baselines by label name: every method but full KV and HiKV
+_BASELINE_METHODS = {m.value: m for m in Method if m not in (Method.FULL, Method.HIKV)}
+_BASE_RE = re.compile(rf"^(?P<m>{'|'.join(_BASELINE_METHODS)})@(?P<b>\d+)(?:/p(?P<p>\d+))?"
                       r"(?:/r(?P<r>\d+))?(?:/b(?P<bits>\d+))?$")
 #: Stage I names in HiKV labels; ``qa`` and ``query`` are old spellings of ``query_aware``
 _S1_ALIASES = {"qa": "query_aware", "query": "query_aware", "query_aware": "query_aware",
@@ -410,8 +412,7 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
         return MethodSpec()
     m = _BASE_RE.match(t)
     if m:
-        method = {"h2o": Method.H2O, "snapkv": Method.SNAPKV, "quest": Method.QUEST,
-                  "sparq": Method.SPARQ, "ds": Method.DOUBLE_SPARSITY}[m["m"]]
+        method = _BASELINE_METHODS[m["m"]]
         r = int(m["r"]) if m["r"] else max(1, head_dim // 4)
         b = int(m["b"])
         return MethodSpec(method=method, budget=b, channels=r,

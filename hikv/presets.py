@@ -15,6 +15,7 @@ from .params import (
     KVLayout,
     LoaderParams,
     MemoryType,
+    Method,
     MethodSpec,
     ModelShape,
     ParamError,
@@ -199,8 +200,9 @@ def with_overrides(cfg: Config, items: list[str] | tuple[str, ...]) -> Config:
 
 
 # --------------------------------------------------------------------------- operating point
-#: the baselines HiKV is compared with, by label prefix, in table order
-BASELINES = ("h2o", "snapkv", "quest", "sparq", "ds")
+#: the baselines HiKV is compared with, by label prefix, in table order: every method of
+#: :class:`~hikv.params.Method` but full KV and HiKV
+BASELINES = tuple(m.value for m in Method if m not in (Method.FULL, Method.HIKV))
 
 #: method names of :func:`method_specs` (``hikv serve --method`` accepts them and ``all``)
 METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query")

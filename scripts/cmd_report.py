@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from hikv.presets import get_preset, with_overrides
-    from hikv.sim.report import build_report, load_iso_accuracy, markdown, write_report
+    from hikv.sim.report import build_report, load_iso_accuracy
+    from hikv.sim.report_render import markdown, write_report
 
     cfg = with_overrides(get_preset(args.preset), args.set)
     iso = load_iso_accuracy(args.iso, cfg) if args.iso else None

@@ -18,6 +18,7 @@ Attention cost and the design space:
 * :mod:`hikv.sim.attention_model` time and energy of one decode step per method
 * :mod:`hikv.sim.sweep`           vectorised design-space sweeps (``hikv sweep``)
 * :mod:`hikv.sim.report`          the result table of an operating point (``hikv report``)
+* :mod:`hikv.sim.report_render`   Markdown, CSV, JSON and plots of a report
 * :mod:`hikv.sim.report_section`  report sections and provenance shared with the sections
 
 Serving:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from hikv.params import Config, MethodSpec, ParamError, to_dict
-from hikv.presets import resolve_methods
+from hikv.presets import BASELINES, resolve_methods
 
 from .report_section import ReportSection, code_version, flatten
 from .serving import ServingResult, simulate
@@ -314,7 +314,7 @@ def _check_out_dir(out: str | os.PathLike[str]) -> Path:
 
 #: Methods the report's serving section simulates: full KV, the importance-based baselines
 #: (the best of them by goodput is shown) and HiKV as the preset configures it.
-REPORT_METHODS = ("full", "h2o", "snapkv", "quest", "sparq", "ds", "hikv")
+REPORT_METHODS = ("full", *BASELINES, "hikv")
 #: Requests of the conversation trace the report replays by default (its first N): keeps
 #: ``hikv report --preset default`` near a minute with the goodput searches of 7 methods.
 DEFAULT_REPORT_REQUESTS = 1000
