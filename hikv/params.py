@@ -283,7 +283,7 @@ class HiKVPolicy:
 
 
 class Method(enum.Enum):
-    """KV-cache methods the golden model implements (DESIGN.md section 2)."""
+    """KV-cache methods the golden model implements (docs/design.md, "Baselines")."""
 
     FULL = "full"
     H2O = "h2o"
@@ -639,7 +639,7 @@ class SyntheticWorkload:
 
 @dataclass(frozen=True)
 class ServingParams:
-    """Iteration-level serving of one replica (hikv.sim.serving, DESIGN.md section 5).
+    """Iteration-level serving of one replica (hikv.sim.serving, docs/serving.md).
 
     ``policy`` names a scheduler of :data:`hikv.sim.scheduler.POLICIES`. Each iteration
     schedules at most ``max_batched_tokens`` tokens and at most ``max_running`` sequences. KV lives

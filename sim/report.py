@@ -5,7 +5,7 @@ speedups of HiKV against full KV and against each baseline with the roofline bou
 speedup, the sorter + loader area overhead, and where the seed's reference claims stand against
 ours. Numbers are labelled by where they come from:
 
-* ``reference``: the seed paper's headline claims (DESIGN.md section 1), not computed here;
+* ``reference``: the seed paper's headline claims (docs/cost_model.md), not computed here;
 * ``model``: this project's analytic cost model (:mod:`hikv.sim.attention_model`) with the byte
   closed forms checked against the golden model, energy tables from the literature, and the
   sorter / loader cycles of the RTL's timing contracts (:class:`hikv.sim.timing.RtlTiming`,
@@ -58,7 +58,7 @@ __all__ = [
     "build_report",
 ]
 
-#: The seed's headline claims (DESIGN.md section 1): references, not results of this project.
+#: The seed's headline claims (docs/cost_model.md): references, not results of this project.
 REFERENCE_CLAIMS: dict[str, dict[str, Any]] = {
     "attention_speedup_vs_full": {"value": 7.95, "text": "up to 7.95x attention speedup",
                                   "conditions": "vs an uncompressed KV baseline, ~1% accuracy "

@@ -1,4 +1,4 @@
-"""Iteration-level serving simulator of one replica (DESIGN.md section 5).
+"""Iteration-level serving simulator of one replica (docs/serving.md).
 
 :func:`simulate` replays a :class:`~hikv.sim.workload.Workload` through a scheduler policy
 (:mod:`hikv.sim.scheduler`) on one accelerator serving one model with one KV method, and

@@ -376,3 +376,12 @@ def test_capacity_accounts_for_weights_and_workspace():
     per_block = cfg.serving.block_tokens * m.layers * m.kv_heads * 2 * 2 * m.head_dim
     room = cfg.accel.device_memory_bytes - m.weight_bytes - cfg.serving.workspace_bytes
     assert kv_capacity_blocks(cfg) == room // per_block
+
+
+@pytest.mark.parametrize("flag", ["--max-batched-tokens", "--token-budget"])
+def test_batched_token_limit_flag_and_its_old_name(flag, capsys):
+    """ServingParams.max_batched_tokens (the scheduler's per-iteration token limit, not the KV
+    budget): the flag and its old spelling both set it."""
+    rc = main(["serve", "--preset", "tiny", "--method", "full", "--rate", "2000",
+               "--requests", "20", "--seed", "3", flag, "40"])
+    assert rc == 0 and "max batched tokens 40," in capsys.readouterr().out
