@@ -73,8 +73,8 @@ def test_memory_bound_speedup_approaches_the_bytes_ratio():
 
 def test_hikv_without_selection_costs_what_full_kv_costs():
     cfg = get_preset("default")
-    p = dataclasses.replace(cfg.policy, budget=cfg.context + 10, v_rule=Stage2Rule())
-    cfg = cfg.replace(policy=p)
+    p = dataclasses.replace(cfg.policy, v_rule=Stage2Rule())
+    cfg = cfg.replace(policy=p, context=p.budget - 10)      # the budget covers the context
     h = attention_cost(MethodSpec.for_hikv(p), cfg)
     f = attention_cost(MethodSpec(Method.FULL), cfg)
     assert float(h.bytes_burst) == float(f.bytes_burst)
