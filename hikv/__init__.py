@@ -1,4 +1,14 @@
-"""HiKV co-design kit: RTL (hikv.hw), golden model (hikv.model), cost and serving models
-(hikv.sim), command line (hikv.scripts). Parameters live in :mod:`hikv.params`."""
+"""HiKV co-design kit: an open HW/SW kit for the HiKV KV-cache compression accelerator.
+
+Packages: :mod:`hikv.hw` (Amaranth RTL), :mod:`hikv.model` (PyTorch golden model and the
+accuracy study), :mod:`hikv.sim` (cost, energy, area and serving models), :mod:`hikv.rtl_tests`
+(cocotb testbenches), :mod:`hikv.scripts` (the ``hikv`` command line).
+
+Modules here (standard library only):
+
+* :mod:`hikv.params`    frozen, validated parameter dataclasses; method specs and their labels
+* :mod:`hikv.presets`   named configurations and the operating point (:func:`method_specs`)
+* :mod:`hikv.toolchain` the external tools (Verilator, Yosys) and the build cache
+"""
 
 __version__ = "0.1.0"

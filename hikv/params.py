@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import json
 import math
+import re
 import types
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -38,6 +39,7 @@ __all__ = [
     "ServingParams",
     "Method",
     "MethodSpec",
+    "parse_method",
     "Config",
     "to_dict",
     "from_dict",
@@ -261,9 +263,25 @@ class HiKVPolicy:
                              "V has no query, allowed 'none', 'static'")
 
     @property
+    def forced(self) -> int:
+        """Tokens Stage I keeps whatever their importance: the sinks and the recent window.
+        The query-aware Stage I always attends the current token, so its window holds at least
+        one token (``S + max(R, 1)``); the evicting one keeps ``S + R``."""
+        r = max(self.recent, 1) if self.stage1 is Stage1Variant.QUERY_AWARE else self.recent
+        return self.sinks + r
+
+    def important_tokens(self, budget: Any = None) -> Any:
+        """Stage I's ``k``: tokens chosen by importance, ``B -`` :attr:`forced` (at least 0).
+
+        The one definition used by the golden model, the closed forms and the sorter jobs.
+        ``budget`` overrides ``B`` and may be a numpy array (design points)."""
+        k = (self.budget if budget is None else budget) - self.forced
+        return k * (k > 0)
+
+    @property
     def important(self) -> int:
-        """Tokens chosen by importance: ``B - S - R``."""
-        return self.budget - self.sinks - self.recent
+        """:meth:`important_tokens` at the policy's budget."""
+        return int(self.important_tokens())
 
     def check_head_dim(self, head_dim: int) -> None:
         for name, rule in (("k_rule", self.k_rule), ("v_rule", self.v_rule)):
@@ -275,7 +293,7 @@ class HiKVPolicy:
 
 
 class Method(enum.Enum):
-    """KV-cache methods the golden model implements (DESIGN.md section 2)."""
+    """KV-cache methods the golden model implements (docs/design.md, "Baselines")."""
 
     FULL = "full"
     H2O = "h2o"
@@ -333,9 +351,15 @@ class MethodSpec:
 
     @property
     def label(self) -> str:
-        """Short human-readable name, e.g. ``h2o@256``, ``hikv-query_aware@256/lowbit4``
-        (query-aware Stage I scored by 4-bit keys), ``.../k:channel_groups32g8`` (32 channels
-        kept in groups of 8)."""
+        """Short name that :meth:`from_label` (:func:`parse_method`) turns back into this spec,
+        e.g. ``full``, ``h2o@256``, ``quest@256/p4`` (pages of 4 tokens; 16 unnamed),
+        ``ds@256/r16/b4`` (16 label channels of 4 bits; 16 bits unnamed),
+        ``hikv-query_aware@256/lowbit4`` (query-aware Stage I scored by 4-bit keys),
+        ``.../k:channel_groups32g8`` (32 channels kept in groups of 8).
+
+        Fields the label does not name are those :func:`parse_method` derives from a policy
+        (recent and observation windows, HiKV's sinks, pooling, compaction interval), so two
+        specs of one policy differ in their labels."""
         if self.method is Method.HIKV:
             p = self.hikv
             assert p is not None
@@ -349,9 +373,93 @@ class MethodSpec:
             return "/".join(parts)
         if self.method is Method.FULL:
             return "full"
-        extra = f"/r{self.channels}" if self.method in (Method.SPARQ,
-                                                         Method.DOUBLE_SPARSITY) else ""
+        extra = ""
+        if self.method is Method.QUEST and self.page_tokens != _DEFAULT_PAGE_TOKENS:
+            extra += f"/p{self.page_tokens}"
+        if self.method in (Method.SPARQ, Method.DOUBLE_SPARSITY):
+            extra += f"/r{self.channels}"
+        if self.method is Method.DOUBLE_SPARSITY and self.label_bits != _FULL_LABEL_BITS:
+            extra += f"/b{self.label_bits}"
         return f"{self.method.value}@{self.budget}{extra}"
+
+    @classmethod
+    def from_label(cls, text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
+        """The spec :attr:`label` names, other fields from ``policy``: :func:`parse_method`."""
+        return parse_method(text, policy, head_dim)
+
+
+_DEFAULT_PAGE_TOKENS = 16
+_FULL_LABEL_BITS = 16
+_HIKV_RE = re.compile(r"^hikv-(?P<s1>[a-z_]+)(?:@(?P<b>\d+))?(?:/lowbit(?P<lb>\d+))?"
+                      r"(?P<rest>(?:/[kv]:[a-z_]+\d+(?:g\d+)?)*)$")
+_RULE_RE = re.compile(r"/(?P<t>[kv]):(?P<kind>[a-z_]+?)(?P<keep>\d+)(?:g(?P<g>\d+))?")
+#: the baselines by label name: every method but full KV and HiKV
+_BASELINE_METHODS = {m.value: m for m in Method if m not in (Method.FULL, Method.HIKV)}
+_BASE_RE = re.compile(rf"^(?P<m>{'|'.join(_BASELINE_METHODS)})@(?P<b>\d+)(?:/p(?P<p>\d+))?"
+                      r"(?:/r(?P<r>\d+))?(?:/b(?P<bits>\d+))?$")
+#: Stage I names in HiKV labels; ``qa`` and ``query`` are old spellings of ``query_aware``
+_S1_ALIASES = {"qa": "query_aware", "query": "query_aware", "query_aware": "query_aware",
+               "evict": "evict", "none": "none"}
+
+
+def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
+    """A :class:`MethodSpec` from its :attr:`MethodSpec.label` (or an old spelling), such as
+    ``full``, ``h2o@256``, ``sparq@256/r16``, ``ds@256/r16/b4``, ``quest@256/p4``,
+    ``hikv-evict@256``, ``hikv-qa@256/v:static48``, ``hikv-query_aware@256/lowbit4``
+    (query-aware Stage I scored by 4-bit keys instead of page bounds) or
+    ``hikv-none/k:channel_groups32g8``.
+
+    The accuracy study's settings for what a label does not name: SparQ's and Double
+    Sparsity's ``r`` default to ``head_dim / 4``, Double Sparsity's labels to 16 bits, Quest's
+    pages to 16 tokens; H2O's recent window and SnapKV's observation window are
+    ``policy.recent`` (at most half the budget). HiKV labels take sinks, recent window,
+    observation window, pooling and compaction interval from ``policy`` (and scorer and
+    low-bit width when Stage I is not query-aware); Stage II rules come only from the label
+    (absent = whole vectors).
+    """
+    t = text.strip()
+    if t == "full":
+        return MethodSpec()
+    m = _BASE_RE.match(t)
+    if m:
+        method = _BASELINE_METHODS[m["m"]]
+        r = int(m["r"]) if m["r"] else max(1, head_dim // 4)
+        b = int(m["b"])
+        return MethodSpec(method=method, budget=b, channels=r,
+                          recent=min(policy.recent, b // 2),
+                          page_tokens=int(m["p"]) if m["p"] else _DEFAULT_PAGE_TOKENS,
+                          label_bits=int(m["bits"]) if m["bits"] else _FULL_LABEL_BITS)
+    m = _HIKV_RE.match(t)
+    if m:
+        s1 = _S1_ALIASES.get(m["s1"])
+        if s1 is None:
+            raise ParamError(f"method {text!r}: Stage I {m['s1']!r} is not one of "
+                             f"{sorted(_S1_ALIASES)}")
+        budget = int(m["b"]) if m["b"] else policy.budget
+        rules = {"k": Stage2Rule(), "v": Stage2Rule()}
+        for r in _RULE_RE.finditer(m["rest"]):
+            try:
+                kind = Stage2Kind(r["kind"])
+            except ValueError:
+                raise ParamError(f"method {text!r}: Stage II kind {r['kind']!r} is not one of "
+                                 f"{[k.value for k in Stage2Kind]}") from None
+            group = int(r["g"]) if r["g"] else Stage2Rule().group
+            rules[r["t"]] = Stage2Rule(kind, int(r["keep"]), group)
+        recent = min(policy.recent, max(0, budget - policy.sinks))
+        if Stage1Variant(s1) is Stage1Variant.QUERY_AWARE:
+            scorer = Stage1Scorer.LOWBIT_KEYS if m["lb"] else Stage1Scorer.PAGE_BOUNDS
+        else:
+            scorer = policy.scorer
+        bits = int(m["lb"]) if m["lb"] else policy.lowbit_bits
+        pol = dataclasses.replace(policy, budget=budget, recent=recent,
+                                  stage1=Stage1Variant(s1), k_rule=rules["k"],
+                                  v_rule=rules["v"], scorer=scorer, lowbit_bits=bits)
+        pol.check_head_dim(head_dim)
+        return MethodSpec.for_hikv(pol)
+    raise ParamError(f"method {text!r} is not a method label: use full, h2o@B, snapkv@B, "
+                     "quest@B[/pP], sparq@B[/rR], ds@B[/rR][/bBITS], "
+                     "hikv-{evict,query_aware,none}@B[/lowbitN]"
+                     "[/k:{static,query_channels,channel_groups}N[gG]][/v:staticN]")
 
 
 # --------------------------------------------------------------------------- hardware
@@ -541,10 +649,10 @@ class SyntheticWorkload:
 
 @dataclass(frozen=True)
 class ServingParams:
-    """Iteration-level serving of one replica (hikv.sim.serving, DESIGN.md section 5).
+    """Iteration-level serving of one replica (hikv.sim.serving, docs/serving.md).
 
     ``policy`` names a scheduler of :data:`hikv.sim.scheduler.POLICIES`. Each iteration
-    schedules at most ``token_budget`` tokens and at most ``max_running`` sequences. KV lives
+    schedules at most ``max_batched_tokens`` tokens and at most ``max_running`` sequences. KV lives
     in blocks of ``block_tokens`` tokens of full KV (all layers and KV heads); KV capacity is
     device memory minus weights minus ``workspace_bytes``. Goodput counts a request as good
     when its TTFT <= ``ttft_slo_s`` and its TPOT <= ``tpot_slo_s``, and is the highest rate at
@@ -553,7 +661,7 @@ class ServingParams:
     """
 
     policy: str = "vllm-v1"
-    token_budget: int = 8192
+    max_batched_tokens: int = 8192
     max_running: int = 256
     block_tokens: int = 16
     workspace_bytes: int = 1 << 30
@@ -567,7 +675,7 @@ class ServingParams:
         o = "ServingParams"
         if not isinstance(self.policy, str) or not self.policy:
             raise ParamError(f"{o}.policy must be a non-empty string, not {self.policy!r}")
-        _int(o, "token_budget", self.token_budget, 1, 1 << 24)
+        _int(o, "max_batched_tokens", self.max_batched_tokens, 1, 1 << 24)
         _int(o, "max_running", self.max_running, 1, 1 << 20)
         _int(o, "block_tokens", self.block_tokens, 1, 4096)
         _int(o, "workspace_bytes", self.workspace_bytes, 0)
@@ -649,6 +757,7 @@ class Config:
         if self.loader.beat_bytes > self.layout.burst_bytes:
             raise ParamError(f"{o}.loader.data_width = {self.loader.data_width} bits is wider "
                              f"than one burst of layout.burst_bytes = {self.layout.burst_bytes}")
+        self._check_fits_hardware()
         kv_room = (self.accel.device_memory_bytes - self.model.weight_bytes
                    - self.serving.workspace_bytes)
         if kv_room <= 0:
@@ -656,6 +765,25 @@ class Config:
                              f"leaves no KV memory: device_memory_bytes = "
                              f"{self.accel.device_memory_bytes} minus weights "
                              f"{self.model.weight_bytes} must exceed it")
+
+    def _check_fits_hardware(self) -> None:
+        """The operating point fits the sorter and the loader this configuration builds."""
+        o = "Config"
+        p, st, ld, lay = self.policy, self.sorter, self.loader, self.layout
+        if p.budget > st.max_k:
+            raise ParamError(f"{o}.policy.budget = {p.budget} exceeds {o}.sorter.max_k = "
+                             f"{st.max_k}: the sorter cannot select the budget's tokens")
+        if self.context > st.max_n:
+            raise ParamError(f"{o}.context = {self.context} exceeds {o}.sorter.max_n = "
+                             f"{st.max_n}: the sorter cannot score every cached token")
+        if self.context > ld.max_tokens:
+            raise ParamError(f"{o}.context = {self.context} exceeds {o}.loader.max_tokens = "
+                             f"{ld.max_tokens}: the loader cannot take every cached token")
+        region = max(self.context * lay.stride(lay.row_bytes),
+                     -(-self.context // lay.page_tokens) * lay.head_dim * lay.channel_chunk_bytes)
+        if region > 1 << ld.addr_width:
+            raise ParamError(f"{o}.context = {self.context} tokens need a KV region of {region} "
+                             f"B, more than {o}.loader.addr_width = {ld.addr_width} bits address")
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)

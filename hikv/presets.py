@@ -6,6 +6,8 @@ RTL generation, golden model, cost model, testbenches and the CLI all take a pre
 
 from __future__ import annotations
 
+import dataclasses
+
 from .params import (
     AcceleratorParams,
     Config,
@@ -13,6 +15,8 @@ from .params import (
     KVLayout,
     LoaderParams,
     MemoryType,
+    Method,
+    MethodSpec,
     ModelShape,
     ParamError,
     ServingParams,
@@ -22,9 +26,12 @@ from .params import (
     Stage2Kind,
     Stage2Rule,
     SyntheticWorkload,
+    parse_method,
 )
 
-__all__ = ["MODEL_SHAPES", "PRESETS", "get_preset", "get_model_shape", "with_overrides"]
+__all__ = ["MODEL_SHAPES", "PRESETS", "get_preset", "get_model_shape", "with_overrides",
+           "BASELINES", "METHOD_NAMES", "baselines_at", "method_specs", "baseline_specs",
+           "resolve_methods"]
 
 #: Transformer shapes. Real LMs used by the accuracy study, and a serving-scale model.
 MODEL_SHAPES: dict[str, ModelShape] = {
@@ -69,7 +76,7 @@ def _tiny() -> Config:
                                 sram_q_bytes=256, device_memory_bytes=1 << 30),
         model=MODEL_SHAPES["tiny"],
         context=64,
-        serving=ServingParams(policy="vllm-v1", token_budget=256, max_running=16,
+        serving=ServingParams(policy="vllm-v1", max_batched_tokens=256, max_running=16,
                               block_tokens=4, workspace_bytes=1 << 20, ttft_slo_s=1e-3,
                               tpot_slo_s=1e-4, slo_attainment=0.9, steady_trim=0.1,
                               synthetic=SyntheticWorkload(
@@ -103,7 +110,7 @@ def _default() -> Config:
         accel=AcceleratorParams(pe_lanes=512, softmax_lanes=32),
         model=MODEL_SHAPES["smollm2-135m"],
         context=2048,
-        serving=ServingParams(policy="vllm-v1", token_budget=8192, max_running=256,
+        serving=ServingParams(policy="vllm-v1", max_batched_tokens=8192, max_running=256,
                               block_tokens=16, workspace_bytes=1 << 30, ttft_slo_s=0.1,
                               tpot_slo_s=0.005, slo_attainment=0.9, steady_trim=0.1,
                               synthetic=_CONV_LIKE),
@@ -131,7 +138,7 @@ def _paper() -> Config:
                                 device_memory_bytes=80 * 2**30, linear_flops_per_s=300e12),
         model=MODEL_SHAPES["llama3-8b"],
         context=32768,
-        serving=ServingParams(policy="vllm-v1", token_budget=8192, max_running=256,
+        serving=ServingParams(policy="vllm-v1", max_batched_tokens=8192, max_running=256,
                               block_tokens=16, workspace_bytes=4 << 30, ttft_slo_s=0.25,
                               tpot_slo_s=0.1, slo_attainment=0.9, steady_trim=0.1,
                               synthetic=_CONV_LIKE),
@@ -190,3 +197,76 @@ def with_overrides(cfg: Config, items: list[str] | tuple[str, ...]) -> Config:
     data["name"] = f"{cfg.name}[{','.join(items)}]"
     return from_dict(Config, data)
 
+
+
+# --------------------------------------------------------------------------- operating point
+#: the baselines HiKV is compared with, by label prefix, in table order: every method of
+#: :class:`~hikv.params.Method` but full KV and HiKV
+BASELINES = tuple(m.value for m in Method if m not in (Method.FULL, Method.HIKV))
+
+#: method names of :func:`method_specs` (``hikv serve --method`` accepts them and ``all``)
+METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query")
+
+
+def baselines_at(budget: int, policy: HiKVPolicy, head_dim: int, *,
+                 page_tokens: int | None = None) -> dict[str, MethodSpec]:
+    """The baselines at budget ``budget``, by name, with the accuracy study's settings (see
+    :func:`~hikv.params.parse_method`): SparQ's and Double Sparsity's ``r = head_dim / 4``,
+    16-bit Double Sparsity labels, H2O's and SnapKV's windows ``min(policy.recent, B / 2)``;
+    Quest's pages are ``page_tokens`` (default 16) tokens."""
+    pages = "" if page_tokens in (None, 16) else f"/p{page_tokens}"
+    return {m: parse_method(f"{m}@{budget}{pages if m == 'quest' else ''}", policy, head_dim)
+            for m in BASELINES}
+
+
+def method_specs(cfg: Config) -> dict[str, MethodSpec]:
+    """The operating point of ``cfg``: every method's spec by name (:data:`METHOD_NAMES`).
+
+    The one place the report, the sweeps, ``hikv serve`` and the accuracy study get their
+    specs from. Baselines at HiKV's budget ``cfg.policy.budget`` (:func:`baselines_at`, Quest
+    on the layout's pages); ``full`` is full KV; ``hikv`` is ``cfg.policy`` as given;
+    ``hikv-evict`` and ``hikv-query`` the same policy with the evicting or the query-aware
+    Stage I. Each spec's :attr:`~hikv.params.MethodSpec.label` names it:
+    ``MethodSpec.from_label(spec.label, cfg.policy, cfg.layout.head_dim) == spec``.
+    """
+    p = cfg.policy
+    return {
+        "full": parse_method("full", p, cfg.layout.head_dim),
+        **baselines_at(p.budget, p, cfg.layout.head_dim, page_tokens=cfg.layout.page_tokens),
+        "hikv": MethodSpec.for_hikv(p),
+        "hikv-evict": MethodSpec.for_hikv(dataclasses.replace(p, stage1=Stage1Variant.EVICT)),
+        "hikv-query": MethodSpec.for_hikv(
+            dataclasses.replace(p, stage1=Stage1Variant.QUERY_AWARE)),
+    }
+
+
+def baseline_specs(cfg: Config) -> list[MethodSpec]:
+    """The report's rows at the nominal operating point: full KV, each baseline at HiKV's
+    budget, and HiKV (``cfg.policy``), from :func:`method_specs`."""
+    specs = method_specs(cfg)
+    return [specs[n] for n in ("full", *BASELINES, "hikv")]
+
+
+def resolve_methods(cfg: Config, names: str | list[str] | tuple[str, ...]
+                    ) -> dict[str, MethodSpec]:
+    """Names (or ``"all"``, or a comma-separated string) -> ``{name: spec}`` in order.
+
+    ``all`` is every name of :data:`METHOD_NAMES` whose spec differs from an earlier one
+    (``hikv-query`` is dropped when ``hikv`` already is query-aware).
+    """
+    specs = method_specs(cfg)
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    out: dict[str, MethodSpec] = {}
+    for name in names:
+        if name == "all":
+            for n in METHOD_NAMES:
+                if specs[n] not in out.values():
+                    out[n] = specs[n]
+        elif name in specs:
+            out[name] = specs[name]
+        else:
+            raise ParamError(f"method = {name!r} is not one of: all, {', '.join(METHOD_NAMES)}")
+    if not out:
+        raise ParamError("method: give at least one method name")
+    return out

@@ -1,12 +1,25 @@
-"""The PyTorch golden model: HiKV and its baselines, bit-exact hardware references, byte
-accounting. Written from the algorithm; the RTL is checked against it.
+"""The PyTorch golden model: HiKV and its baselines written from the algorithm, bit-exact
+references of the hardware blocks, byte accounting, and the accuracy study on real LMs. The RTL
+and the cost model's closed forms are checked against it.
 
-Submodules (import what you need; this package imports nothing heavy by itself):
+Modules (import what you need; this package imports nothing heavy by itself):
 
-* :mod:`hikv.model.keys`        float scores and magnitudes -> unsigned sorter keys
-* :mod:`hikv.model.sorter_ref`  the sorter's function (Stage I top-k, Stage II per-vector top-r)
-* :mod:`hikv.model.layout`      KV memory layouts, byte ranges, burst-granular byte accounts
-* :mod:`hikv.model.loader_ref`  the loader's AXI request generator and memory images
-* :mod:`hikv.model.attention`   dense attention helpers
-* :mod:`hikv.model.methods`     full KV, H2O, SnapKV, Quest, SparQ, Double Sparsity, HiKV
+* :mod:`hikv.model.account`         byte accounts and metadata sizes (torch-free; shared with
+  the closed forms of :mod:`hikv.sim.closed_form`)
+* :mod:`hikv.model.keys`            float scores and magnitudes -> unsigned sorter keys
+* :mod:`hikv.model.sorter_ref`      the sorter's function (Stage I top-k, Stage II top-r)
+* :mod:`hikv.model.layout`          KV memory layouts, byte ranges, burst-granular accounts
+* :mod:`hikv.model.loader_ref`      the loader's AXI request generator and memory images
+* :mod:`hikv.model.baseline_pe_ref` the baseline accelerator's MAC and exponential arithmetic
+* :mod:`hikv.model.attention`       dense attention helpers
+* :mod:`hikv.model.cache`           the per-layer cache interface (:class:`KVCache`) and shared
+  selection helpers
+* :mod:`hikv.model.baselines`       full KV, H2O, SnapKV, Quest, SparQ, Double Sparsity
+* :mod:`hikv.model.hikv_cache`      HiKV (Stage I and Stage II through the sorter reference)
+* :mod:`hikv.model.methods`         the registry ``METHODS`` and :func:`make_cache`
+* :mod:`hikv.model.lm`              a Hugging Face LM whose attention runs through the caches
+* :mod:`hikv.model.accuracy`        perplexity, passkey, fidelity, the iso-accuracy table
+* :mod:`hikv.model.accuracy_suite`  the whole accuracy study as one resumable run
+* :mod:`hikv.model.accuracy_io`     result files and plots of the accuracy study
+* :mod:`hikv.model.assets`          real models and text fetched from PyPI
 """

@@ -44,15 +44,14 @@ import torch
 from hikv.params import (
     Config,
     HiKVPolicy,
-    Method,
     MethodSpec,
     ParamError,
-    Stage1Scorer,
     Stage1Variant,
-    Stage2Kind,
     Stage2Rule,
+    parse_method,
     to_dict,
 )
+from hikv.presets import baselines_at
 
 from .layout import ByteAccount
 from .lm import LM, Sequence, prefill, step
@@ -81,63 +80,7 @@ def _quiet(_: str) -> None:
 
 
 # =========================================================================== method labels
-_HIKV_RE = re.compile(r"^hikv-(?P<s1>[a-z_]+)(?:@(?P<b>\d+))?(?:/lowbit(?P<lb>\d+))?"
-                      r"(?P<rest>(?:/[kv]:[a-z_]+\d+(?:g\d+)?)*)$")
-_RULE_RE = re.compile(r"/(?P<t>[kv]):(?P<kind>[a-z_]+?)(?P<keep>\d+)(?:g(?P<g>\d+))?")
-_BASE_RE = re.compile(r"^(?P<m>h2o|snapkv|quest|sparq|ds)@(?P<b>\d+)(?:/r(?P<r>\d+))?$")
-_S1_ALIASES = {"qa": "query_aware", "query_aware": "query_aware", "evict": "evict",
-               "none": "none"}
-
-
-def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
-    """A :class:`MethodSpec` from a label such as ``full``, ``h2o@256``, ``sparq@256/r16``,
-    ``hikv-evict@256``, ``hikv-qa@256/v:static48``, ``hikv-qa@256/lowbit4`` (query-aware
-    Stage I scored by 4-bit keys instead of page bounds) or ``hikv-none/k:channel_groups32g8``.
-
-    HiKV labels take sinks, recent window, observation window, pooling, compaction interval
-    and scorer from ``policy`` (a preset's); Stage II rules come only from the label (absent =
-    whole vectors). SparQ's and Double Sparsity's ``r`` default to ``head_dim / 4``; H2O's
-    recent window and SnapKV's observation window are ``policy.recent`` (at most half the
-    budget), as HiKV's.
-    """
-    t = text.strip()
-    if t == "full":
-        return MethodSpec()
-    m = _BASE_RE.match(t)
-    if m:
-        method = {"h2o": Method.H2O, "snapkv": Method.SNAPKV, "quest": Method.QUEST,
-                  "sparq": Method.SPARQ, "ds": Method.DOUBLE_SPARSITY}[m["m"]]
-        r = int(m["r"]) if m["r"] else max(1, head_dim // 4)
-        b = int(m["b"])
-        return MethodSpec(method=method, budget=b, channels=r,
-                          recent=min(policy.recent, b // 2))
-    m = _HIKV_RE.match(t)
-    if m:
-        s1 = _S1_ALIASES.get(m["s1"])
-        if s1 is None:
-            raise ParamError(f"method {text!r}: Stage I {m['s1']!r} is not one of "
-                             f"{sorted(_S1_ALIASES)}")
-        budget = int(m["b"]) if m["b"] else policy.budget
-        rules = {"k": Stage2Rule(), "v": Stage2Rule()}
-        for r in _RULE_RE.finditer(m["rest"]):
-            try:
-                kind = Stage2Kind(r["kind"])
-            except ValueError:
-                raise ParamError(f"method {text!r}: Stage II kind {r['kind']!r} is not one of "
-                                 f"{[k.value for k in Stage2Kind]}") from None
-            group = int(r["g"]) if r["g"] else Stage2Rule().group
-            rules[r["t"]] = Stage2Rule(kind, int(r["keep"]), group)
-        recent = min(policy.recent, max(0, budget - policy.sinks))
-        scorer = Stage1Scorer.LOWBIT_KEYS if m["lb"] else Stage1Scorer.PAGE_BOUNDS
-        bits = int(m["lb"]) if m["lb"] else policy.lowbit_bits
-        pol = dataclasses.replace(policy, budget=budget, recent=recent,
-                                  stage1=Stage1Variant(s1), k_rule=rules["k"],
-                                  v_rule=rules["v"], scorer=scorer, lowbit_bits=bits)
-        pol.check_head_dim(head_dim)
-        return MethodSpec.for_hikv(pol)
-    raise ParamError(f"method {text!r} is not a method label: use full, h2o@B, snapkv@B, "
-                     "quest@B, sparq@B[/rR], ds@B[/rR], hikv-{evict,qa,none}@B[/lowbitN]"
-                     "[/k:{static,query_channels,channel_groups}N[gG]][/v:staticN]")
+# parse_method lives beside MethodSpec.label in hikv.params (imported above for callers here)
 
 
 def family(spec: MethodSpec) -> str:
@@ -147,10 +90,9 @@ def family(spec: MethodSpec) -> str:
 
 def baseline_specs(budgets: Iterable[int], policy: HiKVPolicy, head_dim: int
                    ) -> list[MethodSpec]:
-    """H2O, SnapKV, Quest, SparQ and Double Sparsity at each budget (see
-    :func:`parse_method`)."""
-    return [parse_method(f"{m}@{b}", policy, head_dim) for b in budgets
-            for m in ("h2o", "snapkv", "quest", "sparq", "ds")]
+    """H2O, SnapKV, Quest, SparQ and Double Sparsity at each budget
+    (:func:`hikv.presets.baselines_at`, the operating point's settings)."""
+    return [s for b in budgets for s in baselines_at(b, policy, head_dim).values()]
 
 
 def hikv_spec(policy: HiKVPolicy, *, budget: int | None = None,

@@ -23,12 +23,14 @@ read twice in one step is counted once (the loader coalesces, see :mod:`hikv.mod
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from hikv.params import KVLayout, ParamError
+
+from .account import ByteAccount
 
 __all__ = [
     "Ranges",
@@ -72,43 +74,6 @@ class Read:
     kind: str     # "k", "v" or "meta"
     region: str   # regions with the same name share their bursts
     ranges: Ranges
-
-
-@dataclass(frozen=True)
-class ByteAccount:
-    """External bytes of one decode step for one (layer, KV head), or a sum of such.
-
-    ``*_ideal`` counts the bytes the step needs; ``*_burst`` the bytes memory delivers at burst
-    granularity. ``resident`` is what the method keeps in memory after the step (data, metadata
-    and alignment padding). ``tokens`` counts the cached tokens whose K or V was read.
-    """
-
-    k_ideal: int = 0
-    v_ideal: int = 0
-    meta_ideal: int = 0
-    k_burst: int = 0
-    v_burst: int = 0
-    meta_burst: int = 0
-    resident: int = 0
-    tokens: int = 0
-
-    @property
-    def ideal(self) -> int:
-        return self.k_ideal + self.v_ideal + self.meta_ideal
-
-    @property
-    def burst(self) -> int:
-        return self.k_burst + self.v_burst + self.meta_burst
-
-    def __add__(self, other: ByteAccount) -> ByteAccount:
-        return ByteAccount(**{f.name: getattr(self, f.name) + getattr(other, f.name)
-                              for f in fields(self)})
-
-    def as_dict(self) -> dict[str, int]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["ideal"] = self.ideal
-        d["burst"] = self.burst
-        return d
 
 
 def _i64(x: torch.Tensor | list[int] | range) -> torch.Tensor:

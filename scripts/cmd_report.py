@@ -39,13 +39,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the serving section (HiKV vs full KV and the best baseline on "
                    "the Azure conversation trace, found via HIKV_DATA or "
                    "shared/data/azure-llm-2023)")
+    p.add_argument("--device-section", action="store_true",
+                   help="add the serving section on a measured GPU (A100 operator profiles, "
+                   "fitted attention; the first --serving-requests requests of the trace)")
     p.add_argument("--quiet", action="store_true", help="print only the output paths")
 
 
 def run(args: argparse.Namespace) -> int:
     from hikv.io import prepare_out_dir
     from hikv.presets import get_preset, with_overrides
-    from hikv.sim.report import build_report, load_iso_accuracy, markdown, write_report
+    from hikv.sim.report import build_report, load_iso_accuracy
+    from hikv.sim.report_render import markdown, write_report
 
     cfg = with_overrides(get_preset(args.preset), args.set)
     iso = load_iso_accuracy(args.iso, cfg) if args.iso else None
@@ -58,8 +62,10 @@ def run(args: argparse.Namespace) -> int:
                          "whole trace)")
     out = prepare_out_dir(args.out or f"out/report-{args.preset}", OWNED, force=args.force)
     rep = build_report(cfg, iso=iso, area=not args.no_area, fetch_cells=not args.no_fetch,
-                       sections=() if args.no_serving else ("serving",),
-                       section_options={"serving": {"max_requests": n or None}})
+                       sections=((() if args.no_serving else ("serving",))
+                                 + (("serving-device",) if args.device_section else ())),
+                       section_options={"serving": {"max_requests": n or None},
+                                        "serving-device": {"max_requests": n or None}})
     files = write_report(rep, out, plots=not args.no_plots)
     if not args.quiet:
         print(markdown(rep))

@@ -77,7 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--section", action="store_true",
                    help="with --device: print the report's measured-device serving section "
                         "(markdown) instead of the serving table")
-    p.add_argument("--token-budget", type=int, help="override serving.token_budget (tokens)")
+    p.add_argument("--max-batched-tokens", "--token-budget", dest="max_batched_tokens", type=int,
+                   help="override serving.max_batched_tokens: tokens one iteration may batch "
+                        "(prefill chunks plus decodes; --token-budget is its old name)")
     p.add_argument("--max-running", type=int, help="override serving.max_running (sequences)")
     p.add_argument("--ttft-slo", type=float, metavar="S", help="override the TTFT SLO (s)")
     p.add_argument("--tpot-slo", type=float, metavar="S", help="override the TPOT SLO (s)")
@@ -97,8 +99,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hikv.io import prepare_out_dir
     from hikv.params import ParamError
-    from hikv.presets import get_preset, with_overrides
-    from hikv.sim.kv_bytes import resolve_methods
+    from hikv.presets import get_preset, resolve_methods, with_overrides
     from hikv.sim.serving import block_bytes, kv_capacity_blocks
     from hikv.sim.serving_report import (
         code_version,
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     if args.admission:
         args.policy = f"{args.policy or cfg.serving.policy}:{args.admission}"
     sv = cfg.serving
-    changes = {k: v for k, v in (("token_budget", args.token_budget),
+    changes = {k: v for k, v in (("max_batched_tokens", args.max_batched_tokens),
                                  ("max_running", args.max_running),
                                  ("ttft_slo_s", args.ttft_slo),
                                  ("tpot_slo_s", args.tpot_slo)) if v is not None}
@@ -181,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
     rate = (f"{wl.rate_per_s:.4g}/s" if len(wl) > 1 and wl.span_s > 0 else
             "one instant (zero span: no arrival rate)")
     print(f"workload {wl.source}: {len(wl)} requests at {rate}; policy "
-          f"{args.policy or cfg.serving.policy}, token budget {cfg.serving.token_budget}, "
+          f"{args.policy or cfg.serving.policy}, max batched tokens "
+          f"{cfg.serving.max_batched_tokens}, "
           f"max running {cfg.serving.max_running}; SLOs TTFT {cfg.serving.ttft_slo_s} s, "
           f"TPOT {cfg.serving.tpot_slo_s} s; cost model "
           f"{getattr(args.cost_model, 'name', args.cost_model)}")

@@ -123,9 +123,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hikv.io import prepare_out_dir
     from hikv.params import ParamError
-    from hikv.presets import get_preset
+    from hikv.presets import baseline_specs, get_preset
     from hikv.sim import sweep as sw
-    from hikv.sim.report import baseline_specs, code_version
+    from hikv.sim.report import code_version
 
     cfg = get_preset(args.preset)
     if not 0 <= args.seed < 2**63:

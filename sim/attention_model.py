@@ -57,16 +57,14 @@ from hikv.model.baseline_pe_ref import EXP_LATENCY, MAC_LATENCY
 from hikv.params import (
     Config,
     MemoryType,
-    Method,
     MethodSpec,
     ParamError,
-    Stage1Scorer,
-    Stage1Variant,
-    Stage2Kind,
 )
 
 from . import energy as E
-from .kv_bytes import Geometry, StepBytes, step_bytes
+from .bursts import Geometry
+from .closed_form import closed_form, step_bytes
+from .closed_form_base import SortJob, StepAccount
 from .timing import TimingModel, default_timing, loader_instances
 
 __all__ = ["Overrides", "SortJob", "StepWork", "AttentionCost", "step_work", "attention_cost"]
@@ -78,11 +76,15 @@ ArrayLike = Any
 class Overrides:
     """Numeric parameters that may vary per design point (numpy arrays broadcast together).
 
-    ``None`` takes the value from the :class:`~hikv.params.Config`. ``keep_v`` / ``keep_k`` are
-    HiKV's Stage II keeps (``r``); ``memory`` is a MemoryType or an array of their values.
+    ``None`` takes the value from the :class:`~hikv.params.Config`. ``context`` is the prompt
+    ``P`` and ``step`` the decode step ``j >= 1`` (default 1): the step attends ``P + j``
+    tokens, the current one included (the serving model prices each sequence state this way).
+    ``keep_v`` / ``keep_k`` are HiKV's Stage II keeps (``r``); ``memory`` is a MemoryType or an
+    array of their values.
     """
 
     context: ArrayLike | None = None
+    step: ArrayLike | None = None
     budget: ArrayLike | None = None
     keep_k: ArrayLike | None = None
     keep_v: ArrayLike | None = None
@@ -96,20 +98,10 @@ class Overrides:
 
 
 @dataclass(frozen=True)
-class SortJob:
-    mode: str                 # "stage1" or "stage2"
-    n: ArrayLike = 0
-    k: ArrayLike = 0
-    d: ArrayLike = 0
-    count: ArrayLike = 0
-    per_step: ArrayLike = 1.0  # jobs per decode step (1/Δ for the evicting compaction)
-
-
-@dataclass(frozen=True)
 class StepWork:
     """What one decode step does for one (layer, KV head)."""
 
-    bytes: StepBytes
+    bytes: StepAccount
     select_bytes: ArrayLike       # burst bytes read before the selection is known
     select_requests: ArrayLike
     score_macs: ArrayLike
@@ -123,107 +115,28 @@ class StepWork:
     page_tokens: ArrayLike = 0        # attend: retained tokens read from channel pages
 
 
-def _cdiv(a: ArrayLike, b: ArrayLike) -> ArrayLike:
-    return -(-np.asarray(a) // np.asarray(b))
-
-
 def step_work(spec: MethodSpec, cfg: Config, ov: Overrides | None = None) -> StepWork:
-    """Bytes, MACs, exponentials and sorter jobs of one step (see the module docstring)."""
+    """Bytes, MACs, exponentials and sorter jobs of one step (see the module docstring), from
+    the method's closed form (:data:`hikv.sim.closed_form.CLOSED_FORMS`)."""
     ov = ov or Overrides()
-    n = np.asarray(cfg.context if ov.context is None else ov.context)
+    prompt = np.asarray(cfg.context if ov.context is None else ov.context)
+    n = prompt if ov.step is None else prompt + np.asarray(ov.step) - 1
     d = np.asarray(cfg.layout.head_dim if ov.head_dim is None else ov.head_dim)
     B = np.asarray(spec.budget if ov.budget is None else ov.budget)
     g = Geometry.of(cfg.layout, cfg.loader, head_dim=d)
-    sb = step_bytes(spec, g, n, budget=ov.budget, keep_k=ov.keep_k, keep_v=ov.keep_v)
+    sb = step_bytes(spec, g, n, budget=ov.budget, keep_k=ov.keep_k, keep_v=ov.keep_v,
+                    prompt=None if ov.step is None else prompt)
     G = cfg.model.group
-    n_res = n + 1
-    eb = cfg.layout.elem_bytes
     zero = np.zeros_like(sb.burst)
-    select_b, select_r = zero, zero
-    score_macs, score_exps = zero, zero
-    qk = d + zero
-    sorts: list[SortJob] = []
-    m = spec.method
-    over = n_res > B                      # more tokens than the budget: selection happens
-    if m is Method.H2O:
-        R = min(spec.recent, spec.budget)
-        sorts.append(SortJob("stage1", n=B + 1 - R, k=B - R, per_step=np.where(n >= B, 1, 0)))
-    elif m is Method.QUEST:
-        pages = _cdiv(n_res, spec.page_tokens)
-        meta = _contig(g, sb.meta_ideal)
-        select_b, select_r = meta
-        score_macs = G * pages * 2 * d + zero
-        sorts.append(SortJob("stage1", n=pages, k=np.maximum(1, B // spec.page_tokens)))
-    elif m in (Method.SPARQ, Method.DOUBLE_SPARSITY):
-        r = np.minimum(spec.channels, d)
-        if m is Method.SPARQ:
-            one = _contig(g, n * eb)
-            select_b, select_r = one[0] * r, one[1] * r
-            sorts.append(SortJob("stage2", d=d, k=r, count=1))
-        else:
-            select_b, select_r = sb.meta_burst, _contig(g, sb.meta_ideal)[1]
-        score_macs = G * n * r + zero
-        score_exps = G * n_res + zero
-        sorts.append(SortJob("stage1", n=n_res, k=B, per_step=np.where(over, 1, 0)))
-    elif m is Method.HIKV:
-        p = spec.hikv
-        assert p is not None
-        kr, vr = p.k_rule, p.v_rule
-        keep_k = np.asarray(kr.keep if ov.keep_k is None else ov.keep_k)
-        keep_v = np.asarray(vr.keep if ov.keep_v is None else ov.keep_v)
-        if kr.kind in (Stage2Kind.QUERY_CHANNELS, Stage2Kind.CHANNEL_GROUPS):
-            gr = kr.group if kr.kind is Stage2Kind.CHANNEL_GROUPS else 1
-            qk = keep_k + zero
-            sorts.append(SortJob("stage2", d=d // gr, k=keep_k // gr, count=1))
-        if kr.kind is Stage2Kind.STATIC:       # the new token's K at write time
-            sorts.append(SortJob("stage2", d=d, k=keep_k, count=1))
-        if vr.kind is Stage2Kind.STATIC:       # the new token's V at write time
-            sorts.append(SortJob("stage2", d=d, k=keep_v, count=1))
-        S, R = p.sinks, p.recent
-        if p.stage1 is Stage1Variant.QUERY_AWARE:
-            select_b = np.where(over, sb.meta_burst, 0.0)
-            select_r = np.where(over, _contig(g, sb.meta_ideal)[1], 0.0)
-            forced = S + max(R, 1)
-            n_imp = np.maximum(B - forced, 0)
-            if p.scorer is Stage1Scorer.PAGE_BOUNDS:
-                pt = cfg.layout.page_tokens
-                pages = _cdiv(n_res, pt)
-                score_macs = np.where(over, G * pages * 2 * d, 0.0)
-                sorts.append(SortJob("stage1", n=pages, k=n_imp // pt,
-                                     per_step=np.where(over, 1, 0)))
-            else:
-                score_macs = np.where(over, G * n * d, 0.0)
-                score_exps = np.where(over, G * n_res, 0.0)
-                sorts.append(SortJob("stage1", n=n_res - forced, k=n_imp,
-                                     per_step=np.where(over, 1, 0)))
-        elif p.stage1 is Stage1Variant.EVICT:
-            dl = p.compact_interval
-            sorts.append(SortJob("stage1", n=B + dl - S - R, k=B - S - R,
-                                 per_step=np.where(n > B, 1.0 / dl, 0.0)))
+    w = closed_form(spec).work(g, n, B, sb, G, keep_k=ov.keep_k, keep_v=ov.keep_v)
+    qk = (d if w.qk_dims is None else w.qk_dims) + zero
     attended = sb.tokens + 1
-    attend_macs = G * attended * (qk + d)
-    attend_exps = G * attended
-    records, page_toks = zero, zero
-    if m is Method.HIKV:
-        p = spec.hikv
-        assert p is not None
-        if p.v_rule.kind is Stage2Kind.STATIC:
-            records = records + sb.tokens
-        if p.k_rule.kind is Stage2Kind.STATIC:
-            records = records + sb.tokens
-        if p.k_rule.kind in (Stage2Kind.QUERY_CHANNELS, Stage2Kind.CHANNEL_GROUPS):
-            page_toks = sb.tokens + zero
-    return StepWork(bytes=sb, select_bytes=select_b + zero, select_requests=select_r + zero,
-                    score_macs=score_macs + zero, score_exps=score_exps + zero,
-                    attended=attended, qk_dims=qk, attend_macs=attend_macs,
-                    attend_exps=attend_exps, sorts=tuple(sorts), masked_records=records,
-                    page_tokens=page_toks)
-
-
-def _contig(g: Geometry, length: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
-    """(burst bytes, requests) of one array read from its start."""
-    blocks = _cdiv(np.maximum(np.asarray(length), 0), g.burst_bytes)
-    return blocks * g.burst_bytes * 1.0, _cdiv(blocks * g.burst_bytes, g.max_request_bytes) * 1.0
+    return StepWork(bytes=sb, select_bytes=w.select_bytes + zero,
+                    select_requests=w.select_requests + zero,
+                    score_macs=w.score_macs + zero, score_exps=w.score_exps + zero,
+                    attended=attended, qk_dims=qk, attend_macs=G * attended * (qk + d),
+                    attend_exps=G * attended, sorts=w.sorts,
+                    masked_records=w.masked_records + zero, page_tokens=w.page_tokens + zero)
 
 
 @dataclass(frozen=True)
@@ -381,3 +294,5 @@ def _check_overrides(cfg: Config, ov: Overrides) -> None:
         E.node_energy_scale(ov.tech_nm)
     if ov.context is not None and (np.asarray(ov.context) < 1).any():
         raise ParamError("context (N) must be >= 1 at every design point")
+    if ov.step is not None and (np.asarray(ov.step) < 1).any():
+        raise ParamError("step (decode step j) must be >= 1 at every design point")

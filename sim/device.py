@@ -12,7 +12,7 @@ token counts between profiled ones are interpolated within GEMM tiles
 (:func:`tile_interp`). Not in the profile and modelled: the LM head (a roofline with the
 efficiencies derived from the same profile, :func:`derive_efficiency`) and attention
 (:mod:`hikv.sim.gpu_attention`, fitted to published kernel measurements; for a KV method the
-decode kernel reads that method's bytes per step, :mod:`hikv.sim.kv_bytes`). Not modelled:
+decode kernel reads that method's bytes per step, :mod:`hikv.sim.closed_form`). Not modelled:
 tensor-parallel all-reduce, CPU scheduling and sampling overheads.
 
 **Roofline with efficiencies** (:class:`EfficientRooflineStepCost`, ``--cost-model
@@ -36,7 +36,8 @@ import numpy as np
 from hikv.params import Config, MethodSpec, ModelShape, ParamError, RooflineEfficiency
 
 from .gpu_attention import A100_ATTENTION, GpuAttention
-from .kv_bytes import KVBytes, kv_bytes_model
+from .closed_form import closed_form
+from .closed_form_base import ClosedForm
 from .step_cost import (
     AttentionModelStepCost,
     IterationBatch,
@@ -317,7 +318,7 @@ class DeviceStepCost(StepCostBase):
         self.layers = m.layers
         self.q_heads, self.kv_heads, self.head_dim = m.q_heads // tp, m.kv_heads // tp, m.head_dim
         self.att = device.attention
-        self.kv: KVBytes = kv_bytes_model(spec, cfg.layout)
+        self.kv: ClosedForm = closed_form(spec, cfg.layout)
         self.eff = derive_efficiency(profile, m, device)
         # LM head (not profiled): roofline with the profile's own GEMM efficiencies
         lm = m.vocab * m.hidden / tp
@@ -328,7 +329,7 @@ class DeviceStepCost(StepCostBase):
         self._lm_s_weights = self.lm_bytes / (device.peak_bytes_per_s
                                               * self.eff.bandwidth_fraction)
         # dense per-token-count tables of the profiled operators
-        top = int(max(profile.tokens[-1], cfg.serving.token_budget)) + 1
+        top = int(max(profile.tokens[-1], cfg.serving.max_batched_tokens)) + 1
         self._ops = _dense_tables(profile, top)
         self._layer = sum(self._ops[op] for op in LAYER_OPS) * self.layers + self._ops["emb"]
         # decode attention per decode key: bytes read (all layers, this GPU's heads)
@@ -591,7 +592,7 @@ def breakdown_batches() -> list[tuple[str, IterationBatch]]:
 
 def breakdown_table(cfg: Config, cost: DeviceCost, method: str = "full") -> str:
     """Markdown table of per-iteration time (ms) by operator on the measured device."""
-    from .kv_bytes import resolve_methods
+    from hikv.presets import resolve_methods
 
     spec = resolve_methods(cfg, method)[method]
     model = cost(cfg, spec)
@@ -642,12 +643,12 @@ def device_section(cfg: Config, workload: Any, cost: DeviceCost, *,
         f"### Serving on a measured device: {get_device(cost.device).label}, {cfg.model.name}",
         "",
         f"Workload {workload.source}: {len(workload)} requests at {workload.rate_per_s:.3g}/s; "
-        f"policy {policy or sv.policy}, token budget {sv.token_budget}; KV capacity from "
+        f"policy {policy or sv.policy}, max batched tokens {sv.max_batched_tokens}; KV capacity from "
         f"{cfg.accel.device_memory_bytes / 2**30:g} GiB minus weights minus "
         f"{sv.workspace_bytes / 2**30:g} GiB workspace (modelled).",
         "",
         measured_vs_modelled(cost) + ". A KV method changes only the decode kernel's bytes "
-        "(:mod:`hikv.sim.kv_bytes`), i.e. how a GPU kernel reading that method's layout would "
+        "(:mod:`hikv.sim.closed_form`), i.e. how a GPU kernel reading that method's layout would "
         "run, not the HiKV accelerator.",
         "",
         "```", format_table(rows), "```"])

@@ -5,7 +5,7 @@ speedups of HiKV against full KV and against each baseline with the roofline bou
 speedup, the sorter + loader area overhead, and where the seed's reference claims stand against
 ours. Numbers are labelled by where they come from:
 
-* ``reference``: the seed paper's headline claims (DESIGN.md section 1), not computed here;
+* ``reference``: the seed paper's headline claims (docs/cost_model.md), not computed here;
 * ``model``: this project's analytic cost model (:mod:`hikv.sim.attention_model`) with the byte
   closed forms checked against the golden model, energy tables from the literature, and the
   sorter / loader cycles of the RTL's timing contracts (:class:`hikv.sim.timing.RtlTiming`,
@@ -15,34 +15,34 @@ ours. Numbers are labelled by where they come from:
 Budgets are *nominal* (the preset's budget for every method) unless an iso-accuracy operating
 point file is given (:func:`load_iso_accuracy`, written by the accuracy study).
 
-Extra sections (the serving model's, later) plug in through :data:`REPORT_SECTIONS`.
+Extra sections (the serving model's) plug in through :data:`REPORT_SECTIONS`.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hikv.io import atomic_write_text, code_version, save_figure
 from hikv.params import (
     Config,
     Method,
     MethodSpec,
     ParamError,
-    config_to_json,
     from_dict,
     to_dict,
 )
+from hikv.presets import baseline_specs, method_specs
 
 from .attention_model import AttentionCost, Overrides, attention_cost
+from .report_section import ReportSection, code_version, flatten
+from .serving_report import report_section
 from .timing import TimingModel, default_timing
 
 __all__ = [
@@ -54,13 +54,11 @@ __all__ = [
     "Report",
     "code_version",
     "flatten",
-    "baseline_specs",
     "load_iso_accuracy",
     "build_report",
-    "write_report",
 ]
 
-#: The seed's headline claims (DESIGN.md section 1): references, not results of this project.
+#: The seed's headline claims (docs/cost_model.md): references, not results of this project.
 REFERENCE_CLAIMS: dict[str, dict[str, Any]] = {
     "attention_speedup_vs_full": {"value": 7.95, "text": "up to 7.95x attention speedup",
                                   "conditions": "vs an uncompressed KV baseline, ~1% accuracy "
@@ -76,59 +74,23 @@ REFERENCE_CLAIMS: dict[str, dict[str, Any]] = {
 }
 
 #: Importance-based baselines the bytes claim is held against.
-SOTA_METHODS = (Method.H2O, Method.SNAPKV, Method.QUEST, Method.SPARQ, Method.DOUBLE_SPARSITY)
+SOTA_METHODS = tuple(m for m in Method if m not in (Method.FULL, Method.HIKV))
 
-#: name -> "module:callable"; callable(cfg, report, **options) -> ReportSection, the options
-#: from ``build_report(section_options={name: {...}})``. Sections are appended to the Markdown
-#: and JSON in this order.
-REPORT_SECTIONS: dict[str, str] = {
-    "serving": "hikv.sim.serving_report:report_section",
+#: Extra sections by name, appended to the Markdown and JSON in this order:
+#: ``fn(cfg, report, **options) -> ReportSection``, the options from
+#: ``build_report(section_options={name: {...}})``.
+REPORT_SECTIONS: dict[str, Callable[..., ReportSection]] = {
+    "serving": report_section,
+    "serving-device": lambda cfg, rep, **kw: _device_section(cfg, rep, **kw),
 }
 
 
-@dataclass(frozen=True)
-class ReportSection:
-    """An extra section: a Markdown body and JSON-able rows."""
+def _device_section(cfg: Config, rep: Any, **options: Any) -> ReportSection:
+    """Serving on a measured GPU (:func:`hikv.sim.device.report_section`; that module builds
+    on the serving model, so it is imported when the section is asked for)."""
+    from .device import report_section as device_report_section
 
-    title: str
-    markdown: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
-
-
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested dict as one level with dotted names (``prefix`` before each)."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-# --------------------------------------------------------------------------- operating points
-def baseline_specs(cfg: Config) -> list[MethodSpec]:
-    """The nominal operating point: full KV, each baseline at HiKV's budget, and HiKV.
-
-    H2O's recent window is HiKV's ``recent``; SnapKV's observation window is HiKV's
-    ``obs_window``; Quest pages are the layout's pages; SparQ and Double Sparsity use
-    ``r = d / 8`` channels (the papers' usual setting for d = 128) and Double Sparsity a 4-bit
-    label cache.
-    """
-    p = cfg.policy
-    B = p.budget
-    r = max(1, cfg.layout.head_dim // 8)
-    rec = min(p.recent, B)
-    return [
-        MethodSpec(Method.FULL, budget=B, recent=rec),
-        MethodSpec(Method.H2O, budget=B, recent=rec),
-        MethodSpec(Method.SNAPKV, budget=B, recent=min(p.obs_window, B)),
-        MethodSpec(Method.QUEST, budget=B, recent=rec, page_tokens=cfg.layout.page_tokens),
-        MethodSpec(Method.SPARQ, budget=B, recent=rec, channels=r),
-        MethodSpec(Method.DOUBLE_SPARSITY, budget=B, recent=rec, channels=r, label_bits=4),
-        MethodSpec.for_hikv(p),
-    ]
+    return device_report_section(cfg, rep, **options)
 
 
 @dataclass(frozen=True)
@@ -195,8 +157,7 @@ def load_iso_accuracy(path: str | Path, cfg: Config) -> IsoAccuracy:
             best[spec.method] = spec
     if Method.HIKV not in best:
         raise ParamError(f"iso-accuracy file {p}: no HiKV point within tolerance")
-    specs = [MethodSpec(Method.FULL, budget=cfg.policy.budget,
-                        recent=min(cfg.policy.recent, cfg.policy.budget))]
+    specs = [method_specs(cfg)["full"]]
     specs += [best[m] for m in Method if m in best and m is not Method.FULL]
     unreached = tuple(sorted(seen - {m.value for m in best}))
     return IsoAccuracy(specs=tuple(specs), metric=str(data["metric"]),
@@ -345,15 +306,12 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
                  context_curve=curve)
     names = tuple(REPORT_SECTIONS) if sections is True else tuple(sections or ())
     if names:
-        import importlib
-
         extra = []
         for name in names:
             if name not in REPORT_SECTIONS:
                 raise ParamError(f"report section {name!r} is not one of "
                                  f"{sorted(REPORT_SECTIONS)}")
-            mod, _, attr = REPORT_SECTIONS[name].partition(":")
-            fn = getattr(importlib.import_module(mod), attr)
+            fn = REPORT_SECTIONS[name]
             extra.append(fn(cfg, rep, **(section_options or {}).get(name, {})))
         rep = dataclasses.replace(rep, sections=tuple(extra))
     return rep
@@ -473,195 +431,3 @@ def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccu
     notes.append("Energy is dynamic only (no leakage or clock tree); DRAM energy is not "
                  "scaled with the logic node.")
     return notes
-
-
-# --------------------------------------------------------------------------- output
-def _fmt_bytes(b: float) -> str:
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= k:
-            return f"{b / k:.3f} {unit}"
-    return f"{b:.0f} B"
-
-
-def markdown(rep: Report) -> str:
-    """The report as Markdown."""
-    c = rep.config
-    lines = [f"# HiKV attention-level results: preset `{rep.preset}`", "",
-             f"Code {rep.code_version}; model {c['model']['name']}, context N = {c['context']},"
-             f" budget B = {c['policy']['budget']}, {c['accel']['memory']} "
-             f"{c['accel']['mem_bandwidth_bytes_per_s'] / 1e9:g} GB/s, "
-             f"{c['accel']['pe_lanes']} PE lanes at {c['accel']['clock_hz'] / 1e9:g} GHz, "
-             f"{c['accel']['tech_nm']} nm.", "",
-             f"Budgets: {rep.budgets}. Sorter/loader timing: `{rep.timing_model}` (the RTL's "
-             "timing contracts, checked against cocotb).", "",
-             "All figures below are **model** results of this flow (per decode step, all "
-             "layers and KV heads).", "",
-             "| method | bytes/step | full KV bytes / this | time/step (us) | speedup vs full "
-             "[roofline bound] | HiKV speedup vs this [roofline bound] | energy/step (uJ) | "
-             "energy vs full | this bytes / HiKV bytes |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rep.rows:
-        lines.append(
-            f"| {r.label} | {_fmt_bytes(r.bytes_burst)} | {r.bytes_reduction_vs_full:.2f}x | "
-            f"{r.time_s * 1e6:.2f} | {r.speedup_vs_full:.2f}x "
-            f"[{r.roofline_bound_vs_full:.2f}x, {r.bound}] | {r.hikv_speedup_vs_this:.2f}x "
-            f"[{r.hikv_roofline_bound_vs_this:.2f}x] | {r.energy_j * 1e6:.2f} | "
-            f"{-100 * r.energy_reduction_vs_full:+.1f}% | "
-            f"{r.hikv_bytes_reduction_vs_this:.2f}x |")
-    lines += ["", "Cycles per (layer, KV head): select (scoring metadata), sort, attend; "
-              "layer time with the sorter overlapped across KV heads.", "",
-              "| method | select | sort | attend | layer | energy split (DRAM / SRAM / MAC / "
-              "softmax / sorter / loader, %) |", "|---|---|---|---|---|---|"]
-    for r in rep.rows:
-        tot = sum(r.energy_parts_j.values())
-        split = " / ".join(f"{100 * r.energy_parts_j[k] / tot:.1f}" for k in
-                           ("dram", "sram", "mac", "softmax", "sorter", "loader"))
-        lines.append(f"| {r.label} | {r.select_cycles_per_head:.0f} | "
-                     f"{r.sort_cycles_per_head:.0f} | {r.attend_cycles_per_head:.0f} | "
-                     f"{r.layer_cycles:.0f} | {split} |")
-    lines += ["", "## Area (synthesised from our RTL)", ""]
-    a = rep.area
-    if not a.get("available"):
-        lines.append(f"Unavailable: {a.get('reason', '')}")
-    else:
-        lines += [f"At {a['tech_nm']} nm. Loader instances: {a['loader_instances']}.", "",
-                  "| part | item | count | unit area (um^2) | area (mm^2) | NAND2 eq./unit | "
-                  "origin |", "|---|---|---|---|---|---|---|"]
-        for i in a["items"]:
-            lines.append(f"| {i['part']} | {i['name']} | {i['count']:g} | "
-                         f"{i['unit_area_m2'] * 1e12:,.1f} | {i['area_m2'] * 1e6:.4f} | "
-                         f"{i['nand2_equivalents_per_unit']:,.0f} | {i['origin']} |")
-        lines.append("")
-        lines.append(f"Baseline accelerator: {a['baseline_m2'] * 1e6:.4f} mm^2; HiKV blocks: "
-                     f"{a['hikv_m2'] * 1e6:.4f} mm^2.")
-        if a["missing_blocks"]:
-            lines.append(f"Overhead pending: {', '.join(a['missing_blocks'])} not registered "
-                         "in hikv.hw.blocks yet.")
-        else:
-            lines.append(f"Overhead: {100 * a['overhead_vs_baseline']:.2f}% of the baseline, "
-                         f"{100 * a['share_of_system']:.2f}% of the system.")
-            lines += ["", *_area_breakdown(a)]
-    lines += ["", "## Reference claims against ours", "",
-              "| claim | reference (seed paper, not measured here) | ours | origin of ours |",
-              "|---|---|---|---|"]
-    for cl in rep.claims:
-        lines.append(f"| {cl['claim']} | {cl['reference']} | {cl['ours']} | {cl['origin']} |")
-    lines += ["", "Conditions of ours: " + rep.claims[0]["conditions"] + ".", "", "## Notes", ""]
-    lines += [f"- {n}" for n in rep.notes]
-    for s in rep.sections:
-        lines += ["", f"## {s.title}", "", s.markdown]
-    return "\n".join(lines) + "\n"
-
-
-def _area_breakdown(a: dict[str, Any]) -> list[str]:
-    """Where the HiKV area goes: each block's share of the baseline and its flip-flops."""
-    base = a["baseline_m2"]
-    per: dict[str, float] = {}
-    count: dict[str, float] = {}
-    for i in a["items"]:
-        if i["part"] == "hikv":
-            blk = i["name"].split(".")[0]
-            per[blk] = per.get(blk, 0.0) + i["area_m2"]
-            if "." not in i["name"]:
-                count[blk] = i["count"]
-    out = []
-    for blk, area in per.items():
-        syn = a["synthesis"].get(blk, {})
-        seq = syn.get("sequential_area_sky130_m2", 0.0) / max(syn.get("area_sky130_m2", 1), 1e-30)
-        out.append(f"- {blk}: {count.get(blk, 1):g} x {area / count.get(blk, 1) * 1e6:.4f} "
-                   f"mm^2 = {100 * area / base:.1f}% of the baseline; "
-                   f"{syn.get('flipflops', 0):,} flip-flops per copy ({100 * seq:.0f}% of its "
-                   "cell area)")
-    if "loader" in per and count.get("loader", 1) > 1:
-        one = per["loader"] / count["loader"]
-        rest = sum(v for k, v in per.items() if k != "loader")
-        out.append(f"- with one loader instead of {count['loader']:g}: "
-                   f"{100 * (rest + one) / base:.1f}% of the baseline")
-    return out
-
-
-CSV_FIELDS = [f.name for f in dataclasses.fields(MethodRow) if f.name != "energy_parts_j"]
-
-
-def rows_csv(rep: Report) -> str:
-    buf = io.StringIO()
-    parts = ["dram", "sram", "mac", "softmax", "sorter", "loader"]
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["preset", "code_version", "timing_model", "budgets", *CSV_FIELDS,
-                *(f"energy_{p}_j" for p in parts)])
-    for r in rep.rows:
-        w.writerow([rep.preset, rep.code_version, rep.timing_model, rep.budgets,
-                    *(getattr(r, f) for f in CSV_FIELDS),
-                    *(r.energy_parts_j[p] for p in parts)])
-    return buf.getvalue()
-
-
-def report_json(rep: Report) -> dict[str, Any]:
-    d = dataclasses.asdict(rep)
-    d["rows"] = [dataclasses.asdict(r) for r in rep.rows]
-    return _jsonable(d)
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if isinstance(x, np.generic):
-        return _jsonable(x.item())
-    return x
-
-
-def plot_report(rep: Report, out: Path) -> list[Path]:
-    """Per-method bars (time, energy, bytes vs full KV) and speedup vs context length."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    labels = [r.label for r in rep.rows]
-    full = rep.rows[0]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    x = np.arange(len(labels))
-    for i, (name, vals) in enumerate((
-            ("time", [r.time_s / full.time_s for r in rep.rows]),
-            ("energy", [r.energy_j / full.energy_j for r in rep.rows]),
-            ("bytes", [r.bytes_burst / full.bytes_burst for r in rep.rows]))):
-        ax.bar(x + (i - 1) * 0.27, vals, 0.27, label=name)
-    ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=7)
-    ax.set_ylabel("relative to full KV (model)")
-    ax.set_title(f"preset {rep.preset}: per decode step")
-    ax.legend()
-    paths.append(save_figure(fig, out / "methods.png"))
-    cur = rep.context_curve
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for lab, ys in cur["speedup_vs_full"].items():
-        ax.plot(cur["context"], ys, marker="o", ms=3, label=lab)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("context length N (tokens)")
-    ax.set_ylabel("attention speedup vs full KV (model)")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    paths.append(save_figure(fig, out / "speedup_vs_context.png"))
-    return paths
-
-
-def write_report(rep: Report, out: Path, *, plots: bool = True) -> list[Path]:
-    """Write report.md, report.csv, report.json, config.json (and plots) into ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    files = []
-    for name, text in (("report.md", markdown(rep)), ("report.csv", rows_csv(rep)),
-                       ("report.json", json.dumps(report_json(rep), indent=2) + "\n")):
-        atomic_write_text(out / name, text)
-        files.append(out / name)
-    cfg_text = config_to_json(from_dict(Config, rep.config))
-    atomic_write_text(out / "config.json", cfg_text + "\n")
-    files.append(out / "config.json")
-    if plots:
-        files += plot_report(rep, out)
-    return files
-
-

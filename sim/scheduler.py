@@ -4,14 +4,14 @@ A policy fixes what the iteration-level engine (:mod:`hikv.sim.serving`) may dec
 order of the waiting queue, how many sequences may run at once, and whether prompts are
 prefilled in chunks that share an iteration with decodes. The engine's mechanics are the same
 for every policy: every iteration first gives each running decode one token, then continues
-running prefills, then admits waiting requests, all within the token budget; KV blocks are
+running prefills, then admits waiting requests, all within the batched-token limit; KV blocks are
 allocated before an iteration, and when a block cannot be allocated the most recently admitted
 running sequence is preempted (recompute: its KV is freed and it is re-queued at the front,
 to prefill its prompt and the tokens generated so far again).
 
 Policies:
 
-* ``vllm-v1`` (default): FCFS, chunked prefill within ``ServingParams.token_budget``, at most
+* ``vllm-v1`` (default): FCFS, chunked prefill within ``ServingParams.max_batched_tokens``, at most
   ``ServingParams.max_running`` sequences (vLLM V1's scheduler with decodes first);
 * ``sjf``: as ``vllm-v1`` but the waiting queue is ordered by shortest prompt first
   (preempted sequences still go first);
@@ -118,7 +118,7 @@ class Policy:
 #: Scheduling policies by name.
 POLICIES: dict[str, Policy] = {
     p.name: p for p in (
-        Policy("vllm-v1", "FCFS, decodes first, chunked prefill in the token budget"),
+        Policy("vllm-v1", "FCFS, decodes first, chunked prefill within max_batched_tokens"),
         Policy("sjf", "shortest prompt first, decodes first, chunked prefill",
                waiting_order="shortest-prompt"),
         Policy("serial", "no batching: one request at a time, FCFS", serial=True),

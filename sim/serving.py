@@ -1,17 +1,17 @@
-"""Iteration-level serving simulator of one replica (DESIGN.md section 5).
+"""Iteration-level serving simulator of one replica (docs/serving.md).
 
 :func:`simulate` replays a :class:`~hikv.sim.workload.Workload` through a scheduler policy
 (:mod:`hikv.sim.scheduler`) on one accelerator serving one model with one KV method, and
 returns a :class:`ServingResult` (per-request records, KV use over time, counters and the
 Little's-law check). Iteration latency comes from a step-cost model
 (:mod:`hikv.sim.step_cost`); KV capacity and per-sequence residency from the method's byte
-model (:mod:`hikv.sim.kv_bytes`).
+model (:mod:`hikv.sim.closed_form`).
 
 Mechanics. An event heap keyed ``(time, sequence number)`` holds request arrivals and the end
 of the running iteration (ties: the event created first wins, so an arrival at the very end of
 an iteration is seen by the next schedule). Whenever the engine is idle and there is work, it
 schedules one iteration (see :mod:`hikv.sim.scheduler`): running decodes first (one token
-each), then running prefills, then waiting requests, within the token budget and the running
+each), then running prefills, then waiting requests, within ``max_batched_tokens`` and the running
 cap. KV is paged: a block is ``block_tokens`` tokens of full KV (all layers and KV heads at the
 layout's row stride); a sequence under method ``m`` holds ``ceil(resident bytes / block
 bytes)`` blocks, where the resident bytes (data, metadata, Stage II records) follow the
@@ -51,7 +51,8 @@ import numpy as np
 
 from hikv.params import Config, MethodSpec, ParamError
 
-from .kv_bytes import KVBytes, kv_bytes_model
+from .closed_form import closed_form
+from .closed_form_base import ClosedForm
 from .scheduler import Policy, get_policy
 from .step_cost import DEFAULT_STEP_COST, IterationBatch, StepCostModel, make_step_cost
 from .workload import Workload
@@ -226,7 +227,7 @@ class _Seq:
         self.output = output
         self.generated = 0
         self.kv_prompt = prompt      # P: tokens to prefill at the last (re)admission
-        self.base = 0                # decode key of step j is base + j (KVBytes.decode_key)
+        self.base = 0                # decode key of step j is base + j (ClosedForm.decode_key)
         self.done = 0                # tokens of P prefilled
         self.step = 0                # decode steps since the last (re)admission
         self.blocks = 0
@@ -246,12 +247,12 @@ class _Engine:
                  policy: Policy, fast_forward: bool) -> None:
         self.cfg = cfg
         self.sp = cfg.serving
-        self.kv: KVBytes = kv_bytes_model(spec, cfg.layout)
+        self.kv: ClosedForm = closed_form(spec, cfg.layout)
         self.cost = cost
         self.policy = policy
         self.fast = fast_forward
         self.max_running = policy.max_running(self.sp)
-        self.budget = self.sp.token_budget
+        self.max_batched = self.sp.max_batched_tokens
         self.capacity = kv_capacity_blocks(cfg)
         self.reserve_prompt = policy.admission == "prompt"
         self.watermark = int(policy.watermark_fraction * self.capacity)
@@ -324,7 +325,7 @@ class _Engine:
 
     # ----------------------------------------------------------------- scheduling
     def _preempt(self, victim: _Seq, dec: list[_Seq], pre: list[tuple[_Seq, int]]) -> int:
-        """Preempt ``victim`` (recompute); returns the budget tokens it gave back."""
+        """Preempt ``victim`` (recompute); returns the batched tokens it gave back."""
         self.running.remove(victim)
         self.used -= victim.blocks
         victim.blocks = 0
@@ -348,7 +349,7 @@ class _Engine:
     def _allocate(self, s: _Seq, peak: int, dec: list[_Seq], pre: list[tuple[_Seq, int]]
                   ) -> tuple[bool, int, bool]:
         """Grow ``s`` to ``peak`` blocks, preempting from the tail of ``running`` as needed.
-        Returns (allocated, budget given back by victims, anything preempted)."""
+        Returns (allocated, batched tokens given back by victims, anything preempted)."""
         if peak > self.capacity:
             raise ParamError(
                 f"serving cannot make progress: request {s.rid} alone needs {peak} KV blocks "
@@ -388,7 +389,7 @@ class _Engine:
 
     def _schedule_once(self, t: float) -> tuple | None:
         kv, blk = self.kv, self.blk
-        budget = self.budget
+        tokens_left = self.max_batched
         dec: list[_Seq] = []
         pre: list[tuple[_Seq, int]] = []
         preempted = False
@@ -398,45 +399,45 @@ class _Engine:
             pk = self.peak_blk[np.fromiter((s.base + s.step + 1 for s in decoding), np.int64,
                                            len(decoding))]
             grow = int(pk.sum()) - sum(s.blocks for s in decoding)
-            if grow <= self.capacity - self.used and len(decoding) <= budget:
+            if grow <= self.capacity - self.used and len(decoding) <= tokens_left:
                 for s, p in zip(decoding, pk.tolist(), strict=True):
                     s.blocks = p
                 self.used += grow
                 dec = decoding
-                budget -= len(decoding)
+                tokens_left -= len(decoding)
             else:
                 for s, p in zip(decoding, pk.tolist(), strict=True):
-                    if budget == 0:
+                    if tokens_left == 0:
                         break
                     if s not in self.running:
                         continue            # preempted as a victim earlier in this loop
                     ok, back, pe = self._allocate(s, p, dec, pre)
                     preempted |= pe
-                    budget += back
+                    tokens_left += back
                     if not ok:
                         break
                     dec.append(s)
-                    budget -= 1
+                    tokens_left -= 1
         # 2. running prefills (chunked), in admission order
         for s in [s for s in self.running if s.done < s.kv_prompt]:
-            if budget == 0:
+            if tokens_left == 0:
                 break
             if s not in self.running:
                 continue
-            chunk = min(s.kv_prompt - s.done, budget)
+            chunk = min(s.kv_prompt - s.done, tokens_left)
             peak = max(int(blk[kv.prefill_peak(s.done, chunk)]), s.reserve)
             ok, back, pe = self._allocate(s, peak, dec, pre)
             preempted |= pe
-            budget += back
+            tokens_left += back
             if not ok:
                 break
             pre.append((s, chunk))
-            budget -= chunk
+            tokens_left -= chunk
         # 3. waiting requests, unless this iteration preempted
         if not preempted:
-            while len(self.waiting) and budget > 0 and len(self.running) < self.max_running:
+            while len(self.waiting) and tokens_left > 0 and len(self.running) < self.max_running:
                 s = self.waiting.peek()
-                chunk = min(s.kv_prompt - s.done, budget)
+                chunk = min(s.kv_prompt - s.done, tokens_left)
                 need = self._admit_blocks(s, chunk)
                 if need > self.capacity - self.used:
                     break
@@ -450,7 +451,7 @@ class _Engine:
                 if math.isnan(s.first_sched):
                     s.first_sched = t
                 pre.append((s, chunk))
-                budget -= chunk
+                tokens_left -= chunk
         if not dec and not pre:
             return None
         # batched decode run?
@@ -476,7 +477,7 @@ class _Engine:
         if k < 2:
             return None
         d = len(dec)
-        can_admit = len(self.running) < self.max_running and self.budget - d > 0
+        can_admit = len(self.running) < self.max_running and self.max_batched - d > 0
         next_arrival = self.heap[0][0] if self.heap else math.inf
         # an arrival matters if it could be admitted: the queue is empty, or it may overtake
         # a blocked head (any order but FCFS)
@@ -500,7 +501,7 @@ class _Engine:
         # a waiting request that becomes admissible ends the run before that iteration
         if can_admit and len(self.waiting):
             head = self.waiting.peek()
-            chunk = min(head.kv_prompt - head.done, self.budget - d)
+            chunk = min(head.kv_prompt - head.done, self.max_batched - d)
             need = self._admit_blocks(head, chunk) - head.blocks
             ok = np.nonzero(self.capacity - peaks[1:k] >= need)[0]
             if ok.size:

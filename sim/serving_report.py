@@ -1,7 +1,7 @@
 """Goodput search, result rows, per-request CSV and latency CDF plots for serving runs.
 
 Nothing here writes a file unless a function is given a path. Rows record every configuration
-field (flattened, ``serving.token_budget``), the seed, the workload and the code version.
+field (flattened, ``serving.max_batched_tokens``), the seed, the workload and the code version.
 :func:`serving_summary` and :func:`report_section` make ``hikv report``'s serving section.
 """
 
@@ -19,9 +19,9 @@ import numpy as np
 
 import hikv.io as _io
 from hikv.params import Config, MethodSpec, ParamError, to_dict
+from hikv.presets import BASELINES, resolve_methods
 
-from .kv_bytes import resolve_methods
-from .report import ReportSection, code_version, flatten
+from .report_section import ReportSection, code_version, flatten
 from .serving import ServingResult, simulate
 from .step_cost import DEFAULT_STEP_COST
 from .workload import Workload, read_azure_trace
@@ -360,7 +360,7 @@ def _check_out_dir(out: str | os.PathLike[str]) -> Path:
 
 #: Methods the report's serving section simulates: full KV, the importance-based baselines
 #: (the best of them by goodput is shown) and HiKV as the preset configures it.
-REPORT_METHODS = ("full", "h2o", "snapkv", "quest", "sparq", "ds", "hikv")
+REPORT_METHODS = ("full", *BASELINES, "hikv")
 #: Requests of the conversation trace the report replays by default (its first N): keeps
 #: ``hikv report --preset default`` near a minute with the goodput searches of 7 methods.
 DEFAULT_REPORT_REQUESTS = 1000
@@ -403,7 +403,8 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
     head = (f"Preset {cfg.name} ({cfg.model.name}), {Path(path).name}: "
             + (f"the first {n:,} requests" if max_requests is not None else "every request")
             + f" (`hikv report --serving-requests N` sets how many); scheduler {sv.policy}, "
-            f"token budget {sv.token_budget}, step cost `{DEFAULT_STEP_COST}`; SLOs TTFT "
+            f"max batched tokens {sv.max_batched_tokens}, step cost `{DEFAULT_STEP_COST}`; "
+            f"SLOs TTFT "
             f"{sv.ttft_slo_s * 1e3:g} ms and TPOT {sv.tpot_slo_s * 1e3:g} ms for "
             f"{100 * sv.slo_attainment:g}% of requests. Best baseline: the highest goodput "
             f"among {', '.join(m for m in REPORT_METHODS if m not in ('full', 'hikv'))}. "

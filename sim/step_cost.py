@@ -24,7 +24,7 @@ Roofline (all SI units; one device of ``cfg.accel``; phases run one after the ot
   KV written;
 * decode attention, all decoding sequences together: the same roofline with ``4 * d`` FLOPs
   per (query head, attended token) plus the method's scoring multiply-accumulates, and bytes =
-  the method's burst-granular bytes read per step (:mod:`hikv.sim.kv_bytes`, checked against
+  the method's burst-granular bytes read per step (:mod:`hikv.sim.closed_form`, checked against
   the golden model) plus the new token's KV written.
 
 Not modelled by the roofline: activations' memory traffic, softmax, sorter and loader time
@@ -41,7 +41,9 @@ import numpy as np
 
 from hikv.params import Config, MethodSpec, ParamError
 
-from .kv_bytes import KVBytes, kv_bytes_model
+from .attention_model import Overrides, attention_cost
+from .closed_form import closed_form
+from .closed_form_base import ClosedForm
 
 __all__ = [
     "IterationBatch",
@@ -73,7 +75,7 @@ class IterationBatch:
 
     Decodes (one entry per decoding sequence): ``decode_prompt`` ``P`` tokens prefilled at the
     sequence's last (re)admission and ``decode_step`` ``j >= 1``, the decode step this
-    iteration runs; the context attended is ``P + j`` tokens (see :mod:`hikv.sim.kv_bytes`).
+    iteration runs; the context attended is ``P + j`` tokens (see :mod:`hikv.sim.closed_form_base`).
     """
 
     prefill_done: np.ndarray = field(default_factory=lambda: np.zeros(0, _I64))
@@ -152,7 +154,7 @@ class RooflineStepCost(StepCostBase):
     def __init__(self, cfg: Config, spec: MethodSpec) -> None:
         self.cfg = cfg
         self.spec = spec
-        self.kv: KVBytes = kv_bytes_model(spec, cfg.layout)
+        self.kv: ClosedForm = closed_form(spec, cfg.layout)
         m, a = cfg.model, cfg.accel
         self.flops_per_s = float(a.linear_flops_per_s)
         self.bytes_per_s = float(a.mem_bandwidth_bytes_per_s)
@@ -165,7 +167,7 @@ class RooflineStepCost(StepCostBase):
         self.attn_flops_per_key = 4.0 * m.layers * m.q_heads * m.head_dim
         self.group = m.group
         self.write_bytes_per_token = self.heads * self.kv.token_write_bytes()
-        # per decode key (kv_bytes.KVBytes.decode_key): FLOPs and bytes of one sequence's step;
+        # per decode key (ClosedForm.decode_key): FLOPs and bytes of one sequence's step;
         # per resident-token count: storage bytes. Grown on demand; a cache, not state.
         self._flops_t = np.zeros(0)
         self._bytes_t = np.zeros(0)
@@ -253,10 +255,10 @@ class AttentionModelStepCost(RooflineStepCost):
     attention takes :func:`hikv.sim.attention_model.attention_cost` ``.time_s`` at its cached
     context (select, sort and attend phases on the accelerator's PE and softmax lanes, the
     sorter and the loaders, all layers and KV heads), and the sequences of an iteration run one
-    after another on the attention engine (their times add). The cost model's closed forms take
-    the context ``n`` cached tokens: ``n = x - 1`` for decode key ``x``; SnapKV's budget is
-    raised to ``n`` so its resident set keeps growing during decode as it does here; evicting
-    HiKV's time is the cost model's average over one compaction cycle.
+    after another on the attention engine (their times add). Decode key ``x`` is priced at the
+    sequence state :meth:`~hikv.sim.closed_form_base.ClosedForm.by_key` gives (prompt ``P`` and
+    step ``j``, ``P + j = x``); evicting HiKV's time is the closed form's average over one
+    compaction cycle.
     """
 
     def __init__(self, cfg: Config, spec: MethodSpec) -> None:
@@ -266,14 +268,11 @@ class AttentionModelStepCost(RooflineStepCost):
     def attention_table_s(self, xmax: int) -> np.ndarray:
         """Per decode key ``x <= xmax`` (at least): one sequence's decode attention, seconds."""
         if xmax >= self._att_t.size:
-            from hikv.params import Method
-
-            from .attention_model import Overrides, attention_cost
-
             size = max(xmax + 1, 2 * self._att_t.size, 1024)
-            n = np.maximum(np.arange(size, dtype=_I64) - 1, 1)
-            ov = (Overrides(context=n, budget=np.maximum(n, self.spec.budget))
-                  if self.spec.method is Method.SNAPKV else Overrides(context=n))
+            x = np.maximum(np.arange(size, dtype=_I64), 2)     # keys 0 and 1 as key 2 (n >= 1)
+            prompt, step = self.kv.by_key(x)
+            n = prompt + step - 1
+            ov = Overrides(context=prompt, step=step)
             t = np.asarray(attention_cost(self.spec, self.cfg, ov).time_s, dtype=np.float64)
             self._att_t = np.broadcast_to(t, n.shape).copy()
         return self._att_t
@@ -282,15 +281,23 @@ class AttentionModelStepCost(RooflineStepCost):
         return self.attention_table_s(int(x.max()))[x].sum(axis)
 
 
-#: Step-cost factories by name: ``factory(cfg, spec) -> StepCostModel``, or the factory's
-#: import path as ``"package.module:attribute"`` (imported on first use, so a cost model in
-#: another module registers itself here without an import cycle).
-STEP_COST_MODELS: dict[str, Callable[[Config, MethodSpec], StepCostModel] | str] = {
+#: Step-cost factories by name: ``factory(cfg, spec) -> StepCostModel``. A cost model in
+#: another module registers itself by adding its factory here when that module is imported.
+STEP_COST_MODELS: dict[str, Callable[[Config, MethodSpec], StepCostModel]] = {
     "roofline": RooflineStepCost,
     "attention-model": AttentionModelStepCost,
-    "roofline-eff": "hikv.sim.device:EfficientRooflineStepCost",
-    "attention-model-eff": "hikv.sim.device:EfficientAttentionModelStepCost",
+    "roofline-eff": lambda cfg, spec: _efficient("roofline", cfg, spec),
+    "attention-model-eff": lambda cfg, spec: _efficient("attention-model", cfg, spec),
 }
+
+
+def _efficient(kind: str, cfg: Config, spec: MethodSpec) -> StepCostModel:
+    """The roofline / attention-model step costs with measured efficiencies
+    (:mod:`hikv.sim.device`, which builds on this module: imported here, not at the top)."""
+    from .device import EfficientAttentionModelStepCost, EfficientRooflineStepCost
+
+    cls = EfficientRooflineStepCost if kind == "roofline" else EfficientAttentionModelStepCost
+    return cls(cfg, spec)
 
 
 #: The step-cost model the simulator, ``hikv serve`` and the report use unless told otherwise.
@@ -304,9 +311,4 @@ def make_step_cost(name: str, cfg: Config, spec: MethodSpec) -> StepCostModel:
     except KeyError:
         raise ParamError(f"cost model = {name!r} is not one of: "
                          f"{', '.join(sorted(STEP_COST_MODELS))}") from None
-    if isinstance(factory, str):
-        import importlib
-
-        module, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
     return factory(cfg, spec)

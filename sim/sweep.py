@@ -31,9 +31,11 @@ import numpy as np
 
 from hikv.io import atomic_open
 from hikv.params import Config, MemoryType, MethodSpec, ParamError, to_dict
+from hikv.presets import baseline_specs
 
 from .attention_model import Overrides, attention_cost
-from .report import baseline_specs, code_version, flatten, save_figure
+from .report_render import save_figure
+from .report_section import code_version, flatten
 from .timing import TimingModel, default_timing, loader_instances
 
 __all__ = ["AXES", "SweepResult", "grid", "sample", "evaluate", "area_columns", "write_csv",

@@ -27,7 +27,6 @@ Interface (all arguments broadcast as numpy arrays; results are cycles, float ar
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -209,9 +208,10 @@ class RtlTiming:
                           latency=mem_latency_cycles, outstanding=outstanding).cycles
 
 
-#: name -> "module:class" of the timing models the cost model can use
-TIMING_MODELS: dict[str, str] = {
-    "rtl": "hikv.sim.timing:RtlTiming",
+#: name -> class of the timing models the cost model can use (a model in another module
+#: registers itself by adding its class here when that module is imported)
+TIMING_MODELS: dict[str, Callable[[], TimingModel]] = {
+    "rtl": RtlTiming,
 }
 
 
@@ -222,10 +222,9 @@ def get_timing(name: str) -> TimingModel:
     except KeyError:
         raise ParamError(f"unknown timing model {name!r}; known: {sorted(TIMING_MODELS)}"
                          ) from None
-    mod, _, attr = ref.partition(":")
-    model = getattr(importlib.import_module(mod), attr)()
+    model = ref()
     if not isinstance(model, TimingModel):
-        raise ParamError(f"timing model {name!r} ({ref}) does not implement TimingModel")
+        raise ParamError(f"timing model {name!r} ({ref!r}) does not implement TimingModel")
     return model
 
 

@@ -134,7 +134,7 @@ def export_methods(cfg: Config, methods: str | Sequence[str], out_dir: str | os.
                    *, max_model_len: int = 4096) -> list[Path]:
     """One ``<out_dir>/<method>/attention.csv`` per method (``"all"``: full KV and every
     method); returns the paths written."""
-    from .kv_bytes import resolve_methods
+    from hikv.presets import resolve_methods
 
     written = []
     for name, spec in resolve_methods(cfg, methods).items():

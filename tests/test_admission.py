@@ -14,7 +14,7 @@ import pytest
 
 from hikv.params import ParamError, SyntheticWorkload
 from hikv.presets import get_preset
-from hikv.sim.kv_bytes import resolve_methods
+from hikv.presets import resolve_methods
 from hikv.sim.scheduler import POLICIES, get_policy
 from hikv.sim.serving import kv_capacity_blocks, simulate
 from hikv.sim.workload import find_azure_trace, poisson_workload, read_azure_trace
@@ -75,7 +75,7 @@ def test_prompt_admission_reserves_the_whole_prompt():
     """One long prompt in small chunks: under chunk admission its blocks grow chunk by
     chunk; under prompt admission the first iteration already holds the whole prompt."""
     cfg = get_preset("default")
-    cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, token_budget=256))
+    cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, max_batched_tokens=256))
     spec = resolve_methods(cfg, "full")["full"]
     from hikv.sim.workload import Workload
 

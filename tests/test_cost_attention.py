@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from hikv.params import MemoryType, Method, MethodSpec, ParamError, Stage2Rule
-from hikv.presets import get_preset
+from hikv.presets import baseline_specs, get_preset
 from hikv.sim import energy as E
 from hikv.sim.attention_model import Overrides, attention_cost, step_work
-from hikv.sim.report import baseline_specs
 from hikv.sim.timing import RtlTiming, loader_instances
 
 
@@ -74,8 +73,8 @@ def test_memory_bound_speedup_approaches_the_bytes_ratio():
 
 def test_hikv_without_selection_costs_what_full_kv_costs():
     cfg = get_preset("default")
-    p = dataclasses.replace(cfg.policy, budget=cfg.context + 10, v_rule=Stage2Rule())
-    cfg = cfg.replace(policy=p)
+    p = dataclasses.replace(cfg.policy, v_rule=Stage2Rule())
+    cfg = cfg.replace(policy=p, context=p.budget - 10)      # the budget covers the context
     h = attention_cost(MethodSpec.for_hikv(p), cfg)
     f = attention_cost(MethodSpec(Method.FULL), cfg)
     assert float(h.bytes_burst) == float(f.bytes_burst)
@@ -101,7 +100,7 @@ def test_sorter_bound_layers_follow_the_pipeline_rule():
 def test_vectorised_equals_scalar():
     cfg = get_preset("default")
     spec = MethodSpec.for_hikv(cfg.policy)
-    ns = np.array([512, 2048, 8192])
+    ns = np.array([512, 2048, 4000])       # within sorter.max_n (Config checks it)
     lanes = np.array([32, 64, 512])
     nodes = np.array([45, 28, 7])
     mem = np.array(["hbm2", "ddr3", "lpddr4"])
@@ -140,7 +139,8 @@ def test_work_of_the_selecting_methods():
     assert float(q.score_macs) == G * pages * 2 * d
     assert [j.mode for j in q.sorts] == ["stage1"]
     s = step_work(specs[Method.SPARQ], cfg)
-    assert float(s.score_macs) == G * n * (d // 8)
+    assert float(s.score_macs) == G * n * specs[Method.SPARQ].channels
+    assert specs[Method.SPARQ].channels == d // 4        # the operating point: r = d / 4
     assert sorted(j.mode for j in s.sorts) == ["stage1", "stage2"]
     h = step_work(specs[Method.HIKV], cfg)
     assert float(h.select_bytes) == float(h.bytes.meta_burst) > 0

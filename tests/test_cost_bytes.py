@@ -1,4 +1,4 @@
-"""Closed-form bytes per step (hikv.sim.kv_bytes.step_bytes, the cost model's view) against the
+"""Closed-form bytes per step (hikv.sim.closed_form.step_bytes, the operating point) against the
 golden model's byte accounts."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hikv.params import (
     Stage2Rule,
 )
 from hikv.presets import get_preset
-from hikv.sim.kv_bytes import Geometry, step_bytes
+from hikv.sim.closed_form import Geometry, step_bytes
 
 FIELDS = ("k_ideal", "v_ideal", "meta_ideal", "k_burst", "v_burst", "meta_burst", "resident",
           "tokens")

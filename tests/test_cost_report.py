@@ -12,6 +12,7 @@ from hikv.params import Method, MethodSpec, ParamError, to_dict
 from hikv.presets import get_preset
 from hikv.scripts.cli import main
 from hikv.sim import report as R
+from hikv.sim import report_render as RR
 
 
 def test_table_rows_and_ratios():
@@ -30,7 +31,7 @@ def test_table_rows_and_ratios():
     assert rep.timing_model == "rtl" and "nominal" in rep.budgets
     assert any("sorter_timing" in n and "16 instances" in n for n in rep.notes)
     assert not any("PROVISIONAL" in n.upper() for n in rep.notes)
-    assert "provisional" not in R.rows_csv(rep).lower()
+    assert "provisional" not in RR.rows_csv(rep).lower()
 
 
 def test_claims_mark_references_and_ours():
@@ -44,7 +45,7 @@ def test_claims_mark_references_and_ours():
     assert "1.82x to 4.87x" in claims["external bytes vs importance-based baselines"][
         "reference"]
     assert claims["sorter + loader area"]["origin"] == "unavailable"
-    md = R.markdown(rep)
+    md = RR.markdown(rep)
     assert "reference (seed paper, not measured here)" in md and "PROVISIONAL" not in md
     # SparQ's and Double Sparsity's Stage I over N + 1 = 32,769 tokens exceeds max_n = 32,768
     assert any("larger than the built sorter" in n and "sparq" in n for n in rep.notes)
@@ -83,12 +84,12 @@ def _section(cfg, rep, **kw):
 
 
 def test_extra_sections_hook(monkeypatch):
-    monkeypatch.setitem(R.REPORT_SECTIONS, "serving", f"{__name__}:_section")
+    monkeypatch.setitem(R.REPORT_SECTIONS, "serving", _section)
     assert R.build_report(get_preset("tiny"), area=False).sections == ()
     rep = R.build_report(get_preset("tiny"), area=False, sections=True,
                          section_options={"serving": {"max_requests": 7}})
     assert [s.title for s in rep.sections] == ["Serving"]
-    assert "## Serving\n\nserving of tiny {'max_requests': 7}" in R.markdown(rep)
+    assert "## Serving\n\nserving of tiny {'max_requests': 7}" in RR.markdown(rep)
     with pytest.raises(ParamError, match="report section"):
         R.build_report(get_preset("tiny"), area=False, sections=("nope",))
 

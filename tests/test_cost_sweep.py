@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from hikv.params import ParamError
-from hikv.presets import get_preset
+from hikv.presets import baseline_specs, get_preset
 from hikv.scripts.cli import main
 from hikv.sim import sweep as S
-from hikv.sim.report import baseline_specs
 
 
 def test_grid_and_evaluate():

@@ -41,7 +41,7 @@ from hikv.sim.gpu_attention import (
     fit_attention,
     predict_measurement,
 )
-from hikv.sim.kv_bytes import resolve_methods
+from hikv.presets import resolve_methods
 from hikv.sim.step_cost import IterationBatch, RooflineStepCost, StepCostBase
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The closed-form KV bytes of hikv.sim.kv_bytes against the golden model's byte accounts.
+"""The closed forms of hikv.sim.closed_form (sequence state) against the golden byte accounts.
 
 Each case runs a real golden-model cache (random tensors, local generator) through a prefill
 of ``N`` tokens and ``STEPS`` decode steps, and compares every step's ByteAccount of every KV
@@ -24,8 +24,8 @@ from hikv.params import (
     Stage2Kind,
     Stage2Rule,
 )
-from hikv.presets import get_preset
-from hikv.sim.kv_bytes import METHOD_NAMES, kv_bytes_model, method_specs, resolve_methods
+from hikv.presets import METHOD_NAMES, get_preset, method_specs, resolve_methods
+from hikv.sim.closed_form import closed_form
 
 STEPS = 24
 Q_HEADS, KV_HEADS = 4, 2
@@ -75,11 +75,12 @@ def _run_golden(spec: MethodSpec, cfg, n_prompt: int, seed: int):
     return accounts, resident
 
 
-FIELDS = ("k_ideal", "v_ideal", "meta_ideal", "k_burst", "v_burst", "meta_burst", "tokens")
+FIELDS = ("k_ideal", "v_ideal", "meta_ideal", "k_burst", "v_burst", "meta_burst", "resident",
+          "tokens")
 
 
 def _check(name: str, spec: MethodSpec, cfg, n_prompt: int, seed: int) -> None:
-    model = kv_bytes_model(spec, cfg.layout)
+    model = closed_form(spec, cfg.layout)
     accounts, resident = _run_golden(spec, cfg, n_prompt, seed)
     steps = np.arange(1, STEPS + 1)
     closed = model.decode_read(np.full(STEPS, n_prompt), steps)
@@ -135,7 +136,7 @@ def test_unaligned_records_are_bounded(name: str) -> None:
 def test_storage_matches_golden_resident_function() -> None:
     cfg = get_preset("default")
     for spec in _hikv_variants(cfg.policy).values():
-        model = kv_bytes_model(spec, cfg.layout)
+        model = closed_form(spec, cfg.layout)
         assert spec.hikv is not None
         for n in (0, 1, 15, 16, 17, 255, 1000):
             assert int(model.storage_bytes(n)) == hikv_resident_bytes(spec.hikv, cfg.layout, n)
@@ -146,10 +147,10 @@ def test_residency_during_prefill() -> None:
     cfg = _small_cfg()
     specs = method_specs(cfg)
     b = cfg.policy.budget
-    h2o = kv_bytes_model(specs["h2o"], cfg.layout)
-    snap = kv_bytes_model(specs["snapkv"], cfg.layout)
-    hev = kv_bytes_model(specs["hikv-evict"], cfg.layout)
-    full = kv_bytes_model(specs["full"], cfg.layout)
+    h2o = closed_form(specs["h2o"], cfg.layout)
+    snap = closed_form(specs["snapkv"], cfg.layout)
+    hev = closed_form(specs["hikv-evict"], cfg.layout)
+    full = closed_form(specs["full"], cfg.layout)
     total = 200
     assert h2o.resident_after_prefill(100, total) == b
     assert h2o.prefill_peak(100, 50) == b + 50
@@ -196,7 +197,7 @@ def test_h2o_counts_its_scores_like_hikv() -> None:
 def test_decode_key_determines_the_step(name: str) -> None:
     """Everything a decode step reads and keeps is a function of decode_key alone."""
     cfg = _small_cfg()
-    model = kv_bytes_model(method_specs(cfg)[name], cfg.layout)
+    model = closed_form(method_specs(cfg)[name], cfg.layout)
     rng = np.random.default_rng(7)
     prompt = rng.integers(0, 300, 2000)
     step = rng.integers(1, 200, 2000)
@@ -218,14 +219,14 @@ def test_serving_and_cost_model_views_agree(preset: str) -> None:
     cached tokens for every method where both are exact (the presets' burst-aligned records;
     evicting HiKV is compared per state, since step_bytes averages it over a compaction
     cycle)."""
-    from hikv.sim.kv_bytes import Geometry, step_bytes
+    from hikv.sim.closed_form import Geometry, step_bytes
 
     cfg = get_preset(preset)
     g = Geometry.of(cfg.layout, cfg.loader)
     b = cfg.policy.budget
     ns = np.array([1, 3, b // 2, b - 1, b, b + 1, 2 * b + 5, 4 * b + 17])
     for name, spec in method_specs(cfg).items():
-        model = kv_bytes_model(spec, cfg.layout)
+        model = closed_form(spec, cfg.layout)
         if name == "hikv-evict":
             ns_e = np.array([1, b - 3, b])             # no eviction yet: a prefix of n tokens
             got = model.decode_read(ns_e, np.ones_like(ns_e))

@@ -186,12 +186,21 @@ def test_h2o_keeps_recent_window_and_budget():
             assert cache.pos[h].tolist() == sorted(cache.pos[h].tolist())
 
 
-def test_hikv_evicting_compaction_and_sorter_exact_selection():
-    pol = dataclasses.replace(NO_STAGE2, stage1=Stage1Variant.EVICT, budget=24, sinks=2,
-                              recent=4, compact_interval=5, obs_window=8, pool_kernel=3)
-    q, k, v = _qkv(100, seed=6)
+def _evicting_hikv(budget: int, recent: int, interval: int, obs: int, n: int, prompt: int,
+                   seed: int):
+    """An evicting HiKV cache (2 sinks, pooling 3) prefilled with ``prompt`` of ``n`` random
+    tokens; returns the cache and the tensors."""
+    pol = dataclasses.replace(NO_STAGE2, stage1=Stage1Variant.EVICT, budget=budget, sinks=2,
+                              recent=recent, compact_interval=interval, obs_window=obs,
+                              pool_kernel=3)
+    q, k, v = _qkv(n, seed=seed)
     cache = make_cache(MethodSpec.for_hikv(pol), CFG)
-    cache.prefill(q[:, :60], k[:, :60], v[:, :60])
+    cache.prefill(q[:, :prompt], k[:, :prompt], v[:, :prompt])
+    return cache, q, k, v
+
+
+def test_hikv_evicting_compaction_and_sorter_exact_selection():
+    cache, q, k, v = _evicting_hikv(24, 4, 5, 8, 100, 60, seed=6)
     assert cache.resident_tokens == 24
     sizes = []
     for t in range(60, 100):
@@ -212,11 +221,7 @@ def test_hikv_evicting_compaction_and_sorter_exact_selection():
 
 
 def test_hikv_compaction_uses_the_sorter_reference():
-    pol = dataclasses.replace(NO_STAGE2, stage1=Stage1Variant.EVICT, budget=16, sinks=2,
-                              recent=3, compact_interval=1, obs_window=4, pool_kernel=3)
-    q, k, v = _qkv(50, seed=7)
-    cache = make_cache(MethodSpec.for_hikv(pol), CFG)
-    cache.prefill(q[:, :40], k[:, :40], v[:, :40])
+    cache, q, k, v = _evicting_hikv(16, 3, 1, 4, 50, 40, seed=7)
     for t in range(40, 50):
         pos = torch.cat([cache.pos, torch.full((HKV, 1), t)], 1)
         imp_prev = torch.cat([cache.imp, torch.zeros(HKV, 1)], 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from _hikv_cost_helpers import check_rejected
 
 from hikv.params import (
     AcceleratorParams,
@@ -104,12 +105,7 @@ REJECTED = [
 @pytest.mark.parametrize("cls,name,value,words", REJECTED,
                          ids=[f"{c.__name__}.{n}={v!r}" for c, n, v, _ in REJECTED])
 def test_init_wrong_field(cls, name, value, words):
-    with pytest.raises(ParamError) as exc:
-        cls(**{name: value})
-    msg = str(exc.value)
-    assert f"{cls.__name__}.{name}" in msg or name in msg
-    for w in words:
-        assert w in msg, f"{w!r} not in {msg!r}"
+    check_rejected(cls, name, value, words, exact_name=False)
 
 
 def test_every_field_has_a_rejection_test():

@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from hikv.params import ParamError, SyntheticWorkload
-from hikv.presets import get_preset
+from hikv.presets import get_preset, resolve_methods
 from hikv.scripts.cli import main
-from hikv.sim.kv_bytes import resolve_methods
 from hikv.sim.scheduler import POLICIES, get_policy
 from hikv.sim.serving import kv_capacity_blocks, little_check, simulate
 from hikv.sim.serving_report import best_baseline, goodput, serving_summary
@@ -108,7 +107,7 @@ def test_snapkv_holds_the_whole_prompt_until_its_last_chunk():
     """A prompt whose full KV exceeds the capacity: H2O (evicts after every chunk) serves it;
     SnapKV and evicting HiKV (evict after the last chunk) cannot."""
     cfg = _tight(get_preset("default"), 3000)
-    cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, token_budget=512))
+    cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, max_batched_tokens=512))
     wl = Workload(np.array([0.0]), np.array([5000]), np.array([20]), 1.0, "one long prompt")
     specs = resolve_methods(cfg, "h2o,snapkv,hikv-evict")
     r = simulate(cfg, specs["h2o"], wl)
@@ -170,7 +169,7 @@ def test_pollaczek_khinchine_for_one_request_at_a_time():
                                max_prompt_tokens=8000, max_output_tokens=1000)
     probe = poisson_workload(params, seed=21)
     cost = RooflineStepCost(cfg, spec)
-    budget = cfg.serving.token_budget
+    budget = cfg.serving.max_batched_tokens
     service = np.empty(len(probe))
     for i, (p, g) in enumerate(zip(probe.prompt_tokens.tolist(),
                                    probe.output_tokens.tolist(), strict=True)):
@@ -261,7 +260,7 @@ def test_roofline_limits():
     w = full.weight_read_bytes / cfg.accel.mem_bandwidth_bytes_per_s
     assert w <= t1 < 1.01 * w
     # a long prefill is compute-bound in its linear layers
-    n = cfg.serving.token_budget
+    n = cfg.serving.max_batched_tokens
     t2 = full.linear_time_s(n, 1)
     assert math.isclose(t2, (n * full.linear_flops_per_token + full.logit_flops_per_token)
                         / cfg.accel.linear_flops_per_s)
@@ -336,7 +335,7 @@ def test_serving_summary_rows(conv_trace):
                            with_goodput=False)
     assert [r["method"] for r in rows] == ["full", "h2o", "hikv"]
     for r in rows:
-        assert r["requests"] == 300 and r["config.serving.token_budget"] == 8192
+        assert r["requests"] == 300 and r["config.serving.max_batched_tokens"] == 8192
         assert r["config.model.name"] == "smollm2-135m" and "code_version" in r
         assert abs(r["little_rel_error"]) < 0.05
     assert best_baseline(rows)["method"] == "h2o"
@@ -377,3 +376,12 @@ def test_capacity_accounts_for_weights_and_workspace():
     per_block = cfg.serving.block_tokens * m.layers * m.kv_heads * 2 * 2 * m.head_dim
     room = cfg.accel.device_memory_bytes - m.weight_bytes - cfg.serving.workspace_bytes
     assert kv_capacity_blocks(cfg) == room // per_block
+
+
+@pytest.mark.parametrize("flag", ["--max-batched-tokens", "--token-budget"])
+def test_batched_token_limit_flag_and_its_old_name(flag, capsys):
+    """ServingParams.max_batched_tokens (the scheduler's per-iteration token limit, not the KV
+    budget): the flag and its old spelling both set it."""
+    rc = main(["serve", "--preset", "tiny", "--method", "full", "--rate", "2000",
+               "--requests", "20", "--seed", "3", flag, "40"])
+    assert rc == 0 and "max batched tokens 40," in capsys.readouterr().out

@@ -12,7 +12,7 @@ import pytest
 from hikv.params import ParamError
 from hikv.presets import get_preset
 from hikv.scripts.cli import main
-from hikv.sim.kv_bytes import resolve_methods
+from hikv.presets import resolve_methods
 from hikv.sim.step_cost import AttentionModelStepCost, RooflineStepCost
 from hikv.sim.vidur_export import (
     VIDUR_ATTENTION_COLUMNS,
