@@ -35,15 +35,17 @@ import numpy as np
 
 from hikv.params import Config, MethodSpec, ModelShape, ParamError, RooflineEfficiency
 
-from .gpu_attention import A100_ATTENTION, GpuAttention
 from .closed_form import closed_form
 from .closed_form_base import ClosedForm
+from .gpu_attention import A100_ATTENTION, GpuAttention
 from .step_cost import (
-    AttentionModelStepCost,
+    EfficientAttentionModelStepCost,
+    EfficientRooflineStepCost,
     IterationBatch,
     RooflineStepCost,
     StepCostBase,
     StepCostModel,
+    elementwise_bytes_per_token,
 )
 
 __all__ = [
@@ -244,16 +246,6 @@ def gemm_weight_params(model: ModelShape) -> int:
     """Weights of one layer's four GEMMs (QKV, O, gated up, down)."""
     attn = model.hidden * model.head_dim * (2 * model.q_heads + 2 * model.kv_heads)
     return attn + 3 * model.hidden * model.intermediate
-
-
-def elementwise_bytes_per_token(model: ModelShape) -> float:
-    """Activation bytes the non-GEMM operators of one layer move per token (fp16): two
-    RMSNorms (read and write ``h`` each), rotary embedding (read and write Q and K), the
-    gated activation (read ``2 I``, write ``I``) and one residual add (read ``2 h``, write
-    ``h``), the operators Vidur profiles once per layer."""
-    e = (4 * model.hidden + 2 * (model.q_heads + model.kv_heads) * model.head_dim
-         + 3 * model.intermediate + 3 * model.hidden)
-    return 2.0 * e
 
 
 def derive_efficiency(profile: OperatorProfile, model: ModelShape, device: GpuDevice
@@ -473,69 +465,6 @@ def _dense_tables(profile: OperatorProfile, top: int) -> dict[str, np.ndarray]:
     return hit[1]
 
 
-# =========================================================================== roofline + eff
-class _EfficientLinear:
-    """Linear layers, non-GEMM operators and prefill attention with efficiencies."""
-
-    eff: RooflineEfficiency
-
-    def _init_eff(self, cfg: Config, eff: RooflineEfficiency | None) -> None:
-        self.eff = eff if eff is not None else RooflineEfficiency()
-        a, m = cfg.accel, cfg.model
-        self.flops_per_s = float(a.linear_flops_per_s) * self.eff.compute_fraction
-        self.bytes_per_s = float(a.mem_bandwidth_bytes_per_s) * self.eff.bandwidth_fraction
-        self._ew_bytes = elementwise_bytes_per_token(m) * m.layers
-        self._ew_rate = float(a.mem_bandwidth_bytes_per_s) * self.eff.elementwise_bandwidth_fraction
-        self._att_flops = float(a.linear_flops_per_s) * self.eff.attention_compute_fraction
-        self._att_bytes = float(a.mem_bandwidth_bytes_per_s) * self.eff.attention_bandwidth_fraction
-        self._att_fixed = m.layers * self.eff.attention_fixed_s
-        self._ew_fixed = m.layers * self.eff.elementwise_fixed_s
-
-    def linear_time_s(self, tokens: int, logits: int) -> float:
-        if tokens == 0:
-            return 0.0
-        gemm = RooflineStepCost.linear_time_s(self, tokens, logits)  # type: ignore[arg-type]
-        return gemm + self._ew_fixed + tokens * self._ew_bytes / self._ew_rate
-
-    def prefill_attention_time_s(self, done: np.ndarray, chunk: np.ndarray,
-                                 total: np.ndarray) -> float:
-        if done.size == 0:
-            return 0.0
-        f, b = self.flops_per_s, self.bytes_per_s
-        try:
-            self.flops_per_s, self.bytes_per_s = self._att_flops, self._att_bytes
-            t = RooflineStepCost.prefill_attention_time_s(self, done, chunk, total)  # type: ignore[arg-type]
-        finally:
-            self.flops_per_s, self.bytes_per_s = f, b
-        return t + self._att_fixed
-
-
-class EfficientRooflineStepCost(_EfficientLinear, RooflineStepCost):
-    """The roofline with achieved fractions, non-GEMM operators and per-layer attention
-    costs from :class:`hikv.params.RooflineEfficiency` (``roofline-eff``)."""
-
-    def __init__(self, cfg: Config, spec: MethodSpec,
-                 eff: RooflineEfficiency | None = None) -> None:
-        RooflineStepCost.__init__(self, cfg, spec)
-        self._init_eff(cfg, eff)
-
-    def decode_attention_time_s(self, x: np.ndarray, axis: int | None) -> np.ndarray:
-        ft, bt = self._decode_tables(int(x.max()))
-        return self._att_fixed + np.maximum(ft[x].sum(axis) / self._att_flops,
-                                            bt[x].sum(axis) / self._att_bytes)
-
-
-class EfficientAttentionModelStepCost(_EfficientLinear, AttentionModelStepCost):
-    """Decode attention from the attention cost model (the HiKV accelerator), linear layers,
-    non-GEMM operators and prefill attention as :class:`EfficientRooflineStepCost`
-    (``attention-model-eff``)."""
-
-    def __init__(self, cfg: Config, spec: MethodSpec,
-                 eff: RooflineEfficiency | None = None) -> None:
-        AttentionModelStepCost.__init__(self, cfg, spec)
-        self._init_eff(cfg, eff)
-
-
 # =========================================================================== CLI and report
 def device_cost_for(cfg: Config, device: str, *, profile: str | os.PathLike[str] | None = None,
                     tensor_parallel: int = 1, memory_gib: float | None = None
@@ -643,7 +572,8 @@ def device_section(cfg: Config, workload: Any, cost: DeviceCost, *,
         f"### Serving on a measured device: {get_device(cost.device).label}, {cfg.model.name}",
         "",
         f"Workload {workload.source}: {len(workload)} requests at {workload.rate_per_s:.3g}/s; "
-        f"policy {policy or sv.policy}, max batched tokens {sv.max_batched_tokens}; KV capacity from "
+        f"policy {policy or sv.policy}, max batched tokens {sv.max_batched_tokens}; "
+        "KV capacity from "
         f"{cfg.accel.device_memory_bytes / 2**30:g} GiB minus weights minus "
         f"{sv.workspace_bytes / 2**30:g} GiB workspace (modelled).",
         "",
@@ -664,7 +594,7 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
     when the trace or profile is missing or does not match."""
     from hikv.presets import get_preset
 
-    from .report import ReportSection
+    from .report_section import ReportSection
     from .workload import find_azure_trace, read_azure_trace
 
     title = "Serving on a measured device"

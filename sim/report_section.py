@@ -8,7 +8,6 @@ here: no import cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hikv.io import code_version

@@ -39,7 +39,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from hikv.params import Config, MethodSpec, ParamError
+from hikv.params import Config, MethodSpec, ModelShape, ParamError, RooflineEfficiency
 
 from .attention_model import Overrides, attention_cost
 from .closed_form import closed_form
@@ -52,6 +52,9 @@ __all__ = [
     "RooflineStepCost",
     "AttentionModelStepCost",
     "STEP_COST_MODELS",
+    "EfficientRooflineStepCost",
+    "EfficientAttentionModelStepCost",
+    "elementwise_bytes_per_token",
     "DEFAULT_STEP_COST",
     "make_step_cost",
 ]
@@ -281,23 +284,88 @@ class AttentionModelStepCost(RooflineStepCost):
         return self.attention_table_s(int(x.max()))[x].sum(axis)
 
 
+
+def elementwise_bytes_per_token(model: ModelShape) -> float:
+    """Activation bytes the non-GEMM operators of one layer move per token (fp16): two
+    RMSNorms (read and write ``h`` each), rotary embedding (read and write Q and K), the
+    gated activation (read ``2 I``, write ``I``) and one residual add (read ``2 h``, write
+    ``h``), the operators Vidur profiles once per layer."""
+    e = (4 * model.hidden + 2 * (model.q_heads + model.kv_heads) * model.head_dim
+         + 3 * model.intermediate + 3 * model.hidden)
+    return 2.0 * e
+
+
+# --------------------------------------------------------------------------- with efficiencies
+class _EfficientLinear:
+    """Linear layers, non-GEMM operators and prefill attention with efficiencies."""
+
+    eff: RooflineEfficiency
+
+    def _init_eff(self, cfg: Config, eff: RooflineEfficiency | None) -> None:
+        self.eff = eff if eff is not None else RooflineEfficiency()
+        a, m = cfg.accel, cfg.model
+        self.flops_per_s = float(a.linear_flops_per_s) * self.eff.compute_fraction
+        self.bytes_per_s = float(a.mem_bandwidth_bytes_per_s) * self.eff.bandwidth_fraction
+        self._ew_bytes = elementwise_bytes_per_token(m) * m.layers
+        self._ew_rate = float(a.mem_bandwidth_bytes_per_s) * self.eff.elementwise_bandwidth_fraction
+        self._att_flops = float(a.linear_flops_per_s) * self.eff.attention_compute_fraction
+        self._att_bytes = float(a.mem_bandwidth_bytes_per_s) * self.eff.attention_bandwidth_fraction
+        self._att_fixed = m.layers * self.eff.attention_fixed_s
+        self._ew_fixed = m.layers * self.eff.elementwise_fixed_s
+
+    def linear_time_s(self, tokens: int, logits: int) -> float:
+        if tokens == 0:
+            return 0.0
+        gemm = RooflineStepCost.linear_time_s(self, tokens, logits)  # type: ignore[arg-type]
+        return gemm + self._ew_fixed + tokens * self._ew_bytes / self._ew_rate
+
+    def prefill_attention_time_s(self, done: np.ndarray, chunk: np.ndarray,
+                                 total: np.ndarray) -> float:
+        if done.size == 0:
+            return 0.0
+        f, b = self.flops_per_s, self.bytes_per_s
+        try:
+            self.flops_per_s, self.bytes_per_s = self._att_flops, self._att_bytes
+            t = RooflineStepCost.prefill_attention_time_s(self, done, chunk, total)  # type: ignore[arg-type]
+        finally:
+            self.flops_per_s, self.bytes_per_s = f, b
+        return t + self._att_fixed
+
+
+class EfficientRooflineStepCost(_EfficientLinear, RooflineStepCost):
+    """The roofline with achieved fractions, non-GEMM operators and per-layer attention
+    costs from :class:`hikv.params.RooflineEfficiency` (``roofline-eff``)."""
+
+    def __init__(self, cfg: Config, spec: MethodSpec,
+                 eff: RooflineEfficiency | None = None) -> None:
+        RooflineStepCost.__init__(self, cfg, spec)
+        self._init_eff(cfg, eff)
+
+    def decode_attention_time_s(self, x: np.ndarray, axis: int | None) -> np.ndarray:
+        ft, bt = self._decode_tables(int(x.max()))
+        return self._att_fixed + np.maximum(ft[x].sum(axis) / self._att_flops,
+                                            bt[x].sum(axis) / self._att_bytes)
+
+
+class EfficientAttentionModelStepCost(_EfficientLinear, AttentionModelStepCost):
+    """Decode attention from the attention cost model (the HiKV accelerator), linear layers,
+    non-GEMM operators and prefill attention as :class:`EfficientRooflineStepCost`
+    (``attention-model-eff``)."""
+
+    def __init__(self, cfg: Config, spec: MethodSpec,
+                 eff: RooflineEfficiency | None = None) -> None:
+        AttentionModelStepCost.__init__(self, cfg, spec)
+        self._init_eff(cfg, eff)
+
+
 #: Step-cost factories by name: ``factory(cfg, spec) -> StepCostModel``. A cost model in
 #: another module registers itself by adding its factory here when that module is imported.
 STEP_COST_MODELS: dict[str, Callable[[Config, MethodSpec], StepCostModel]] = {
     "roofline": RooflineStepCost,
     "attention-model": AttentionModelStepCost,
-    "roofline-eff": lambda cfg, spec: _efficient("roofline", cfg, spec),
-    "attention-model-eff": lambda cfg, spec: _efficient("attention-model", cfg, spec),
+    "roofline-eff": EfficientRooflineStepCost,
+    "attention-model-eff": EfficientAttentionModelStepCost,
 }
-
-
-def _efficient(kind: str, cfg: Config, spec: MethodSpec) -> StepCostModel:
-    """The roofline / attention-model step costs with measured efficiencies
-    (:mod:`hikv.sim.device`, which builds on this module: imported here, not at the top)."""
-    from .device import EfficientAttentionModelStepCost, EfficientRooflineStepCost
-
-    cls = EfficientRooflineStepCost if kind == "roofline" else EfficientAttentionModelStepCost
-    return cls(cfg, spec)
 
 
 #: The step-cost model the simulator, ``hikv serve`` and the report use unless told otherwise.

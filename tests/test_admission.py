@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from hikv.params import ParamError, SyntheticWorkload
-from hikv.presets import get_preset
-from hikv.presets import resolve_methods
+from hikv.presets import get_preset, resolve_methods
 from hikv.sim.scheduler import POLICIES, get_policy
 from hikv.sim.serving import kv_capacity_blocks, simulate
 from hikv.sim.workload import find_azure_trace, poisson_workload, read_azure_trace

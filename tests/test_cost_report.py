@@ -84,7 +84,7 @@ def _section(cfg, rep, **kw):
 
 
 def test_extra_sections_hook(monkeypatch):
-    monkeypatch.setitem(R.REPORT_SECTIONS, "serving", _section)
+    monkeypatch.setattr(R, "REPORT_SECTIONS", {"serving": _section})
     assert R.build_report(get_preset("tiny"), area=False).sections == ()
     rep = R.build_report(get_preset("tiny"), area=False, sections=True,
                          section_options={"serving": {"max_requests": 7}})

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from hikv.params import ParamError, RooflineEfficiency
-from hikv.presets import get_model_shape, get_preset
+from hikv.presets import get_model_shape, get_preset, resolve_methods
 from hikv.scripts.cli import main
 from hikv.sim.device import (
     DEVICES,
@@ -41,7 +41,6 @@ from hikv.sim.gpu_attention import (
     fit_attention,
     predict_measurement,
 )
-from hikv.presets import resolve_methods
 from hikv.sim.step_cost import IterationBatch, RooflineStepCost, StepCostBase
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from hikv.params import ParamError
-from hikv.presets import get_preset
+from hikv.presets import get_preset, resolve_methods
 from hikv.scripts.cli import main
-from hikv.presets import resolve_methods
 from hikv.sim.step_cost import AttentionModelStepCost, RooflineStepCost
 from hikv.sim.vidur_export import (
     VIDUR_ATTENTION_COLUMNS,
