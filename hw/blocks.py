@@ -97,3 +97,12 @@ BLOCKS["sorter_loader"] = Block(
     make="hikv.hw.sorter_loader:make_sorter_loader",
     regression="hikv.rtl_tests.loader_launch:run_chain_regression",
 )
+
+BLOCKS["scorer"] = Block(
+    name="scorer",
+    description="low-bit scoring unit: Stage I scores of b-bit keys as sorter keys "
+                "(model/lowbit.py)",
+    toplevel="hikv_scorer",
+    make="hikv.hw.scorer:make_scorer",
+    regression="hikv.rtl_tests.scorer_launch:run_regression",
+)

@@ -44,6 +44,7 @@ from hikv.params import Config, ParamError, ScorerParams, clog2
 
 from .scorer_timing import SCORER_STAGES, ScorerTiming
 from .sorter_compact import lanes_layout
+from .uops import uadd, uge, une, usub
 
 __all__ = ["ScorerGeometry", "Scorer", "make_scorer"]
 
@@ -128,6 +129,40 @@ class ScorerGeometry:
                               index_width=cfg.sorter.index_width)
 
 
+# Arithmetic helpers: every operator gets operands of its result's width (explicit sign
+# extension, a log shifter of fixed width, the padded adders of :mod:`hikv.hw.uops`), so the
+# Verilog lints clean under ``verilator -Wall`` (see uops for why).
+def _sext(x: Value, width: int) -> Value:
+    """The low ``width`` bits of ``x`` sign-extended (an unsigned view)."""
+    x = Value.cast(x)
+    if len(x) >= width:
+        return x[:width]
+    return Cat(x, x[-1].replicate(width - len(x)))
+
+
+def _sadd(a: Value, b: Value, width: int) -> Value:
+    """``a + b`` modulo ``2**width`` as ``signed(width)`` (exact when the sum fits)."""
+    return uadd(_sext(a, width), _sext(b, width))[:width].as_signed()
+
+
+def _neg(x: Value, width: int) -> Value:
+    """``-x`` modulo ``2**width`` (unsigned view)."""
+    return uadd(~_sext(x, width), 1)[:width]
+
+
+def _shl(m: Module, x: Value, s: Value, width: int, name: str) -> Value:
+    """``x << s`` modulo ``2**width``: a log shifter, one stage per bit of ``s``."""
+    cur = Signal(width, name=f"{name}_in")
+    m.d.comb += cur.eq(x)
+    for k in range(len(s)):
+        sh = 1 << k
+        moved = Const(0, width) if sh >= width else Cat(Const(0, sh), cur[:width - sh])
+        nxt = Signal(width, name=f"{name}_s{k}")
+        m.d.comb += nxt.eq(Mux(s[k], moved, cur))
+        cur = nxt
+    return cur
+
+
 def _tree_sum(m: Module, terms: list[Value], width: int, name: str) -> Signal:
     """Balanced adder tree of signed ``terms`` into a ``signed(width)`` signal."""
     level = 0
@@ -135,30 +170,30 @@ def _tree_sum(m: Module, terms: list[Value], width: int, name: str) -> Signal:
         nxt = []
         for j in range(0, len(terms) - 1, 2):
             s = Signal(signed(width), name=f"{name}_l{level}_{j // 2}")
-            m.d.comb += s.eq(terms[j] + terms[j + 1])
+            m.d.comb += s.eq(_sadd(terms[j], terms[j + 1], width))
             nxt.append(s)
         if len(terms) % 2:
             nxt.append(terms[-1])
         terms = nxt
         level += 1
     out = Signal(signed(width), name=name)
-    m.d.comb += out.eq(terms[0])
+    m.d.comb += out.eq(_sext(terms[0], width).as_signed())
     return out
 
 
-def _fp16_term(m: Module, pattern: Value, factor: Value, width: int, name: str) -> Signal:
-    """``fp16(pattern) * factor`` exactly, in units of 2**-24 (``factor`` signed)."""
+def _fp16_term(m: Module, pattern: Value, factor: Value, width: int, name: str) -> Value:
+    """``fp16(pattern) * factor`` exactly, in units of 2**-24, as ``signed(width)``."""
     exp = pattern[10:15]
     normal = exp.any()
     sig = Cat(pattern[:10], normal)                       # 11-bit significand M
     shift = Signal(5, name=f"{name}_shift")               # max(exp, 1) - 1
-    m.d.comb += shift.eq(Mux(normal, exp - 1, 0))
-    prod = Signal(signed(11 + len(factor) + 1), name=f"{name}_prod")
+    with m.If(normal):
+        m.d.comb += shift.eq(usub(exp, 1))
+    prod = Signal(signed(len(factor) + 12), name=f"{name}_prod")
     m.d.comb += prod.eq(factor * sig)
-    mag = Signal(signed(width), name=f"{name}_mag")
-    m.d.comb += mag.eq(prod << shift)
+    mag = _shl(m, _sext(prod, width), shift, width, f"{name}_shl")
     out = Signal(signed(width), name=name)
-    m.d.comb += out.eq(Mux(pattern[15], -mag, mag))
+    m.d.comb += out.eq(Mux(pattern[15], _neg(mag, width), mag))
     return out
 
 
@@ -176,25 +211,32 @@ def _round_fp16(m: Module, s: Value, name: str) -> Signal:
     infinity, zero to +0 (:func:`hikv.model.lowbit.round_fp16`)."""
     w = len(s)
     neg = s[-1]
-    mag = Signal(unsigned(w), name=f"{name}_abs")
-    m.d.comb += mag.eq(Mux(neg, -s, s))
+    mag = Signal(w, name=f"{name}_abs")
+    m.d.comb += mag.eq(Mux(neg, _neg(s, w), s.as_unsigned()))
     p = _leading_one(m, mag, f"{name}_lead")
     small = ~mag[11:].any()                               # |s| < 2**11: exact
-    sh = Signal(range(w), name=f"{name}_sh")              # p - 10 when not small
-    m.d.comb += sh.eq(Mux(small, 0, p - 10))
-    r = Signal(12, name=f"{name}_r")                      # 11 significant bits
-    m.d.comb += r.eq(mag >> sh)
-    one = Const(1, w + 1)
-    rem = Signal(w, name=f"{name}_rem")
-    m.d.comb += rem.eq(mag & ((one << sh) - 1))
-    half = Signal(w, name=f"{name}_half")
-    m.d.comb += half.eq((one << sh) >> 1)
+    sh1 = Signal(range(w), name=f"{name}_sh1")            # bits dropped below the guard
+    with m.If(~small):
+        m.d.comb += sh1.eq(usub(p, 11))
+    r12 = Signal(12, name=f"{name}_r12")                  # 11 kept bits and the guard bit
+    m.d.comb += r12.eq(mag >> sh1)
+    r12w = Signal(w, name=f"{name}_r12w")
+    m.d.comb += r12w.eq(r12)
+    back = _shl(m, r12w, sh1, w, f"{name}_back")
+    sticky = une(back, mag)                               # a one below the guard bit
     up = Signal(name=f"{name}_up")
-    m.d.comb += up.eq(~small & ((rem > half) | ((rem == half) & r[0])))
-    wide = Signal(range(((w + 1) << 10) + 4096), name=f"{name}_wide")
-    m.d.comb += wide.eq(Cat(Const(0, 10), sh) + r + up)
+    m.d.comb += up.eq(~small & r12[0] & (sticky | r12[1]))
+    # kept bits 1.mant, exponent field sh1 + 2: the pattern is a concatenation; a carry
+    # out of the rounding increments the exponent
+    wide = Signal(len(sh1) + 12, name=f"{name}_wide")
+    m.d.comb += wide.eq(uadd(Cat(r12[1:11], uadd(sh1, 2)), up))
     bits = Signal(15, name=f"{name}_bits")
-    m.d.comb += bits.eq(Mux(small, mag[:11], Mux(wide >= _FP16_INF, _FP16_INF, wide)))
+    with m.If(small):
+        m.d.comb += bits.eq(mag[:11])
+    with m.Elif(uge(wide, _FP16_INF)):
+        m.d.comb += bits.eq(_FP16_INF)
+    with m.Else():
+        m.d.comb += bits.eq(wide[:15])
     out = Signal(16, name=name)
     m.d.comb += out.eq(Cat(bits, neg & bits.any()))
     return out
@@ -253,7 +295,7 @@ class Scorer(wiring.Component):
         qsum_next = _tree_sum(m, [self.cfg.payload.query[j] for j in range(d)],
                               g.qsum_width, "qsum_cfg")
         with m.If(take):
-            m.d.sync += nxt.eq(nxt + lanes)
+            m.d.sync += nxt.eq(uadd(nxt, lanes)[:iw])
             with m.If(self.i.payload.last):
                 m.d.sync += active.eq(0)
         with m.If(self.cfg.valid & self.cfg.ready):
@@ -289,7 +331,7 @@ class Scorer(wiring.Component):
             a = _fp16_term(m, s1_step[j], s1_dot[j], g.score_width - 1, f"step_term{j}")
             b = _fp16_term(m, s1_lo[j], s1_qsum, g.score_width - 1, f"lo_term{j}")
             with m.If(adv):
-                m.d.sync += s2_score[j].eq(a + b)
+                m.d.sync += s2_score[j].eq(_sadd(a, b, g.score_width))
         with m.If(adv):
             m.d.sync += [v[1].eq(v[0]), s2_ctl.eq(s1_ctl)]
 
@@ -314,7 +356,7 @@ class Scorer(wiring.Component):
         ]
         for j in range(lanes):
             m.d.comb += [self.o.payload.lanes[j].key.eq(out_key[j]),
-                         self.o.payload.lanes[j].index.eq((base + j)[:iw])]
+                         self.o.payload.lanes[j].index.eq(uadd(base, j)[:iw])]
         return m
 
 
