@@ -106,3 +106,12 @@ BLOCKS["scorer"] = Block(
     make="hikv.hw.scorer:make_scorer",
     regression="hikv.rtl_tests.scorer_launch:run_regression",
 )
+
+BLOCKS["scorer_sorter"] = Block(
+    name="scorer_sorter",
+    description="scoring unit chained into the sorter's Stage I: stored low-bit keys -> "
+                "selected token indices",
+    toplevel="hikv_scorer_sorter",
+    make="hikv.hw.scorer_sorter:make_scorer_sorter",
+    regression="hikv.rtl_tests.scorer_launch:run_chain_regression",
+)

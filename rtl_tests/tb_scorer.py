@@ -204,3 +204,103 @@ async def regression(dut: Any) -> None:
             json.dump(summary, f, indent=1)
     assert not failures, "\n".join(failures[:5])
     assert not cycle_failures, "\n".join(cycle_failures[:5])
+
+
+@cocotb.test()
+async def chain(dut: Any) -> None:
+    """``scorer_sorter``: random and adversarial scoring jobs, each a sorter Stage I job with a
+    random ``k``; the selection must be :func:`~hikv.model.sorter_ref.stage1_topk` of the
+    reference keys, the cycles ``chain_cycles(n, k)`` without backpressure."""
+    from hikv.hw.scorer_sorter import chain_cycles
+    from hikv.model.sorter_ref import stage1_topk
+    from hikv.rtl_tests.scorer_jobs import expected_keys
+    from hikv.rtl_tests.sorter_jobs import STAGE1, BeatCodec, SorterJob
+
+    conf = json.loads(os.environ[ENV])
+    cfg = config_from_json(conf["config"])
+    seed = int(conf["seed"])
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    codec = ScorerCodec(cfg)
+    scodec = BeatCodec(cfg.sorter)
+    qcfg, scfg, inp = StreamSource(dut, "qcfg"), StreamSource(dut, "scfg"), StreamSource(dut, "i")
+    out = StreamSink(dut, "o")
+    Clock(dut.clk, 10, unit="ns").start()
+    edge, ro = RisingEdge(dut.clk), ReadOnly()
+    dut.rst.value = 1
+    for s in (qcfg, scfg, inp):
+        s.drive()
+    out.drive()
+    for _ in range(2):
+        await edge
+    dut.rst.value = 0
+    t0 = time.time()
+    failures: list[str] = []
+    cycle_failures: list[str] = []
+    checks = cycles_total = 0
+    examples = []
+    n_jobs = int(conf["jobs"])
+    for i in range(n_jobs):
+        kind = JOB_KINDS[i % len(JOB_KINDS)]
+        job = make_job(cfg, nrng, kind, n=int(nrng.integers(1, cfg.sorter.max_n + 1)))
+        k = int(nrng.integers(1, min(cfg.sorter.max_k, job.n) + 1))
+        keys = expected_keys(cfg, job)
+        labels = list(range(job.first, job.first + job.n))
+        want = [(int(a), int(b)) for a, b in stage1_topk(keys, labels, k)]
+        timed = i % 3 == 0
+        pats = [Pattern("always" if timed else rng.choice(PATTERNS), rng) for _ in range(2)]
+        qcfg.pattern = scfg.pattern = inp.pattern = pats[0]
+        out.pattern = pats[1]
+        qcfg.queue.append(codec.config(job))
+        scfg.queue.append(scodec.config(SorterJob(STAGE1, k, (tuple(keys),), tuple(labels))))
+        inp.queue.extend(codec.inputs(job))
+        got: list[tuple[int, int]] = []
+        first = None
+        cyc = 0
+        while True:
+            await edge
+            cyc += 1
+            for s in (qcfg, scfg, inp):
+                s.drive()
+            out.drive()
+            await ro
+            qcfg.sample()
+            scfg.sample()
+            if inp.sample() and first is None:
+                first = cyc
+            beat = out.sample()
+            if int(dut.sorter_error.value):
+                failures.append(f"seed {seed} job {i}: sorter error")
+                break
+            if beat is not None:
+                items, is_last, _ = scodec.unpack(beat)
+                got.extend(items)
+                if is_last:
+                    break
+            if cyc > 100 * job.n + 1000:
+                failures.append(f"seed {seed} job {i}: hangs ({len(got)} items out)")
+                break
+        if got != want:
+            failures.append(f"seed {seed} job {i} ({_describe(job)} k={k}): got {got}, "
+                            f"want {want}")
+        if timed and first is not None:
+            checks += 1
+            cycles = cyc - first + 1
+            formula = chain_cycles(cfg, job.n, k)
+            cycles_total += cycles
+            if len(examples) < 4:
+                examples.append({"n": job.n, "k": k, "cycles": cycles, "formula": formula})
+            if cycles != formula:
+                cycle_failures.append(f"seed {seed} job {i} n={job.n} k={k}: {cycles} cycles, "
+                                      f"contract {formula}")
+        if failures and len(failures) > 10:
+            break
+    summary = {"jobs": n_jobs, "cycle_checks": checks, "examples": examples,
+               "n_failures": len(failures), "failures": failures[:10],
+               "n_cycle_failures": len(cycle_failures), "cycle_failures": cycle_failures[:10],
+               "wall_s": time.time() - t0}
+    if conf.get("result"):
+        with open(conf["result"], "w") as f:
+            json.dump(summary, f, indent=1)
+    assert not failures, "\n".join(failures[:5])
+    assert not cycle_failures, "\n".join(cycle_failures[:5])

@@ -41,6 +41,15 @@ def test_scorer_regression_tiny(bits):
     assert rep.metrics["cycle_checks"]["batch"] > 10, rep.metrics["cycle_checks"]
 
 
+def test_scorer_sorter_chain_tiny():
+    """The scoring unit chained into the sorter: Stage I selections of the reference keys,
+    cycles == sorter Stage I cycles + the scorer's latency."""
+    rep = get_block("scorer_sorter").run_regression(get_preset("tiny"), seed=SEED)
+    print("\n".join(rep.lines))
+    assert rep.passed, f"preset=tiny seed={SEED}\n" + "\n".join(rep.lines)
+    assert rep.metrics["cycle_checks"] >= 90, rep.metrics
+
+
 @pytest.mark.parametrize("preset", ["tiny", "default"])
 def test_scorer_verilog_lints_clean(preset):
     setup_environ()
