@@ -192,3 +192,34 @@ def test_reference_selects_what_the_golden_scorer_selects(bits):
 def _boundary_tie(keys: torch.Tensor, k: int) -> bool:
     s = torch.sort(keys, descending=True).values
     return bool(s[k - 1] == s[k])
+
+
+def _lowbit_via_reference(k: torch.Tensor, bits: int) -> torch.Tensor:
+    """The integrator's swap for ``model/methods.py``'s ``_lowbit``: the reference's
+    quantiser (``torch.from_numpy(lowbit.dequantise(*lowbit.quantise_keys(k.numpy(), b)))``)."""
+    return torch.from_numpy(LB.dequantise(*LB.quantise_keys(k.numpy(), bits)))
+
+
+def test_golden_model_unchanged_when_its_quantiser_is_the_reference(monkeypatch):
+    """Swapping the golden model's quantiser for model/lowbit.py's leaves a HiKV query-aware
+    decode (4-bit scorer, GQA-3, the default preset's shape) bit-identical."""
+    from hikv.model import methods
+
+    cfg = get_preset("default")
+    pol = dataclasses.replace(cfg.policy, budget=48, sinks=4, recent=8,
+                              scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4)
+    g = torch.Generator().manual_seed(21)
+    hq, hkv, d = cfg.model.q_heads, cfg.model.kv_heads, cfg.layout.head_dim
+    q, k, v = (torch.randn(h, 140, d, generator=g) for h in (hq, hkv, hkv))
+
+    def run():
+        cache = make_cache(MethodSpec.for_hikv(pol), cfg)
+        outs = [cache.prefill(q[:, :120], k[:, :120], v[:, :120])]
+        for t in range(120, 140):
+            outs.append(cache.decode(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1])[0])
+        return torch.cat(outs, 1)
+
+    ref = run()
+    monkeypatch.setattr(methods, "_lowbit", _lowbit_via_reference)
+    swapped = run()
+    assert torch.equal(ref, swapped), "seed 21: the swap changed the golden model's output"
