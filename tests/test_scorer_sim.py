@@ -114,3 +114,15 @@ def test_geometry_rejects_bad_widths():
         ScorerTiming(p).cycles(0)
     with pytest.raises(TypeError, match="ScorerGeometry"):
         Scorer(p)
+
+
+def test_chain_needs_equal_lanes():
+    from hikv.hw.scorer_sorter import ScorerSorter, chain_cycles
+    from hikv.hw.sorter_timing import SorterTiming
+
+    cfg = _cfg(4, lanes=2)
+    with pytest.raises(ParamError, match="scorer.lanes = 2 must equal sorter.lanes = 4"):
+        ScorerSorter(cfg)
+    tiny = get_preset("tiny")
+    assert chain_cycles(tiny, 30, 5) == (SorterTiming.from_params(tiny.sorter)
+                                         .stage1_cycles(30, 5) + 3)
