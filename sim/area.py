@@ -73,8 +73,9 @@ DEFAULT_SRAM_MIN_BITS = 4096
 #: ``sorter_loader`` (the sorter chained into one loader, for verification) is the same logic
 #: as one sorter plus one loader and is never counted beside them.
 HIKV_BLOCKS = ("sorter", "loader")
-#: registered blocks that compose others (never part of the overhead)
-COMPOSITE_BLOCKS = ("sorter_loader",)
+#: registered blocks that compose others (never part of the overhead): ``scorer_sorter`` is
+#: the low-bit scoring unit chained into the sorter (``scorer`` is counted on its own)
+COMPOSITE_BLOCKS = ("sorter_loader", "scorer_sorter")
 
 
 class SynthError(RuntimeError):
@@ -413,8 +414,8 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] = HIKV_BLOCKS,
 
     both = [b for b in blocks if b in COMPOSITE_BLOCKS]
     if both:
-        raise ParamError(f"blocks = {blocks!r}: {both} compose the sorter and the loader and "
-                         "would count them twice; allowed: the sorter and loader alone")
+        raise ParamError(f"blocks = {blocks!r}: {both} compose other blocks and would count "
+                         "them twice; allowed: the sorter, loader and scorer alone")
     a = cfg.accel
     t = a.tech_nm
     mac = unit_synth("mac_lane", cfg, sram_min_bits)

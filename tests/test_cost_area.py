@@ -227,3 +227,14 @@ def test_chained_sorter_loader_is_never_counted_beside_its_parts(monkeypatch):
     assert [i.name for i in ar.hikv if "." not in i.name] == ["sorter", "loader"]
     assert [i.count for i in ar.hikv if "." not in i.name] == [1, A.loader_instances(
         get_preset("tiny"))]
+
+
+def test_scorer_sorter_chain_is_composite():
+    """The scoring unit chained into the sorter is a verification top: asking for it next to
+    its parts is refused like ``sorter_loader``."""
+    from hikv.hw import blocks
+
+    assert {"scorer", "scorer_sorter"} <= set(blocks.BLOCKS)
+    assert "scorer_sorter" in A.COMPOSITE_BLOCKS and "scorer" not in A.COMPOSITE_BLOCKS
+    with pytest.raises(ParamError, match="count them twice"):
+        A.accelerator_area(get_preset("tiny"), blocks=("sorter", "scorer_sorter"))
