@@ -32,8 +32,8 @@ CHAIN_TOPLEVEL = "hikv_scorer_sorter"
 
 
 def default_jobs(cfg: Config) -> int:
-    """Jobs when none are asked for: 2,000 on ``tiny`` (CI), 50 otherwise."""
-    return 2000 if cfg.name == "tiny" else 50
+    """Jobs when none are asked for: 1,000 on ``tiny`` (CI), 50 otherwise."""
+    return 1000 if cfg.name == "tiny" else 50
 
 
 def scorer_verilog(cfg: Config, *, chain: bool = False) -> str:

@@ -30,15 +30,15 @@ def _tiny(bits: int):
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_scorer_regression_tiny(bits):
-    """>= 2,000 jobs (random, raw fp16 metadata, extreme scales, all-zero keys, saturation)
+    """>= 1,000 jobs (random, raw fp16 metadata, extreme scales, all-zero keys, saturation)
     with random valid/ready, zero mismatches, cycles == the timing contract."""
     rep = get_block("scorer").run_regression(_tiny(bits), seed=SEED)
     print("\n".join(rep.lines))
     assert rep.passed, f"preset=tiny bits={bits} seed={SEED}\n" + "\n".join(rep.lines)
     stats = rep.metrics["stats"]
-    assert sum(stats.values()) >= 2000 and min(stats.values()) >= 300, stats
-    assert rep.metrics["cycle_checks"]["single"] > 500, rep.metrics["cycle_checks"]
-    assert rep.metrics["cycle_checks"]["batch"] > 10, rep.metrics["cycle_checks"]
+    assert sum(stats.values()) >= 1000 and min(stats.values()) >= 200, stats
+    assert rep.metrics["cycle_checks"]["single"] > 300, rep.metrics["cycle_checks"]
+    assert rep.metrics["cycle_checks"]["batch"] >= 25, rep.metrics["cycle_checks"]
 
 
 def test_scorer_sorter_chain_tiny():
