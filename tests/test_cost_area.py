@@ -116,6 +116,51 @@ def test_synthesis_macros_cache_and_cell_sums(monkeypatch):
         A.synthesize(v, "memdesign", sram_min_bits=0)
 
 
+class _WriteOnlyDatapath(wiring.Component):
+    """A 16 x 16-bit multiplier whose product only feeds a 64 x 16 memory's write port
+    (``to_macro``), or the same multiplier driving an output (``to_macro=False``)."""
+
+    a: In(16)
+    b: In(16)
+    we: In(1)
+    wa: In(6)
+    ra: In(6)
+    rd: Out(16)
+
+    def __init__(self, to_macro: bool = True):
+        self.to_macro = to_macro
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        prod = Signal(16)
+        m.d.comb += prod.eq(self.a * self.b)
+        if not self.to_macro:
+            m.d.comb += self.rd.eq(prod)
+            return m
+        m.submodules.mem = mem = Memory(shape=16, depth=64, init=[])
+        wp, rp = mem.write_port(), mem.read_port()
+        m.d.comb += [wp.en.eq(self.we), wp.addr.eq(self.wa), wp.data.eq(prod),
+                     rp.addr.eq(self.ra), self.rd.eq(rp.data)]
+        return m
+
+
+def test_logic_that_only_feeds_a_macro_keeps_its_area():
+    """Issue 13 item 0: the write data, address and enable of an SRAM macro are kept as
+    outputs, so a datapath whose only load is the macro's write port is not optimised away
+    (Yosys' ``expose`` skips private ``$``-named wires: they are renamed first)."""
+    cells_or_skip()
+    alone = A.synthesize(to_verilog(_WriteOnlyDatapath(to_macro=False), "mulout"), "mulout")
+    feeding = A.synthesize(to_verilog(_WriteOnlyDatapath(), "mulmem"), "mulmem",
+                           sram_min_bits=1024)
+    assert [(mm.width, mm.depth) for mm in feeding.macros] == [(16, 64)]
+    # a 16-bit multiplier is hundreds of NAND2 equivalents; the macro version holds it all
+    assert alone.nand2_equivalents > 300
+    assert feeding.nand2_equivalents >= 0.9 * alone.nand2_equivalents, (
+        f"multiplier feeding a macro: {feeding.nand2_equivalents:.0f} NAND2 eq., "
+        f"alone: {alone.nand2_equivalents:.0f}")
+
+
 class _TinyBlock(wiring.Component):
     """Stands in for a registered HiKV block: a 16-bit counter."""
 
@@ -182,3 +227,14 @@ def test_chained_sorter_loader_is_never_counted_beside_its_parts(monkeypatch):
     assert [i.name for i in ar.hikv if "." not in i.name] == ["sorter", "loader"]
     assert [i.count for i in ar.hikv if "." not in i.name] == [1, A.loader_instances(
         get_preset("tiny"))]
+
+
+def test_scorer_sorter_chain_is_composite():
+    """The scoring unit chained into the sorter is a verification top: asking for it next to
+    its parts is refused like ``sorter_loader``."""
+    from hikv.hw import blocks
+
+    assert {"scorer", "scorer_sorter"} <= set(blocks.BLOCKS)
+    assert "scorer_sorter" in A.COMPOSITE_BLOCKS and "scorer" not in A.COMPOSITE_BLOCKS
+    with pytest.raises(ParamError, match="count them twice"):
+        A.accelerator_area(get_preset("tiny"), blocks=("sorter", "scorer_sorter"))

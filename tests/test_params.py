@@ -112,7 +112,8 @@ def test_every_field_has_a_rejection_test():
     covered = {(c, n) for c, n, _, _ in REJECTED}
     structural = {(Config, "name"), (Config, "layout"), (Config, "policy"), (Config, "sorter"),
                   (Config, "loader"), (Config, "accel"), (Config, "model"),
-                  (Config, "serving")}   # ServingParams: tests/test_serving_params.py
+                  (Config, "serving"),   # ServingParams: tests/test_serving_params.py
+                  (Config, "scorer")}    # ScorerParams: tests/test_scorer_ref.py
     for cls in (KVLayout, Stage2Rule, HiKVPolicy, SorterParams, LoaderParams,
                 AcceleratorParams, ModelShape, MethodSpec, Config):
         for f in dataclasses.fields(cls):

@@ -1,0 +1,159 @@
+"""Build and run the scoring unit's cocotb regression: the machinery behind ``hikv rtl --block
+scorer`` and the pytest launcher (rtl_tests/test_scorer_rtl.py).
+
+The Verilog of a configuration is cached under ``$HIKV_CACHE/verilog`` (keyed by the
+configuration, the RTL sources and the Amaranth version); Verilator builds are cached by
+:func:`hikv.toolchain.run_cocotb`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hikv.params import Config, ParamError, config_to_json, to_dict
+from hikv.toolchain import cache_dir, run_cocotb, text_hash
+
+from .report import RtlReport
+
+__all__ = ["TOPLEVEL", "default_jobs", "scorer_verilog", "run_regression",
+           "run_chain_regression"]
+
+TOPLEVEL = "hikv_scorer"
+TB_MODULE = "hikv.rtl_tests.tb_scorer"
+ENV = "HIKV_TB_CONFIG"
+_HW = Path(__file__).resolve().parent.parent / "hw"
+_SOURCES = ("scorer.py", "scorer_timing.py", "sorter_compact.py", "uops.py", "verilog.py")
+_CHAIN_SOURCES = ("scorer_sorter.py", "sorter.py", "sorter_net.py", "sorter_merge.py",
+                  "sorter_queue.py", "sorter_timing.py")
+CHAIN_TOPLEVEL = "hikv_scorer_sorter"
+
+
+def default_jobs(cfg: Config) -> int:
+    """Jobs when none are asked for: 1,000 on ``tiny`` (CI), 50 otherwise."""
+    return 1000 if cfg.name == "tiny" else 50
+
+
+def scorer_verilog(cfg: Config, *, chain: bool = False) -> str:
+    """Verilog of the scoring unit of ``cfg`` (module ``hikv_scorer``), or with ``chain`` of
+    the scoring unit chained into the sorter (``hikv_scorer_sorter``); cached on disk."""
+    import amaranth
+
+    dims = [to_dict(cfg.scorer), to_dict(cfg.sorter), cfg.layout.head_dim,
+            cfg.policy.lowbit_bits, chain]
+    sources = _SOURCES + (_CHAIN_SOURCES if chain else ())
+    key = text_hash(json.dumps(dims, sort_keys=True), amaranth.__version__,
+                    *[(_HW / f).read_text() for f in sources])
+    path = cache_dir() / "verilog" / f"scorer{'-chain' if chain else ''}-{key}.v"
+    if path.exists():
+        return path.read_text()
+    from hikv.hw.scorer import make_scorer
+    from hikv.hw.scorer_sorter import make_scorer_sorter
+    from hikv.hw.verilog import to_verilog
+
+    text = to_verilog(make_scorer_sorter(cfg), CHAIN_TOPLEVEL) if chain else to_verilog(
+        make_scorer(cfg), TOPLEVEL)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return text
+
+
+def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bool = False,
+                   simulator: str = "verilator") -> RtlReport:
+    """Randomized and adversarial regression of the scoring unit of ``cfg`` against
+    :mod:`hikv.model.lowbit`, cycles against :mod:`hikv.hw.scorer_timing`."""
+    jobs = default_jobs(cfg) if jobs is None else jobs
+    if jobs < 0:
+        raise ParamError(f"jobs = {jobs} is out of range: allowed >= 0")
+    if simulator not in ("verilator", "icarus"):
+        raise ParamError(f"simulator = {simulator!r}: allowed 'verilator' or 'icarus'")
+    run_dir = cache_dir() / "runs" / f"scorer-{cfg.name}-s{seed}-{os.getpid()}-{time.time_ns()}"
+    run_dir.mkdir(parents=True)
+    result = run_dir / "result.json"
+    env = {ENV: json.dumps({"config": config_to_json(cfg, indent=None), "result": str(result),
+                            "seed": seed, "jobs": jobs})}
+    bits = cfg.policy.lowbit_bits
+    run = run_cocotb(verilog=scorer_verilog(cfg), toplevel=TOPLEVEL, test_module=TB_MODULE,
+                     build_key=f"scorer-{cfg.name}-b{bits}", extra_env=env, seed=seed,
+                     testcase="regression", waves=waves, simulator=simulator,
+                     test_dir=run_dir,
+                     rewrite_files=[str(Path(__file__).with_name("tb_scorer.py"))])
+    data: dict[str, Any] = json.loads(result.read_text()) if result.exists() else {}
+    passed = bool(run.passed and data and data["n_failures"] == 0
+                  and data["n_cycle_failures"] == 0)
+    lines = []
+    if data:
+        st, ck = data["stats"], data["cycle_checks"]
+        lines.append(f"scorer {cfg.name} (L={cfg.scorer.lanes}, b={bits}, "
+                     f"d={cfg.layout.head_dim}): {data['jobs']} jobs "
+                     f"({', '.join(f'{k} {v}' for k, v in st.items())}) + back-to-back "
+                     f"batches + a reset mid-job")
+        lines.append(f"cycles == contract for {ck['single']} single jobs and {ck['batch']} "
+                     f"back-to-back batches without backpressure")
+        for ex in data["examples"][:3]:
+            lines.append(f"  n={ex['n']}: {ex['cycles']} cycles measured, contract "
+                         f"{ex['formula']}")
+        lines.append(f"mismatches: {data['n_failures']}, cycle mismatches: "
+                     f"{data['n_cycle_failures']}; {data['sim_cycles']} simulated cycles in "
+                     f"{data['wall_s']:.1f} s")
+        for f in data["failures"][:3] + data["cycle_failures"][:3]:
+            lines.append(f"  FAIL {f[:400]}")
+    else:
+        lines.append("the testbench wrote no summary (see the cocotb log above)")
+    if not passed:
+        lines.append("FAILED")
+    return RtlReport(block="scorer", preset=cfg.name, seed=seed, jobs=jobs, passed=passed,
+                     lines=tuple(lines), metrics={k: data.get(k) for k in (
+                         "stats", "cycle_checks", "examples", "measurements", "latency",
+                         "sim_cycles", "wall_s")} | {"build_dir": str(run.build_dir)},
+                     waves=run.waves)
+
+
+def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
+                         waves: bool = False, simulator: str = "verilator") -> RtlReport:
+    """``scorer_sorter``: scoring jobs chained into sorter Stage I jobs, the selection against
+    :func:`hikv.model.sorter_ref.stage1_topk` of the reference keys, cycles against
+    :func:`hikv.hw.scorer_sorter.chain_cycles` (300 jobs on ``tiny``, 20 otherwise)."""
+    jobs = (300 if cfg.name == "tiny" else 20) if jobs is None else jobs
+    if jobs < 0:
+        raise ParamError(f"jobs = {jobs} is out of range: allowed >= 0")
+    run_dir = (cache_dir() / "runs"
+               / f"scorer-chain-{cfg.name}-s{seed}-{os.getpid()}-{time.time_ns()}")
+    run_dir.mkdir(parents=True)
+    result = run_dir / "result.json"
+    env = {ENV: json.dumps({"config": config_to_json(cfg, indent=None), "result": str(result),
+                            "seed": seed, "jobs": jobs})}
+    run = run_cocotb(verilog=scorer_verilog(cfg, chain=True), toplevel=CHAIN_TOPLEVEL,
+                     test_module=TB_MODULE,
+                     build_key=f"scorer-chain-{cfg.name}-b{cfg.policy.lowbit_bits}",
+                     extra_env=env, seed=seed, testcase="chain", waves=waves,
+                     simulator=simulator, test_dir=run_dir,
+                     rewrite_files=[str(Path(__file__).with_name("tb_scorer.py"))])
+    data: dict[str, Any] = json.loads(result.read_text()) if result.exists() else {}
+    passed = bool(run.passed and data and data["n_failures"] == 0
+                  and data["n_cycle_failures"] == 0)
+    lines = []
+    if data:
+        lines.append(f"scorer_sorter {cfg.name} (L = P = {cfg.sorter.lanes}): {data['jobs']} "
+                     f"Stage I jobs, cycles == contract for {data['cycle_checks']} without "
+                     "backpressure")
+        for ex in data["examples"][:3]:
+            lines.append(f"  n={ex['n']} k={ex['k']}: {ex['cycles']} cycles measured, "
+                         f"contract {ex['formula']}")
+        lines.append(f"mismatches: {data['n_failures']}, cycle mismatches: "
+                     f"{data['n_cycle_failures']}; {data['wall_s']:.1f} s")
+        for f in data["failures"][:3] + data["cycle_failures"][:3]:
+            lines.append(f"  FAIL {f[:400]}")
+    else:
+        lines.append("the testbench wrote no summary (see the cocotb log above)")
+    if not passed:
+        lines.append("FAILED")
+    return RtlReport(block="scorer_sorter", preset=cfg.name, seed=seed, jobs=jobs,
+                     passed=passed, lines=tuple(lines),
+                     metrics={k: data.get(k) for k in ("cycle_checks", "examples", "wall_s")},
+                     waves=run.waves)
