@@ -427,9 +427,9 @@ SEED_SUITES: dict[str, SeedSuite] = {s.name: s for s in (
     SeedSuite(name="seed-gemma", model="gemma3-270m", lengths=(8192, 16384),
               budgets=("N/32", "N/16", "N/8", "N/4", "256", "512")),
     # CI: the tiny random model of the tests (every code path, minutes -> seconds)
-    SeedSuite(name="seed-smoke", model="", lengths=(320,), tasks=("passkey", "niah_single"),
-              trials=2, families=("h2o", "snapkv", "hikv-evict"), budgets=("N/8", "64"),
-              ppl_windows=1, ppl_decode=24),
+    SeedSuite(name="seed-smoke", model="", lengths=(1024,), tasks=("passkey", "niah_single"),
+              trials=1, families=("snapkv", "hikv-evict"), budgets=("N/16", "128"),
+              ppl_windows=1, ppl_decode=8),
 )}
 
 
