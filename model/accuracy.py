@@ -34,7 +34,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +56,7 @@ from hikv.params import (
 
 from . import tasks as T
 from .layout import ByteAccount
-from .lm import LM, Sequence, prefill, step
+from .lm import LM, Sequence, adopt_prefill, prefill, step
 
 __all__ = [
     "parse_method",
@@ -240,6 +240,34 @@ def _cap_batch(lm: LM, batch: int, tokens: int) -> int:
     return max(1, min(batch, KV_MEMORY_BYTES // max(1, per_seq)))
 
 
+def _shared_prefill(lm: LM, specs: Seq[MethodSpec], cfg: Config, ctx: Seq[int], cap: int,
+                    share: bool = True
+                    ) -> Iterator[tuple[list[int], list[Sequence], torch.Tensor]]:
+    """``(spec indices, fresh sequences after the prompt, prompt logits)`` per batch of at
+    most ``cap`` specs. The prompt runs through the model once: the first batch's pass also
+    records what the later batches' caches need (:func:`hikv.model.lm.adopt_prefill`), so
+    every method of a trial starts from the same single prefill (``share=False``: one pass
+    per batch, the same states)."""
+    chunks = _batches(list(range(len(specs))), cap)
+    pending: list[Sequence | None] = [Sequence(lm, sp, cfg) for sp in specs]
+    record = None
+    for chunk in chunks:
+        seqs = [pending[i] for i in chunk]
+        assert all(x is not None for x in seqs)
+        ready: list[Sequence] = seqs  # type: ignore[assignment]
+        if record is None or not share:
+            later = [x for x in pending if x is not None] if share and len(chunks) > 1 \
+                else None
+            logits = prefill(lm, ready, ctx, record_for=later)
+            record = lm.last_prefill
+        else:
+            logits = adopt_prefill(lm, ready, record)
+        yield chunk, ready, logits
+        for i in chunk:
+            pending[i] = None
+    lm.last_prefill = None
+
+
 def _eta(t0: float, done: float, total: float) -> str:
     el = time.perf_counter() - t0
     if done <= 0:
@@ -256,7 +284,8 @@ def _bytes_row(total: ByteAccount, steps: int, units: int) -> dict[str, float]:
 
 # =========================================================================== perplexity
 def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int]],
-               prefix: int, *, batch: int = 64, log: Log = _quiet) -> list[dict[str, Any]]:
+               prefix: int, *, batch: int = 64, log: Log = _quiet,
+               share_prefill: bool = True) -> list[dict[str, Any]]:
     """Teacher-forced perplexity of each spec over ``windows`` (see the module docstring).
 
     Returns one row per spec: ``ppl``, ``nll`` (mean, nats), ``tokens``, ``ppl_w<i>`` per
@@ -281,10 +310,9 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
     t0 = time.perf_counter()
     batch = _cap_batch(lm, batch, max(len(w) for w in windows))
     for wi, ids in enumerate(windows):
-        for chunk in _batches(list(range(len(specs))), batch):
-            seqs = [Sequence(lm, specs[i], cfg) for i in chunk]
+        for chunk, seqs, _ in _shared_prefill(lm, specs, cfg, ids[:prefix], batch,
+                                              share_prefill):
             units = seqs[0].units
-            prefill(lm, seqs, ids[:prefix])
             n_dec = len(ids) - 1 - prefix
             for t in range(prefix, len(ids) - 1):
                 lg = step(lm, seqs, [ids[t]] * len(seqs))
@@ -468,9 +496,7 @@ def passkey(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, lengths: Seq[int],
             feed = feed + case.answer[:-1]
             first_ans = len(feed) - len(case.answer)
             cap = _cap_batch(lm, batch, case.length)
-            for chunk in _batches(list(range(len(specs))), cap):
-                seqs = [Sequence(lm, specs[i], cfg) for i in chunk]
-                prefill(lm, seqs, ctx)
+            for chunk, seqs, _ in _shared_prefill(lm, specs, cfg, ctx, cap):
                 ok = [True] * len(chunk)
                 lp = [0.0] * len(chunk)
                 for j, tok in enumerate(feed):
@@ -505,16 +531,16 @@ Progress = Callable[[int], None]
 
 
 def _generate(lm: LM, specs: Seq[MethodSpec], cfg: Config, ctx: Seq[int], feed: Seq[int],
-              references: Seq[str], max_new: int, batch: int) -> list[list[int]]:
+              references: Seq[str], max_new: int, batch: int, share: bool = True
+              ) -> list[list[int]]:
     """Greedy answers of every spec: one prefill of ``ctx`` shared by each batch of specs,
     ``feed`` through decode, then up to ``max_new`` generated tokens per spec (stopping at end
     of sequence or once every reference appears, after which the score cannot change)."""
     eos = getattr(lm.tokenizer, "eos_token_id", None)
     outs: list[list[int]] = [[] for _ in specs]
     cap = _cap_batch(lm, batch, len(ctx) + len(feed) + max_new)
-    for chunk in _batches(list(range(len(specs))), cap):
-        seqs = [Sequence(lm, specs[i], cfg) for i in chunk]
-        logits = prefill(lm, seqs, ctx)[None].expand(len(seqs), -1)
+    for chunk, seqs, first in _shared_prefill(lm, specs, cfg, ctx, cap, share):
+        logits = first[None].expand(len(seqs), -1)
         for tok in feed:
             logits = step(lm, seqs, [tok] * len(seqs))
         active = list(range(len(chunk)))
@@ -532,8 +558,8 @@ def _generate(lm: LM, specs: Seq[MethodSpec], cfg: Config, ctx: Seq[int], feed: 
 
 def task_accuracy(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, task: str, length: int,
                   trials: int, protocol: str, seed: int = 0, words: Seq[str] = (),
-                  batch: int = 64, log: Log = _quiet, progress: Progress | None = None
-                  ) -> list[dict[str, Any]]:
+                  batch: int = 64, log: Log = _quiet, progress: Progress | None = None,
+                  share_prefill: bool = True) -> list[dict[str, Any]]:
     """Accuracy of each spec on ``trials`` cases of ``task`` (:mod:`hikv.model.tasks`) at
     ``length`` tokens under ``protocol`` (:func:`split_prompt`).
 
@@ -544,7 +570,9 @@ def task_accuracy(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, task: str, len
     ``protocol``, ``length``, ``trials``, ``score_sum``, ``correct`` (trials scoring 1),
     ``accuracy`` (mean score), ``ci_low`` / ``ci_high`` (95 % Wilson interval),
     ``prompt_tokens`` (mean), ``scores`` (per trial) and ``sample`` (trial 0's answer of the
-    spec). ``progress(1)`` is called after every trial.
+    spec). ``progress(1)`` is called after every trial. Each trial's prompt runs through the
+    model once for all specs, however many batches they take (``share_prefill``; see
+    :func:`hikv.model.lm.adopt_prefill`).
     """
     proto = protocol_name(protocol)
     if trials < 1:
@@ -559,7 +587,8 @@ def task_accuracy(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, task: str, len
                            words=words)
         n_prompt += case.length
         ctx, feed = split_prompt(case.context, case.question, proto)
-        outs = _generate(lm, specs, cfg, ctx, feed, case.references, case.max_new, batch)
+        outs = _generate(lm, specs, cfg, ctx, feed, case.references, case.max_new, batch,
+                         share_prefill)
         for b, o in enumerate(outs):
             text = lm.decode(o)
             scores[b].append(T.score(text, case.references))

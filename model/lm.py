@@ -63,6 +63,8 @@ __all__ = [
     "WindowKV",
     "Sequence",
     "prefill",
+    "adopt_prefill",
+    "PrefillRecord",
     "step",
     "reference_logits",
     "windowed_prefill",
@@ -115,6 +117,7 @@ class LM:
     source: str
     load_s: float = 0.0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    last_prefill: PrefillRecord | None = None
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""
@@ -435,11 +438,39 @@ class Sequence:
 
 
 # =========================================================================== the route
+@dataclass
+class PrefillRecord:
+    """What one prompt pass handed to the caches, kept so that more sequences adopt the same
+    prompt without running the model again (:func:`adopt_prefill`): the last token's logits
+    and, per layer, q, k, v (CPU) and the prompt statistics (column sums and observation
+    windows) for every window any method asked for."""
+
+    tokens: int
+    logits: torch.Tensor
+    layers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                            dict[int, tuple[torch.Tensor | None, torch.Tensor | None]]]] = \
+        field(default_factory=dict)
+
+
+def _needs(seqs: Seq[Sequence]) -> tuple[bool, frozenset[int]]:
+    """Prompt statistics the method layers of ``seqs`` ask for: (column sums, windows)."""
+    sums, wins = False, set()
+    for s in seqs:
+        for c in s.caches:
+            if isinstance(c, KVCache):
+                ws, w = c.prefill_stats
+                sums |= ws
+                wins.add(w)
+    return sums, frozenset(wins)
+
+
 class _Run:
     """What the attention function dispatches to during one model call."""
 
-    def __init__(self, seqs: list[Sequence], mode: str) -> None:
-        self.seqs, self.mode = seqs, mode
+    def __init__(self, seqs: list[Sequence], mode: str,
+                 record: PrefillRecord | None = None,
+                 needs: tuple[bool, frozenset[int]] = (False, frozenset())) -> None:
+        self.seqs, self.mode, self.record, self.needs = seqs, mode, record, needs
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  scaling: float) -> torch.Tensor:
@@ -469,9 +500,13 @@ class _Run:
             for c in caches:
                 assert isinstance(c, WindowKV)
                 c.adopt(kc, vc)
+            if self.record is not None:
+                self.record.layers[layer] = (qc, kc, vc, {})
             return out
-        want_sums = any(c.prefill_stats[0] for c in caches)     # type: ignore[union-attr]
-        windows = sorted({c.prefill_stats[1] for c in caches})  # type: ignore[union-attr]
+        want_sums = any(c.prefill_stats[0] for c in caches) or \
+            self.needs[0]                                           # type: ignore[union-attr]
+        windows = sorted({c.prefill_stats[1] for c in caches} |     # type: ignore[union-attr]
+                         self.needs[1])
         if len(windows) > 1 and windows[0] == 0:
             windows = windows[1:]
         stats: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
@@ -487,6 +522,8 @@ class _Run:
                 ws, w = c.prefill_stats
                 sums, obs = stats[w] if w in stats else (stats[windows[0]][0], None)
                 c.adopt_prefill(qc, kc, vc, sums if ws else None, obs if w > 0 else None)
+        if self.record is not None:
+            self.record.layers[layer] = (qc, kc, vc, stats)
         assert out is not None
         return out
 
@@ -514,22 +551,66 @@ def _forward(lm: LM, ids: torch.Tensor, start: int) -> torch.Tensor:
     return out.logits[:, -1].float().cpu()
 
 
-def prefill(lm: LM, seqs: Seq[Sequence], ids: Seq[int]) -> torch.Tensor:
+def prefill(lm: LM, seqs: Seq[Sequence], ids: Seq[int], *,
+            record_for: Seq[Sequence] | None = None) -> torch.Tensor:
     """Run the prompt ``ids`` once for every sequence in ``seqs`` (fresh); logits [V] of its
-    last token (full attention, the same for every method)."""
+    last token (full attention, the same for every method).
+
+    With ``record_for`` (sequences that will adopt the same prompt later, e.g. the next
+    batches of methods), the pass also computes the prompt statistics those need and keeps
+    everything in ``lm.last_prefill`` (:class:`PrefillRecord`) for :func:`adopt_prefill`.
+    """
     seqs = list(seqs)
     if not seqs or any(s.pos for s in seqs):
         raise ParamError("prefill needs one or more fresh sequences")
     if not len(ids):
         raise ParamError("prefill needs at least one token")
-    token = _ACTIVE.set(_Run(seqs, "prefill"))
+    rec = None
+    needs: tuple[bool, frozenset[int]] = (False, frozenset())
+    if record_for is not None:
+        rec = PrefillRecord(tokens=len(ids), logits=torch.zeros(0))
+        needs = _needs(list(record_for))
+    token = _ACTIVE.set(_Run(seqs, "prefill", rec, needs))
     try:
         logits = _forward(lm, torch.tensor([list(ids)]), 0)[0]
     finally:
         _ACTIVE.reset(token)
     for s in seqs:
         s.pos = len(ids)
+    if rec is not None:
+        rec.logits = logits
+    lm.last_prefill = rec
     return logits
+
+
+def adopt_prefill(lm: LM, seqs: Seq[Sequence], record: PrefillRecord) -> torch.Tensor:
+    """Give fresh ``seqs`` the prompt of ``record`` (a :func:`prefill` with ``record_for``
+    covering them) without running the model: each cache adopts the recorded q, k, v and
+    statistics exactly as :func:`prefill` would hand them (the same tensors, so the same
+    state). Returns the prompt's last logits. Not for sequences with ``fidelity`` or
+    ``capture`` (they need the pass itself)."""
+    seqs = list(seqs)
+    if not seqs or any(s.pos for s in seqs):
+        raise ParamError("adopt_prefill needs one or more fresh sequences")
+    if any(s.fidelity is not None or s.capture_layers for s in seqs):
+        raise ParamError("adopt_prefill: sequences with fidelity or capture need prefill")
+    for layer, (q, k, v, stats) in record.layers.items():
+        for s in seqs:
+            c = s.caches[layer]
+            if isinstance(c, WindowKV):
+                c.adopt(k, v)
+                continue
+            ws, w = c.prefill_stats
+            if (w > 0 and w not in stats) or (ws and not any(
+                    x[0] is not None for x in stats.values())):
+                raise ParamError(f"adopt_prefill: the record lacks the statistics "
+                                 f"(sums {ws}, window {w}) of {s.label}: pass it in "
+                                 "prefill's record_for")
+            sums, obs = stats[w] if w in stats else (next(iter(stats.values()))[0], None)
+            c.adopt_prefill(q, k, v, sums if ws else None, obs if w > 0 else None)
+    for s in seqs:
+        s.pos = record.tokens
+    return record.logits
 
 
 def step(lm: LM, seqs: Seq[Sequence], tokens: Seq[int]) -> torch.Tensor:

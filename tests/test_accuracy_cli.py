@@ -240,3 +240,28 @@ def test_device_option(tiny_model, tmp_path) -> None:
                      "--out", str(tmp_path / "c")]) == 2
     assert _run(["perplexity", *common, "--methods", "full", "--device", "tpu",
                  "--out", str(tmp_path / "t")]) == 2
+
+
+def test_one_prefill_shared_by_every_batch_of_methods(tiny_model) -> None:
+    """Methods split into batches of one adopt the first batch's recorded prompt pass: the
+    rows equal those of one pass per batch, exactly (perplexity with H2O's column sums and
+    SnapKV's / HiKV's observation windows, and generated task answers)."""
+    from hikv.model import accuracy as A
+    from hikv.model.lm import lm_config, load_lm
+    from hikv.model.tasks import essay_words
+    from hikv.presets import get_preset
+
+    model, cache = tiny_model
+    lm = load_lm(str(model), cache=cache)
+    cfg = lm_config(get_preset("tiny"), lm.shape)
+    specs = [A.parse_method(x, cfg.policy, lm.shape.head_dim)
+             for x in ("full", "h2o@32", "snapkv@32", "hikv-evict@32", "quest@32")]
+    text = (cache / "assets" / "pg-essays" / "PaulGrahamEssays" / "a.txt").read_text()
+    wins = A.text_windows(lm, text, 200, 1)
+    one = A.perplexity(lm, specs, cfg, wins, 180, batch=1)
+    each = A.perplexity(lm, specs, cfg, wins, 180, batch=1, share_prefill=False)
+    assert one == each
+    kw = {"task": "passkey", "length": 400, "trials": 1, "protocol": "prompt",
+          "words": essay_words(text), "batch": 2, "seed": SEED}
+    assert A.task_accuracy(lm, specs, cfg, **kw) == \
+        A.task_accuracy(lm, specs, cfg, share_prefill=False, **kw)
