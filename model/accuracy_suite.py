@@ -8,8 +8,10 @@ not rerun, unless ``redo``):
    with low-bit keys), no Stage II, at every budget of the suite.
 2. ``passkey_stage1``: passkey with the classic filler (question decoded after the haystack,
    and question in the prompt), and with the essays filler (question in the prompt).
-3. ``iso_stage1``: the iso-accuracy table of phase 1-2; the HiKV Stage I family with the fewest
-   burst bytes at its iso budget is the *best Stage I*, its iso budget ``B*``.
+3. ``iso_stage1``: the iso-accuracy table of phase 1-2 (passkey rows of the suite's first
+   question placement only: protocols are never mixed in one criterion); the HiKV Stage I
+   family with the fewest burst bytes at its iso budget is the *best Stage I*, its iso
+   budget ``B*``.
 4. ``ppl_stage2`` / ``passkey_stage2``: Stage II rules (K static, V static, K query-aware
    channels, K channel groups of 8) at r/d = 7/8, 3/4, 1/2, alone (all tokens) and on top of
    the best Stage I at ``B*``.
@@ -229,7 +231,10 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
     ppl1 = R.phase("ppl_stage1", lambda: ppl(s1))
     pk1 = R.phase("passkey_stage1", lambda: pk(s1))
     es1 = R.phase("passkey_essays", lambda: essays(s1))
-    iso1 = A.iso_table(ppl1, pk1, ppl_tol=ppl_tol, passkey_tol=passkey_tol)
+    # the iso criterion uses one protocol (the suite's first question placement), never both
+    proto = A.protocol_name(suite.pk_questions[0])
+    iso1 = A.iso_table(ppl1, A.select_rows(pk1, protocol=proto), ppl_tol=ppl_tol,
+                       passkey_tol=passkey_tol)
     write_rows(out, "iso_stage1", iso1, {**meta, "phase": "iso_stage1"})
     best_row = _best_stage1(iso1)
     best = None
@@ -271,7 +276,10 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
     # ------------------------------------------------------------------ final tables
     all_ppl = ppl1 + ppl2
     all_pk = pk1 + pk2
-    iso = A.iso_table(all_ppl, all_pk, ppl_tol=ppl_tol, passkey_tol=passkey_tol)
+    iso = A.iso_table(all_ppl, A.select_rows(all_pk, protocol=proto), ppl_tol=ppl_tol,
+                      passkey_tol=passkey_tol)
+    for r in iso:
+        r["protocol"] = proto
     for r in iso:
         if r["family"] in ("full",) or r["family"].startswith("hikv-none"):
             r["iso_budget"] = "all" if r["reached"] else None
@@ -286,7 +294,7 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
         passkey_tol=passkey_tol, model=lm.shape.name, preset=preset,
         context=suite.ppl_window, source=meta["command"])
     (out / "iso_points.json").write_text(json.dumps(iso_file, indent=1) + "\n")
-    pk_by = A._passkey_by_label(all_pk)
+    pk_by = A._passkey_by_label(A.select_rows(all_pk, protocol=proto))
     es_by = A._passkey_by_label(es1)
     for r in all_ppl:
         c = pk_by.get(r["label"])
@@ -302,7 +310,8 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
                   ref_label=f"+{100 * ppl_tol:.0f}%", families=s1_fams,
                   title=f"{lm.shape.name}: perplexity vs bytes, Stage I and baselines")
     plot_tradeoff(out / "passkey_vs_bytes.png", all_ppl, "passkey_acc",
-                  ylabel="passkey accuracy (classic filler)", families=s1_fams,
+                  ylabel=f"passkey accuracy (classic filler, protocol {proto})",
+                  families=s1_fams,
                   title=f"{lm.shape.name}: passkey vs bytes, Stage I and baselines")
     s2_fams = sorted({A.family(s) for s in s2} | ({A.family(best)} if best else set()))
     plot_tradeoff(out / "stage2_ppl_vs_bytes.png", all_ppl, "ppl_rel_pct",
@@ -340,7 +349,8 @@ def _write_markdown(out: Path, model: str, iso: list[dict[str, Any]], red: list[
              "Wall time per phase (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()),
              "", "## Iso-accuracy table", "",
              f"Smallest tested budget (of {list(suite.budgets)}) keeping perplexity within "
-             f"{100 * meta['ppl_tol']:.0f}% of full KV and classic-filler passkey accuracy at "
+             f"{100 * meta['ppl_tol']:.0f}% of full KV and classic-filler passkey accuracy "
+             f"(protocol {A.protocol_name(suite.pk_questions[0])}) at "
              "least full KV's; bytes per decode step per (layer, KV head), mean over the "
              "perplexity decode steps.", "",
              markdown_table(iso_rows, [
