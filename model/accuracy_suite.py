@@ -578,7 +578,8 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     """Run every cell of ``suite`` not yet in ``out/cells/`` (resumable: a cell's rows are
     written when it finishes; ``redo`` reruns all), then the tables: the task filter
     (``filter.json``), one iso table per protocol and length (``iso_<protocol>_<N>``, with
-    ``iso_points_<protocol>_<N>.json`` for ``hikv report --iso``) and ``seed_table.md``.
+    ``iso_points_<protocol>_<N>.json`` for ``hikv report --iso`` and HiKV's byte reduction
+    against every baseline, ``reductions_<protocol>_<N>``) and ``seed_table.md``.
 
     ``workers`` > 1 runs cells in that many processes (each loads the model once);
     ``executor="ray"`` spreads them over a Ray cluster (``ray.init()`` joins the one in
@@ -725,7 +726,11 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
                 (out / f"iso_points_{p}_{n}.json").write_text(json.dumps(f, indent=1) + "\n")
             except ParamError as e:
                 log(f"iso_points_{p}_{n}.json not written: {e}")
-            summary["iso"][name] = {"best_hikv": best, "rows": len(iso)}
+            red = A.reductions(iso, best) if best else []
+            write_rows(out, f"reductions_{p}_{n}", red,
+                       {**meta, "phase": f"reductions_{p}_{n}", "protocol": p, "length": n})
+            summary["iso"][name] = {"best_hikv": best, "rows": len(iso),
+                                    "reductions": red}
             lines += ["", f"## Iso-accuracy: protocol `{p}`, N = {n}", "",
                       f"Tasks kept: {sorted(t for (pp, nn, t) in kept if pp == p and nn == n)}"
                       "; smallest budget with perplexity within "
@@ -737,6 +742,12 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
                           ("task_trials", "trials", ""), ("full_acc", "full KV", ".3f"),
                           ("bytes_burst", "bytes burst", ".0f"),
                           ("step_bytes_burst", "per step, all layers", ".0f")])]
+            if red:
+                lines += ["", f"HiKV ({best}) at iso-accuracy: each baseline's burst bytes / "
+                          "HiKV's", "", markdown_table(red, [
+                              ("baseline", "baseline", ""),
+                              ("baseline_reached", "baseline reached", ""),
+                              ("x_ideal", "x ideal", ".2f"), ("x_burst", "x burst", ".2f")])]
     (out / "seed_table.md").write_text("\n".join(lines) + "\n")
     (out / "seed_summary.json").write_text(json.dumps(summary, indent=1, default=str))
     log(f"tables -> {out / 'seed_table.md'}")
