@@ -325,6 +325,11 @@ def _table(args: argparse.Namespace) -> int:
         iso = A.iso_table_tasks(ppl, tk, protocol=args.protocol, length=args.length,
                                 ppl_tol=args.ppl_tol, acc_tol=args.acc_tol)
     else:
+        both = {r.get("protocol") or A.QUESTION_ALIASES.get(r.get("question") or "", "")
+                for r in pk} - {""}
+        if len(both) > 1:
+            raise ParamError(f"--passkey rows of protocols {sorted(both)}: pass --protocol "
+                             "(one iso table per protocol, never mixed)")
         iso = A.iso_table(ppl, pk, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol)
         for r in iso:
             r.update({"protocol": args.protocol, "length": args.length})

@@ -144,6 +144,19 @@ def test_tasks_both_protocols_and_iso_table(tiny_model, tmp_path) -> None:
     assert all(r["task_trials"] == 4 for r in iso), iso        # 2 tasks x 2 trials, one protocol
     pts = json.loads((t / "iso.json").read_text())
     assert pts["protocol"] == "follow-up" and pts["length"] == 1024
+    from hikv.presets import get_preset
+    from hikv.sim.report import load_iso_accuracy
+
+    assert load_iso_accuracy(t / "iso.json", get_preset("tiny")).context == 1024
+    # passkey rows of both protocols need --protocol: never mixed in one criterion
+    for p in ("prompt", "follow-up"):
+        assert _run(["passkey", *common, "--methods", "full", "--protocol", p, "--lengths",
+                     "300", "--depths", "0.5", "--trials", "1", "--out", str(tmp_path / p)]) == 0
+    pk = [str(tmp_path / p / "passkey.json") for p in ("prompt", "follow-up")]
+    assert _run(["table", "--perplexity", str(out / "perplexity.json"), "--passkey", *pk,
+                 "--out", str(t)]) == 2
+    assert _run(["table", "--perplexity", str(out / "perplexity.json"), "--passkey", *pk,
+                 "--protocol", "prompt", "--out", str(t)]) == 0
     # --tasks needs one protocol and length; the old --question name must agree
     assert _run(["table", "--perplexity", str(out / "perplexity.json"), "--tasks",
                  str(out / "tasks.json"), "--out", str(t)]) == 2
