@@ -34,7 +34,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any
@@ -53,8 +53,9 @@ from hikv.params import (
 )
 from hikv.presets import baselines_at
 
+from . import tasks as T
 from .layout import ByteAccount
-from .lm import LM, Sequence, prefill, step
+from .lm import LM, Sequence, adopt_prefill, prefill, step
 
 __all__ = [
     "parse_method",
@@ -66,6 +67,10 @@ __all__ = [
     "PasskeyCase",
     "passkey_case",
     "passkey",
+    "PROTOCOLS",
+    "protocol_name",
+    "wilson",
+    "task_accuracy",
     "fidelity",
     "capture",
     "iso_table",
@@ -81,6 +86,31 @@ def _quiet(_: str) -> None:
 
 # =========================================================================== method labels
 # parse_method lives beside MethodSpec.label in hikv.params (imported above for callers here)
+
+
+_RULE_B = re.compile(r"^(?:B=)?N/(?P<den>\d+)$")
+
+
+def resolve_budget(rule: str | int, length: int) -> int:
+    """A budget from a fixed one (``256``) or a fraction of the context length ``length``
+    (``N/16`` or ``B=N/16``: ``length // 16``)."""
+    if isinstance(rule, int) or str(rule).isdigit():
+        b = int(rule)
+    else:
+        m = _RULE_B.match(str(rule).replace(" ", ""))
+        if m is None or int(m["den"]) < 1:
+            raise ParamError(f"budget = {rule!r} is not a budget: use a number (256) or a "
+                             "fraction of the length (N/16 or B=N/16)")
+        b = length // int(m["den"])
+    if b < 1:
+        raise ParamError(f"budget = {rule!r} at length {length} is {b}: allowed >= 1")
+    return b
+
+
+def budget_rule_name(rule: str | int) -> str:
+    """``B=N/16`` for ``N/16`` (or ``B=N/16``), ``B=256`` for ``256``."""
+    r = str(rule).replace(" ", "")
+    return r if r.startswith("B=") else f"B={r}"
 
 
 def family(spec: MethodSpec) -> str:
@@ -152,6 +182,34 @@ def _cap_batch(lm: LM, batch: int, tokens: int) -> int:
     return max(1, min(batch, KV_MEMORY_BYTES // max(1, per_seq)))
 
 
+def _shared_prefill(lm: LM, specs: Seq[MethodSpec], cfg: Config, ctx: Seq[int], cap: int,
+                    share: bool = True
+                    ) -> Iterator[tuple[list[int], list[Sequence], torch.Tensor]]:
+    """``(spec indices, fresh sequences after the prompt, prompt logits)`` per batch of at
+    most ``cap`` specs. The prompt runs through the model once: the first batch's pass also
+    records what the later batches' caches need (:func:`hikv.model.lm.adopt_prefill`), so
+    every method of a trial starts from the same single prefill (``share=False``: one pass
+    per batch, the same states)."""
+    chunks = _batches(list(range(len(specs))), cap)
+    pending: list[Sequence | None] = [Sequence(lm, sp, cfg) for sp in specs]
+    record = None
+    for chunk in chunks:
+        seqs = [pending[i] for i in chunk]
+        assert all(x is not None for x in seqs)
+        ready: list[Sequence] = seqs  # type: ignore[assignment]
+        if record is None or not share:
+            later = [x for x in pending if x is not None] if share and len(chunks) > 1 \
+                else None
+            logits = prefill(lm, ready, ctx, record_for=later)
+            record = lm.last_prefill
+        else:
+            logits = adopt_prefill(lm, ready, record)
+        yield chunk, ready, logits
+        for i in chunk:
+            pending[i] = None
+    lm.last_prefill = None
+
+
 def _eta(t0: float, done: float, total: float) -> str:
     el = time.perf_counter() - t0
     if done <= 0:
@@ -168,12 +226,14 @@ def _bytes_row(total: ByteAccount, steps: int, units: int) -> dict[str, float]:
 
 # =========================================================================== perplexity
 def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int]],
-               prefix: int, *, batch: int = 64, log: Log = _quiet) -> list[dict[str, Any]]:
+               prefix: int, *, batch: int = 64, log: Log = _quiet,
+               share_prefill: bool = True) -> list[dict[str, Any]]:
     """Teacher-forced perplexity of each spec over ``windows`` (see the module docstring).
 
     Returns one row per spec: ``ppl``, ``nll`` (mean, nats), ``tokens``, ``ppl_w<i>`` per
     window, and ``bytes_*`` per decode step per (layer, KV head) (ideal, burst, k/v/meta,
-    resident, tokens), plus ``units`` (layer, KV head pairs counted).
+    resident, tokens), plus ``units`` (layer, KV head pairs counted), ``length`` (the window)
+    and ``protocol`` = :data:`PPL_PROTOCOL` (no question: the rows serve both protocols).
     """
     specs = list(specs)
     if not specs:
@@ -192,10 +252,9 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
     t0 = time.perf_counter()
     batch = _cap_batch(lm, batch, max(len(w) for w in windows))
     for wi, ids in enumerate(windows):
-        for chunk in _batches(list(range(len(specs))), batch):
-            seqs = [Sequence(lm, specs[i], cfg) for i in chunk]
+        for chunk, seqs, _ in _shared_prefill(lm, specs, cfg, ids[:prefix], batch,
+                                              share_prefill):
             units = seqs[0].units
-            prefill(lm, seqs, ids[:prefix])
             n_dec = len(ids) - 1 - prefix
             for t in range(prefix, len(ids) - 1):
                 lg = step(lm, seqs, [ids[t]] * len(seqs))
@@ -217,11 +276,65 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
         n = sum(cnt[i])
         row = {**_spec_row(s), "ppl": math.exp(sum(nll[i]) / n), "nll": sum(nll[i]) / n,
                "tokens": n, "windows": len(windows), "prefix": prefix,
-               "window": len(windows[0]), "units": units,
+               "window": len(windows[0]), "length": len(windows[0]),
+               "protocol": PPL_PROTOCOL, "units": units,
                **{f"ppl_w{w}": math.exp(nll[i][w] / cnt[i][w]) for w in range(len(windows))},
                **_bytes_row(acc[i], steps[i], units)}
         rows.append(row)
     return rows
+
+
+# =========================================================================== protocols
+#: the two evaluation protocols, reported side by side and never mixed: ``prompt`` (context and
+#: question prefilled but the question's last token, which is decoded through the method's
+#: cache, so compression is decided at the end of prefill with the question inside SnapKV's /
+#: HiKV's observation window; the primary protocol) and ``follow-up`` (the context prefilled,
+#: the question fed through decode after the cache decided what to keep)
+PROTOCOLS = ("prompt", "follow-up")
+#: the protocols' older names (``passkey(question=...)``, ``--question``)
+QUESTION_ALIASES = {"prefill": "prompt", "decode": "follow-up"}
+#: the ``protocol`` of perplexity rows: a continuation decoded after a prefilled text has no
+#: question, so it is the same under both protocols and serves both iso tables
+PPL_PROTOCOL = "both"
+
+
+def protocol_name(value: str) -> str:
+    """``prompt`` or ``follow-up`` for a protocol name or its older ``question`` alias
+    (``prefill`` = ``prompt``, ``decode`` = ``follow-up``)."""
+    p = QUESTION_ALIASES.get(value, value)
+    if p not in PROTOCOLS:
+        raise ParamError(f"protocol = {value!r} is not one of {list(PROTOCOLS)} (or the older "
+                         f"names {sorted(QUESTION_ALIASES)})")
+    return p
+
+
+def split_prompt(context: Seq[int], question: Seq[int], protocol: str
+                 ) -> tuple[list[int], list[int]]:
+    """``(prefilled ids, ids fed through decode)`` of a prompt under ``protocol``: ``prompt``
+    prefills the context and the question but its last token; ``follow-up`` prefills the
+    context only. The last fed token's logits predict the first answer token, so the answer is
+    always produced through the method's cache."""
+    p = protocol_name(protocol)
+    if not question:
+        raise ParamError("the question needs at least one token")
+    if p == "prompt":
+        return list(context) + list(question[:-1]), list(question[-1:])
+    return list(context), list(question)
+
+
+def wilson(successes: float, trials: int, z: float = 1.959963984540054
+           ) -> tuple[float, float]:
+    """Wilson score interval (95 % by default) of a success rate ``successes / trials``
+    (``successes`` may be fractional: a sum of per-trial scores in [0, 1])."""
+    if trials < 1:
+        raise ParamError(f"trials = {trials} is out of range: allowed >= 1")
+    if not 0 <= successes <= trials:
+        raise ParamError(f"successes = {successes} is out of range: allowed [0, {trials}]")
+    p = successes / trials
+    den = 1 + z * z / trials
+    mid = (p + z * z / (2 * trials)) / den
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
 
 
 # =========================================================================== passkey
@@ -296,11 +409,16 @@ def passkey_case(lm: LM, length: int, depth: float, key: str, filler: str = "cla
 def passkey(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, lengths: Seq[int],
             depths: Seq[float], trials: int, filler: str = "classic",
             question: str = "decode", essay_text: str | None = None, seed: int = 0,
-            batch: int = 64, log: Log = _quiet) -> list[dict[str, Any]]:
+            batch: int = 64, log: Log = _quiet, protocol: str | None = None
+            ) -> list[dict[str, Any]]:
     """Passkey retrieval of each spec per (length, depth) cell; one row per spec and cell with
-    ``correct``, ``trials``, ``accuracy`` and ``answer_logprob`` (mean, nats)."""
+    ``correct``, ``trials``, ``accuracy`` and ``answer_logprob`` (mean, nats), ``protocol``
+    and the older name ``question``. ``protocol`` (``prompt`` or ``follow-up``, see
+    :func:`split_prompt`) replaces ``question`` (``prefill`` or ``decode``) when given."""
     if question not in ("decode", "prefill"):
         raise ParamError(f"question = {question!r} is not one of 'decode', 'prefill'")
+    proto = protocol_name(protocol if protocol is not None else question)
+    question = {v: k for k, v in QUESTION_ALIASES.items()}[proto]
     if trials < 1:
         raise ParamError(f"trials = {trials} is out of range: allowed >= 1")
     specs = list(specs)
@@ -316,16 +434,11 @@ def passkey(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, lengths: Seq[int],
         for _ in range(trials):
             key = str(rng.randrange(10000, 100000))
             case = passkey_case(lm, L, d, key, filler, essay_ids=essay_ids, rng=rng)
-            if question == "decode":
-                ctx, feed = case.haystack, case.question + case.answer[:-1]
-            else:
-                ctx = case.haystack + case.question[:-1]
-                feed = case.question[-1:] + case.answer[:-1]
+            ctx, feed = split_prompt(case.haystack, case.question, proto)
+            feed = feed + case.answer[:-1]
             first_ans = len(feed) - len(case.answer)
             cap = _cap_batch(lm, batch, case.length)
-            for chunk in _batches(list(range(len(specs))), cap):
-                seqs = [Sequence(lm, specs[i], cfg) for i in chunk]
-                prefill(lm, seqs, ctx)
+            for chunk, seqs, _ in _shared_prefill(lm, specs, cfg, ctx, cap):
                 ok = [True] * len(chunk)
                 lp = [0.0] * len(chunk)
                 for j, tok in enumerate(feed):
@@ -340,17 +453,103 @@ def passkey(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, lengths: Seq[int],
                 for b, i in enumerate(chunk):
                     results[(L, d)][i].append((ok[b], lp[b]))
             n += 1
-            log(f"  passkey {filler}/{question} length {L} depth {d:.2f} trial "
+            log(f"  passkey {filler}/{proto} length {L} depth {d:.2f} trial "
                 f"{n}/{total} {_eta(t0, n, total)}")
     rows = []
     for (L, d), per in results.items():
         for i, s in enumerate(specs):
             r = per[i]
             c = sum(1 for ok, _ in r if ok)
-            rows.append({**_spec_row(s), "filler": filler, "question": question,
-                         "length": L, "depth": d, "trials": len(r), "correct": c,
+            rows.append({**_spec_row(s), "filler": filler, "protocol": proto,
+                         "question": question, "length": L, "depth": d, "trials": len(r),
+                         "correct": c,
                          "accuracy": c / len(r), "answer_logprob": sum(x for _, x in r) / len(r),
                          "seed": seed})
+    return rows
+
+
+# =========================================================================== tasks
+Progress = Callable[[int], None]
+
+
+def _generate(lm: LM, specs: Seq[MethodSpec], cfg: Config, ctx: Seq[int], feed: Seq[int],
+              references: Seq[str], max_new: int, batch: int, share: bool = True
+              ) -> list[list[int]]:
+    """Greedy answers of every spec: one prefill of ``ctx`` shared by each batch of specs,
+    ``feed`` through decode, then up to ``max_new`` generated tokens per spec (stopping at end
+    of sequence or once every reference appears, after which the score cannot change)."""
+    eos = getattr(lm.tokenizer, "eos_token_id", None)
+    outs: list[list[int]] = [[] for _ in specs]
+    cap = _cap_batch(lm, batch, len(ctx) + len(feed) + max_new)
+    for chunk, seqs, first in _shared_prefill(lm, specs, cfg, ctx, cap, share):
+        logits = first[None].expand(len(seqs), -1)
+        for tok in feed:
+            logits = step(lm, seqs, [tok] * len(seqs))
+        active = list(range(len(chunk)))
+        for t in range(max_new):
+            nxt = logits.argmax(-1).tolist()
+            for j, b in enumerate(active):
+                outs[chunk[b]].append(int(nxt[j]))
+            active = [b for b in active if outs[chunk[b]][-1] != eos and
+                      T.score(lm.decode(outs[chunk[b]]), references) < 1.0]
+            if not active or t == max_new - 1:
+                break
+            logits = step(lm, [seqs[b] for b in active], [outs[chunk[b]][-1] for b in active])
+    return outs
+
+
+def task_accuracy(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, task: str, length: int,
+                  trials: int, protocol: str, seed: int = 0, words: Seq[str] = (),
+                  batch: int = 64, log: Log = _quiet, progress: Progress | None = None,
+                  share_prefill: bool = True) -> list[dict[str, Any]]:
+    """Accuracy of each spec on ``trials`` cases of ``task`` (:mod:`hikv.model.tasks`) at
+    ``length`` tokens under ``protocol`` (:func:`split_prompt`).
+
+    Case ``i`` is drawn from ``random.Random(f"{seed}/{task}/{length}/{i}")``, so both
+    protocols (and every run, in any order or process) see the same prompts. Answers are
+    generated greedily through each method's cache and scored with RULER's
+    ``string_match_all`` (:func:`hikv.model.tasks.score`). One row per spec: ``task``,
+    ``protocol``, ``length``, ``trials``, ``score_sum``, ``correct`` (trials scoring 1),
+    ``accuracy`` (mean score), ``ci_low`` / ``ci_high`` (95 % Wilson interval),
+    ``prompt_tokens`` (mean), ``scores`` (per trial) and ``sample`` (trial 0's answer of the
+    spec). ``progress(1)`` is called after every trial. Each trial's prompt runs through the
+    model once for all specs, however many batches they take (``share_prefill``; see
+    :func:`hikv.model.lm.adopt_prefill`).
+    """
+    proto = protocol_name(protocol)
+    if trials < 1:
+        raise ParamError(f"trials = {trials} is out of range: allowed >= 1")
+    specs = list(specs)
+    scores: list[list[float]] = [[] for _ in specs]
+    samples = [""] * len(specs)
+    n_prompt = 0
+    t0 = time.perf_counter()
+    for i in range(trials):
+        case = T.make_case(lm, task, length, random.Random(f"{seed}/{task}/{length}/{i}"),
+                           words=words)
+        n_prompt += case.length
+        ctx, feed = split_prompt(case.context, case.question, proto)
+        outs = _generate(lm, specs, cfg, ctx, feed, case.references, case.max_new, batch,
+                         share_prefill)
+        for b, o in enumerate(outs):
+            text = lm.decode(o)
+            scores[b].append(T.score(text, case.references))
+            if i == 0:
+                samples[b] = text
+        if progress is not None:
+            progress(1)
+        log(f"  {task}/{proto} length {length} trial {i + 1}/{trials} "
+            f"{_eta(t0, i + 1, trials)}")
+    rows = []
+    for b, s in enumerate(specs):
+        tot = sum(scores[b])
+        lo, hi = wilson(tot, trials)
+        rows.append({**_spec_row(s), "task": task, "protocol": proto, "length": length,
+                     "trials": trials, "score_sum": tot,
+                     "correct": sum(1 for x in scores[b] if x >= 1.0),
+                     "accuracy": tot / trials, "ci_low": lo, "ci_high": hi,
+                     "prompt_tokens": n_prompt / trials, "scores": scores[b],
+                     "sample": samples[b], "seed": seed})
     return rows
 
 
@@ -547,13 +746,15 @@ def reductions(table: Seq[dict[str, Any]], hikv_family: str) -> list[dict[str, A
 
 def iso_accuracy_file(table: Seq[dict[str, Any]], cfg: Config, *, hikv_family: str | None,
                       ppl_tol: float, passkey_tol: float, model: str, preset: str,
-                      context: int | None, source: str) -> dict[str, Any]:
+                      context: int | None, source: str, protocol: str | None = None,
+                      length: int | None = None) -> dict[str, Any]:
     """The iso-table as an operating-point file for ``hikv report --iso`` (schema
     ``hikv.iso_accuracy/1`` of :func:`hikv.sim.report.load_iso_accuracy`): one point per
     baseline family and one for ``hikv_family`` (HiKV's best), each the spec at its iso budget
     (``within_tolerance``) or at its largest tested budget when it never reached iso-accuracy
     (``within_tolerance`` false, so the report leaves it out and says so). ``context`` is the
-    longest context the perplexity steps ran at."""
+    longest context the perplexity steps ran at; ``protocol`` and ``length`` (recorded when
+    given) say which protocol's and length's task rows the accuracy criterion used."""
     points = []
     for r in table:
         fam = r["family"]
@@ -565,11 +766,62 @@ def iso_accuracy_file(table: Seq[dict[str, Any]], cfg: Config, *, hikv_family: s
         points.append({"family": fam, "label": r["label"], "spec": to_dict(spec),
                        "metric_value": 100 * r["ppl_rel"],
                        "passkey": (None if r.get("passkey_trials") is None else
-                                   f"{r['passkey_correct']}/{r['passkey_trials']}"),
+                                   f"{r['passkey_correct']:g}/{r['passkey_trials']}"),
                        "within_tolerance": bool(r["reached"])})
     return {"schema": "hikv.iso_accuracy/1", "preset": preset, "model": model,
             "head_dim": cfg.layout.head_dim, "context": context,
+            **({"protocol": protocol} if protocol is not None else {}),
+            **({"length": length} if length is not None else {}),
             "metric": "perplexity increase % vs full KV (and passkey accuracy at least full "
             f"KV's - {passkey_tol:g})", "tolerance": 100 * ppl_tol,
             "source": source, "points": points}
 
+
+
+def task_rows_as_cells(task_rows: Seq[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Task rows (:func:`task_accuracy`) as the cell rows :func:`iso_table` compares with full
+    KV's: one cell per (task, protocol, length), ``correct`` = the sum of the trial scores."""
+    return [{"label": r["label"], "correct": r["score_sum"], "trials": r["trials"],
+             "filler": r["task"], "question": r["protocol"], "length": r["length"],
+             "depth": None} for r in task_rows]
+
+
+def select_rows(rows: Seq[dict[str, Any]], *, protocol: str | None = None,
+                length: int | None = None) -> list[dict[str, Any]]:
+    """Rows of ``protocol`` (perplexity rows, protocol ``both``, always match; rows of older
+    files without ``protocol`` are named by their ``question``) and of ``length`` (a row's
+    ``length``, else its perplexity ``window``)."""
+    out = []
+    p = protocol_name(protocol) if protocol is not None else None
+    for r in rows:
+        rp = r.get("protocol") or (QUESTION_ALIASES.get(r["question"]) if r.get("question")
+                                   else PPL_PROTOCOL)
+        if p is not None and rp not in (p, PPL_PROTOCOL):
+            continue
+        rl = r.get("length", r.get("window"))
+        if length is not None and rl is not None and int(rl) != int(length):
+            continue
+        out.append(r)
+    return out
+
+
+def iso_table_tasks(ppl_rows: Seq[dict[str, Any]], task_rows: Seq[dict[str, Any]], *,
+                    protocol: str, length: int, ppl_tol: float = 0.01,
+                    acc_tol: float = 0.01) -> list[dict[str, Any]]:
+    """:func:`iso_table` of one protocol and length: perplexity within ``ppl_tol`` of full
+    KV's at ``length`` and task accuracy (the mean score over the task rows of ``protocol`` and
+    ``length``, on the cells full KV has too) at least full KV's minus ``acc_tol`` (one point
+    by default). Rows gain ``protocol``, ``length``, ``task_acc``, ``task_trials``,
+    ``full_acc`` and the 95 % Wilson interval ``ci_low`` / ``ci_high`` of the chosen
+    budget's task accuracy."""
+    p = protocol_name(protocol)
+    ppl = select_rows(ppl_rows, length=length)
+    tasks = select_rows([r for r in task_rows if r.get("protocol") == p], length=length)
+    table = iso_table(ppl, task_rows_as_cells(tasks), ppl_tol=ppl_tol, passkey_tol=acc_tol)
+    for r in table:
+        n, c = r.get("passkey_trials"), r.get("passkey_correct")
+        lo, hi = wilson(c, n) if n else (None, None)
+        r.update({"protocol": p, "length": length, "task_trials": n,
+                  "task_acc": None if not n else c / n, "full_acc": r.get("passkey_full_acc"),
+                  "ci_low": lo, "ci_high": hi})
+    return table

@@ -26,10 +26,17 @@ Gemma, q/k norms) applied; the softmax scale is the attention module's own ``sca
 
 Computation is float32 (GGUF weights dequantised); bytes are counted by each cache's
 :class:`~hikv.params.KVLayout` (fp16 elements by default), independent of compute dtype.
+
+Devices (``load_lm(device=...)``: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``): the model's
+dense layers and the prompt's attention (:func:`~hikv.model.attention.causal_prefill`, the
+windowed layers' prefill) run on the device; the golden KV caches (their selection, eviction,
+decode attention and byte accounts) always run on the CPU, where the golden model is defined:
+q, k and v are handed to them on the CPU and their outputs go back to the device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import os
@@ -56,9 +63,12 @@ __all__ = [
     "WindowKV",
     "Sequence",
     "prefill",
+    "adopt_prefill",
+    "PrefillRecord",
     "step",
     "reference_logits",
     "windowed_prefill",
+    "resolve_device",
     "ATTN_NAME",
 ]
 
@@ -98,13 +108,16 @@ class LMShape:
 
 @dataclass
 class LM:
-    """A loaded model, its tokenizer and shape. ``source`` says where it came from."""
+    """A loaded model, its tokenizer and shape. ``source`` says where it came from; ``device``
+    is where its dense layers run (the golden KV caches always run on the CPU)."""
 
     model: Any
     tokenizer: Any
     shape: LMShape
     source: str
     load_s: float = 0.0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    last_prefill: PrefillRecord | None = None
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""
@@ -167,9 +180,33 @@ def _find_attention_modules(model: Any) -> list[Any]:
     return mods
 
 
+def resolve_device(device: str | torch.device = "cpu") -> torch.device:
+    """``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA when available, else CPU) as a
+    :class:`torch.device`; asking for CUDA where there is none is a :class:`ParamError`."""
+    d = str(device)
+    if d == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(d)
+    except (RuntimeError, TypeError):
+        raise ParamError(f"device = {d!r} is not one of 'cpu', 'cuda', 'cuda:N', 'auto'"
+                         ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ParamError(f"device = {d!r}: CUDA is not available here (torch "
+                             f"{torch.__version__}); use 'cpu' or 'auto'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ParamError(f"device = {d!r} is out of range: allowed cuda:0 .. "
+                             f"cuda:{torch.cuda.device_count() - 1}")
+    elif dev.type != "cpu":
+        raise ParamError(f"device = {d!r} is not one of 'cpu', 'cuda', 'cuda:N', 'auto'")
+    return dev
+
+
 def load_lm(source: str | os.PathLike, *, cache: Path | None = None,
-            dtype: torch.dtype = torch.float32) -> LM:
-    """Load ``source`` (see :func:`resolve_model`) offline with its attention routed here."""
+            dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> LM:
+    """Load ``source`` (see :func:`resolve_model`) offline with its attention routed here;
+    its dense layers on ``device`` (:func:`resolve_device`)."""
     import time
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -178,12 +215,16 @@ def load_lm(source: str | os.PathLike, *, cache: Path | None = None,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     transformers.logging.set_verbosity_error()
+    dev = resolve_device(device)
     folder, gguf, name = resolve_model(source, cache)
     t0 = time.perf_counter()
     kw: dict[str, Any] = {"gguf_file": gguf} if gguf else {}
     tok = AutoTokenizer.from_pretrained(folder, **kw)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw)
+    if dev.type != "cpu":
+        model = model.to(dev)
     lm = wrap_model(model, tok, name=name, source=str(folder / (gguf or "")))
+    lm.device = dev
     lm.load_s = time.perf_counter() - t0
     return lm
 
@@ -212,7 +253,8 @@ def wrap_model(model: Any, tokenizer: Any, *, name: str, source: str = "") -> LM
         intermediate=getattr(cfg, "intermediate_size", 4 * cfg.hidden_size),
         vocab=cfg.vocab_size, scale=scales.pop(),
         windows=tuple(getattr(m, "sliding_window", None) or None for m in mods))
-    return LM(model=model, tokenizer=tokenizer, shape=shape, source=source)
+    dev = next(iter(model.parameters())).device
+    return LM(model=model, tokenizer=tokenizer, shape=shape, source=source, device=dev)
 
 
 def lm_config(base: Config, shape: LMShape) -> Config:
@@ -244,12 +286,12 @@ def windowed_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     g = hq // hkv
     out = torch.empty_like(q)
     qg = q.reshape(hkv, g, n, d)
-    kp = torch.arange(n)
+    kp = torch.arange(n, device=q.device)
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         lo = max(0, s - window + 1)
         logits = torch.matmul(qg[:, :, s:e], k[:, None, lo:e].transpose(-1, -2)) * scale
-        qp = torch.arange(s, e)[:, None]
+        qp = torch.arange(s, e, device=q.device)[:, None]
         ok = (kp[None, lo:e] <= qp) & (kp[None, lo:e] > qp - window)
         probs = torch.softmax(logits.masked_fill(~ok, float("-inf")).float(), -1)
         out.reshape(hkv, g, n, d)[:, :, s:e] = torch.matmul(probs.to(q.dtype), v[:, None, lo:e])
@@ -396,11 +438,39 @@ class Sequence:
 
 
 # =========================================================================== the route
+@dataclass
+class PrefillRecord:
+    """What one prompt pass handed to the caches, kept so that more sequences adopt the same
+    prompt without running the model again (:func:`adopt_prefill`): the last token's logits
+    and, per layer, q, k, v (CPU) and the prompt statistics (column sums and observation
+    windows) for every window any method asked for."""
+
+    tokens: int
+    logits: torch.Tensor
+    layers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                            dict[int, tuple[torch.Tensor | None, torch.Tensor | None]]]] = \
+        field(default_factory=dict)
+
+
+def _needs(seqs: Seq[Sequence]) -> tuple[bool, frozenset[int]]:
+    """Prompt statistics the method layers of ``seqs`` ask for: (column sums, windows)."""
+    sums, wins = False, set()
+    for s in seqs:
+        for c in s.caches:
+            if isinstance(c, KVCache):
+                ws, w = c.prefill_stats
+                sums |= ws
+                wins.add(w)
+    return sums, frozenset(wins)
+
+
 class _Run:
     """What the attention function dispatches to during one model call."""
 
-    def __init__(self, seqs: list[Sequence], mode: str) -> None:
-        self.seqs, self.mode = seqs, mode
+    def __init__(self, seqs: list[Sequence], mode: str,
+                 record: PrefillRecord | None = None,
+                 needs: tuple[bool, frozenset[int]] = (False, frozenset())) -> None:
+        self.seqs, self.mode, self.record, self.needs = seqs, mode, record, needs
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  scaling: float) -> torch.Tensor:
@@ -408,25 +478,35 @@ class _Run:
             raise ParamError(f"layer {layer} uses scale {scaling}, expected "
                              f"{self.seqs[0].shape.scale}")
         if self.mode == "prefill":
-            return self._prefill(layer, q[0], k[0], v[0]).unsqueeze(0)
+            if q.device.type == "cpu":
+                return self._prefill(layer, q[0], k[0], v[0]).unsqueeze(0)
+            with torch.device(q.device):     # the prompt's attention on the model's device
+                return self._prefill(layer, q[0], k[0], v[0]).unsqueeze(0)
+        dev = q.device
+        q, k, v = q.cpu(), k.cpu(), v.cpu()      # the golden caches run on the CPU
         outs = [s._decode_layer(layer, q[b], k[b], v[b]) for b, s in enumerate(self.seqs)]
-        return torch.stack(outs)
+        return torch.stack(outs).to(dev)
 
     def _prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                  ) -> torch.Tensor:
         caches = [s.caches[layer] for s in self.seqs]
+        qc, kc, vc = q.cpu(), k.cpu(), v.cpu()
         for s in self.seqs:
-            s._capture(layer, q, k, v)
+            s._capture(layer, qc, kc, vc)
             if s.fidelity is not None and isinstance(s.caches[layer], KVCache):
-                s._shadow[layer] = (k, v)
+                s._shadow[layer] = (kc, vc)
         if isinstance(caches[0], WindowKV):
             out = windowed_prefill(q, k, v, caches[0].scale, caches[0].window)
             for c in caches:
                 assert isinstance(c, WindowKV)
-                c.adopt(k, v)
+                c.adopt(kc, vc)
+            if self.record is not None:
+                self.record.layers[layer] = (qc, kc, vc, {})
             return out
-        want_sums = any(c.prefill_stats[0] for c in caches)     # type: ignore[union-attr]
-        windows = sorted({c.prefill_stats[1] for c in caches})  # type: ignore[union-attr]
+        want_sums = any(c.prefill_stats[0] for c in caches) or \
+            self.needs[0]                                           # type: ignore[union-attr]
+        windows = sorted({c.prefill_stats[1] for c in caches} |     # type: ignore[union-attr]
+                         self.needs[1])
         if len(windows) > 1 and windows[0] == 0:
             windows = windows[1:]
         stats: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
@@ -435,12 +515,15 @@ class _Run:
             o, sums, obs = causal_prefill(q, k, v, caches[0].scale,   # type: ignore[union-attr]
                                           col_sums=want_sums, window=w)
             out = o if out is None else out
-            stats[w] = (sums, obs)
-        for c in caches:
-            assert isinstance(c, KVCache)
-            ws, w = c.prefill_stats
-            sums, obs = stats[w] if w in stats else (stats[windows[0]][0], None)
-            c.adopt_prefill(q, k, v, sums if ws else None, obs if w > 0 else None)
+            stats[w] = (None if sums is None else sums.cpu(), None if obs is None else obs.cpu())
+        with torch.device("cpu") if q.device.type != "cpu" else contextlib.nullcontext():
+            for c in caches:
+                assert isinstance(c, KVCache)
+                ws, w = c.prefill_stats
+                sums, obs = stats[w] if w in stats else (stats[windows[0]][0], None)
+                c.adopt_prefill(qc, kc, vc, sums if ws else None, obs if w > 0 else None)
+        if self.record is not None:
+            self.record.layers[layer] = (qc, kc, vc, stats)
         assert out is not None
         return out
 
@@ -463,26 +546,71 @@ def _forward(lm: LM, ids: torch.Tensor, start: int) -> torch.Tensor:
     b, t = ids.shape
     pos = torch.arange(start, start + t).expand(b, t)
     with torch.inference_mode():
-        out = lm.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=1)
-    return out.logits[:, -1].float()
+        out = lm.model(input_ids=ids.to(lm.device), position_ids=pos.to(lm.device),
+                       use_cache=False, logits_to_keep=1)
+    return out.logits[:, -1].float().cpu()
 
 
-def prefill(lm: LM, seqs: Seq[Sequence], ids: Seq[int]) -> torch.Tensor:
+def prefill(lm: LM, seqs: Seq[Sequence], ids: Seq[int], *,
+            record_for: Seq[Sequence] | None = None) -> torch.Tensor:
     """Run the prompt ``ids`` once for every sequence in ``seqs`` (fresh); logits [V] of its
-    last token (full attention, the same for every method)."""
+    last token (full attention, the same for every method).
+
+    With ``record_for`` (sequences that will adopt the same prompt later, e.g. the next
+    batches of methods), the pass also computes the prompt statistics those need and keeps
+    everything in ``lm.last_prefill`` (:class:`PrefillRecord`) for :func:`adopt_prefill`.
+    """
     seqs = list(seqs)
     if not seqs or any(s.pos for s in seqs):
         raise ParamError("prefill needs one or more fresh sequences")
     if not len(ids):
         raise ParamError("prefill needs at least one token")
-    token = _ACTIVE.set(_Run(seqs, "prefill"))
+    rec = None
+    needs: tuple[bool, frozenset[int]] = (False, frozenset())
+    if record_for is not None:
+        rec = PrefillRecord(tokens=len(ids), logits=torch.zeros(0))
+        needs = _needs(list(record_for))
+    token = _ACTIVE.set(_Run(seqs, "prefill", rec, needs))
     try:
         logits = _forward(lm, torch.tensor([list(ids)]), 0)[0]
     finally:
         _ACTIVE.reset(token)
     for s in seqs:
         s.pos = len(ids)
+    if rec is not None:
+        rec.logits = logits
+    lm.last_prefill = rec
     return logits
+
+
+def adopt_prefill(lm: LM, seqs: Seq[Sequence], record: PrefillRecord) -> torch.Tensor:
+    """Give fresh ``seqs`` the prompt of ``record`` (a :func:`prefill` with ``record_for``
+    covering them) without running the model: each cache adopts the recorded q, k, v and
+    statistics exactly as :func:`prefill` would hand them (the same tensors, so the same
+    state). Returns the prompt's last logits. Not for sequences with ``fidelity`` or
+    ``capture`` (they need the pass itself)."""
+    seqs = list(seqs)
+    if not seqs or any(s.pos for s in seqs):
+        raise ParamError("adopt_prefill needs one or more fresh sequences")
+    if any(s.fidelity is not None or s.capture_layers for s in seqs):
+        raise ParamError("adopt_prefill: sequences with fidelity or capture need prefill")
+    for layer, (q, k, v, stats) in record.layers.items():
+        for s in seqs:
+            c = s.caches[layer]
+            if isinstance(c, WindowKV):
+                c.adopt(k, v)
+                continue
+            ws, w = c.prefill_stats
+            if (w > 0 and w not in stats) or (ws and not any(
+                    x[0] is not None for x in stats.values())):
+                raise ParamError(f"adopt_prefill: the record lacks the statistics "
+                                 f"(sums {ws}, window {w}) of {s.label}: pass it in "
+                                 "prefill's record_for")
+            sums, obs = stats[w] if w in stats else (next(iter(stats.values()))[0], None)
+            c.adopt_prefill(q, k, v, sums if ws else None, obs if w > 0 else None)
+    for s in seqs:
+        s.pos = record.tokens
+    return record.logits
 
 
 def step(lm: LM, seqs: Seq[Sequence], tokens: Seq[int]) -> torch.Tensor:
@@ -512,12 +640,12 @@ def reference_logits(lm: LM, ids: Seq[int], positions: Seq[int] | None = None,
     lm.model.set_attn_implementation(implementation)
     try:
         with torch.inference_mode():
-            h = lm.model.model(input_ids=torch.tensor([list(ids)]), use_cache=False
-                               ).last_hidden_state[0]
+            h = lm.model.model(input_ids=torch.tensor([list(ids)], device=lm.device),
+                               use_cache=False).last_hidden_state[0]
             parts = []
             for s in range(0, len(pos), chunk):
                 idx = torch.tensor(pos[s: s + chunk])
-                parts.append(_logits_of(lm, h[idx]))
+                parts.append(_logits_of(lm, h[idx.to(h.device)]).cpu())
     finally:
         lm.model.set_attn_implementation(ATTN_NAME)
     return torch.cat(parts) if parts else torch.zeros(0, lm.shape.vocab)

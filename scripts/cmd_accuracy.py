@@ -8,11 +8,20 @@ version, into --out; progress goes to stdout):
   perplexity  teacher-forced perplexity on long text (windows of --window tokens; the first
               --prefix are prefilled, the rest decoded token by token) and bytes per step
   passkey     passkey retrieval per (length, depth) cell (classic repeated filler or essays)
+  tasks       RULER-style tasks (passkey, niah_single, niah_multikey, niah_multivalue, vt) per
+              length, answers generated through each method's cache and string-matched
   fidelity    per-layer relative error and cosine of attention outputs vs full KV
   capture     save real q, k, v and attention probabilities of chosen layers (a .pt file)
-  table       the iso-accuracy table from perplexity and passkey JSON files
+  table       the iso-accuracy table from perplexity and passkey/tasks JSON files, per
+              --protocol and --length
   run         the whole study (Stage I and baselines, Stage II, layout, fidelity, iso table,
-              plots) as one resumable run
+              plots) as one resumable run; --suite seed-smollm2 / seed-gemma: the protocol x
+              length x task grid of cells (resumable per cell, --workers N, --executor ray)
+
+Protocols (--protocol): prompt = context and question prefilled but the question's last token,
+which is decoded through the method's cache (compression decided at the end of prefill with the
+question in the observation window; the primary protocol); follow-up = the context prefilled,
+the question fed through decode afterwards. --question prefill|decode are the older names.
 
 Methods are labels: full, h2o@B, snapkv@B, quest@B, sparq@B[/rR], ds@B[/rR],
 hikv-{evict,qa,none}@B[/lowbitN][/k:{static,query_channels,channel_groups}N[gG]][/v:staticN].
@@ -31,9 +40,9 @@ HELP = "accuracy of HiKV and baselines on a real LM (perplexity, passkey, fideli
 
 
 def _common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
-    p.add_argument("--model", default="smollm2-135m",
+    p.add_argument("--model", default=None,
                    help="asset name, .gguf file or Hugging Face model folder "
-                        "(default: smollm2-135m)")
+                        "(default: smollm2-135m; a seed suite's own model)")
     p.add_argument("--preset", default="default",
                    help="preset for layout, HiKV policy fields and sorter keys (default: default)")
     p.add_argument("--cache", type=Path, default=None,
@@ -45,6 +54,31 @@ def _common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
     p.add_argument("--batch", type=int, default=64,
                    help="methods decoded side by side in one model call (default 64)")
     p.add_argument("--seed", type=int, default=0, help="seed of passkey keys and offsets")
+    p.add_argument("--device", default="cpu",
+                   help="where the model's dense layers and the prompt attention run: cpu, "
+                        "cuda, cuda:N or auto (default cpu; the golden KV caches run on the "
+                        "CPU)")
+
+
+def _protocol(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--protocol", choices=("prompt", "follow-up"), default=None,
+                   help=f"prompt: the question is in the prompt (all but its last token "
+                        f"prefilled); follow-up: it is fed through decode after the context "
+                        f"(default {default})")
+    p.add_argument("--question", choices=("decode", "prefill"), default=None,
+                   help="older name of --protocol: decode = follow-up, prefill = prompt")
+    p.set_defaults(protocol_default=default)
+
+
+def _chosen_protocol(args: argparse.Namespace) -> str:
+    from hikv.model.accuracy import QUESTION_ALIASES
+    from hikv.params import ParamError
+
+    p, q = args.protocol, args.question
+    if p is not None and q is not None and QUESTION_ALIASES[q] != p:
+        raise ParamError(f"--protocol {p} and --question {q} disagree (--question {q} is "
+                         f"--protocol {QUESTION_ALIASES[q]})")
+    return p or (QUESTION_ALIASES[q] if q else args.protocol_default)
 
 
 def _force(p: argparse.ArgumentParser) -> None:
@@ -56,6 +90,7 @@ def _force(p: argparse.ArgumentParser) -> None:
 #: The files each subcommand writes into --out (refused without --force when present).
 OWNED = {"perplexity": ("perplexity.csv", "perplexity.json"),
          "passkey": ("passkey.csv", "passkey.json"),
+         "tasks": ("tasks.csv", "tasks.json"),
          "fidelity": ("fidelity.csv", "fidelity.json", "fidelity.png"),
          "table": ("iso_table.csv", "iso_table.json", "reductions.csv", "reductions.json")}
 
@@ -67,6 +102,7 @@ def _methods(p: argparse.ArgumentParser, default: list[str]) -> None:
                    help="budgets for labels without @B (default: 64 256)")
 
 
+_MODEL = "smollm2-135m"
 _DEFAULT_METHODS = ["full", "h2o", "snapkv", "quest", "sparq", "ds", "hikv-evict", "hikv-qa"]
 
 
@@ -88,10 +124,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--depths", nargs="+", type=float, default=[0.1, 0.5, 0.9])
     b.add_argument("--trials", type=int, default=6, help="trials per cell (default 6)")
     b.add_argument("--filler", choices=("classic", "essays"), default="classic")
-    b.add_argument("--question", choices=("decode", "prefill"), default="decode",
-                   help="decode: the question is fed through decode after the haystack "
-                        "(default); prefill: it is part of the prompt but its last token")
+    _protocol(b, "follow-up")
     _force(b)
+
+    t = sub.add_parser("tasks", help="RULER-style tasks per length and protocol")
+    _common(t)
+    _methods(t, _DEFAULT_METHODS)
+    t.add_argument("--tasks", nargs="+", default=["passkey", "niah_single"],
+                   help="passkey niah_single niah_multikey niah_multivalue vt "
+                        "(default: passkey niah_single)")
+    t.add_argument("--lengths", nargs="+", type=int, default=[2048],
+                   help="prompt + generated tokens per case (default 2048)")
+    t.add_argument("--trials", type=int, default=20, help="cases per task cell (default 20)")
+    t.add_argument("--protocols", nargs="+", default=["prompt"], metavar="PROTOCOL",
+                   help="prompt and/or follow-up (default prompt)")
+    _force(t)
 
     c = sub.add_parser("fidelity", help="per-layer attention-output error vs full KV")
     _common(c)
@@ -114,6 +161,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e = sub.add_parser("table", help="iso-accuracy table from perplexity/passkey JSON files")
     e.add_argument("--perplexity", nargs="+", type=Path, required=True, help="JSON files")
     e.add_argument("--passkey", nargs="*", type=Path, default=[], help="JSON files")
+    e.add_argument("--tasks", nargs="*", type=Path, default=[],
+                   help="task JSON files (`hikv accuracy tasks`; with --protocol and --length)")
+    e.add_argument("--protocol", default=None,
+                   help="use only rows of this protocol (prompt or follow-up); needed with "
+                        "--tasks")
+    e.add_argument("--length", type=int, default=None,
+                   help="use only rows of this length (perplexity: window); needed with --tasks")
+    e.add_argument("--acc-tol", type=float, default=0.01,
+                   help="with --tasks: allowed task accuracy drop (default 0.01 = one point)")
     e.add_argument("--ppl-tol", type=float, default=0.01,
                    help="allowed relative perplexity increase (default 0.01)")
     e.add_argument("--passkey-tol", type=float, default=0.0,
@@ -130,8 +186,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f = sub.add_parser("run", help="the whole study, resumable (see hikv.model.accuracy_suite)")
     _common(f)
     f.add_argument("--suite", default="full",
-                   help="full, gemma, long, quick or smoke (default full)")
+                   help="full, gemma, long, quick, smoke, or a seed suite: seed-smollm2, "
+                        "seed-gemma, seed-smoke (default full)")
     f.add_argument("--redo", action="store_true", help="rerun phases whose results exist")
+    f.add_argument("--workers", type=int, default=1,
+                   help="seed suites: cells run in this many processes (default 1)")
+    f.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="seed suites: local processes, or Ray (pip install -e \".[ray]\"; "
+                        "joins RAY_ADDRESS or starts a local instance)")
     f.add_argument("--ppl-tol", type=float, default=0.01)
     f.add_argument("--passkey-tol", type=float, default=0.0)
 
@@ -162,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(getattr(args, "threads", 1))
     if args.what == "table":
         return _table(args)
+    if args.what != "run" and args.model is None:
+        args.model = _MODEL
 
     from hikv.model import accuracy as A
     from hikv.model.accuracy_io import code_version, plot_fidelity, write_rows
@@ -171,10 +235,23 @@ def run(args: argparse.Namespace) -> int:
     from hikv.presets import get_preset
 
     if args.what == "run":
-        from hikv.model.accuracy_suite import SUITES, run_suite
+        from hikv.model.accuracy_suite import SEED_SUITES, SUITES, run_seed_suite, run_suite
 
+        if args.suite in SEED_SUITES:
+            suite = SEED_SUITES[args.suite]
+            run_seed_suite(suite, args.out, model=args.model or suite.model or _MODEL,
+                           preset=args.preset, cache=args.cache,
+                           seed=args.seed, batch=args.batch, workers=args.workers,
+                           executor=args.executor, device=args.device, threads=args.threads,
+                           redo=args.redo, argv=sys.argv)
+            return 0
+        args.model = args.model or _MODEL
+        if args.workers != 1 or args.executor != "local":
+            raise ParamError("--workers and --executor apply to the seed suites "
+                             f"({sorted(SEED_SUITES)}), not to --suite {args.suite}")
         if args.suite not in SUITES:
-            raise ParamError(f"--suite = {args.suite!r} is not one of {sorted(SUITES)}")
+            raise ParamError(f"--suite = {args.suite!r} is not one of "
+                             f"{sorted(SUITES) + sorted(SEED_SUITES)}")
         run_suite(args.model, args.out, suite=SUITES[args.suite], preset=args.preset,
                   cache=args.cache, redo=args.redo, batch=args.batch, ppl_tol=args.ppl_tol,
                   passkey_tol=args.passkey_tol, seed=args.seed, argv=sys.argv)
@@ -182,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        lm = load_lm(args.model, cache=args.cache)
+        lm = load_lm(args.model, cache=args.cache, device=args.device)
     except (ValueError, KeyError, IndexError, EOFError) as e:
         if isinstance(e, ParamError):
             raise
@@ -194,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
           f"loaded in {lm.load_s:.0f} s")
     meta = {"command": " ".join(sys.argv), "model": args.model, "model_source": lm.source,
             "preset": args.preset, "config": to_dict(cfg), "seed": args.seed,
-            "code_version": code_version()}
+            "code_version": code_version(), "device": str(lm.device)}
     if args.what == "capture":
         if args.tokens <= args.prefix:
             raise ParamError(f"--tokens = {args.tokens} must exceed --prefix = {args.prefix}")
@@ -223,13 +300,29 @@ def run(args: argparse.Namespace) -> int:
                   f"{r['bytes_ideal']:9.0f} burst {r['bytes_burst']:9.0f}")
     elif args.what == "passkey":
         text = essays_text(args.cache) if args.filler == "essays" else None
+        proto = _chosen_protocol(args)
         rows = A.passkey(lm, specs, cfg, lengths=args.lengths, depths=args.depths,
-                         trials=args.trials, filler=args.filler, question=args.question,
+                         trials=args.trials, filler=args.filler, protocol=proto,
                          essay_text=text, seed=args.seed, batch=args.batch, log=print)
         name = "passkey"
         agg = A._passkey_by_label(rows)
         for lab, (c, n) in agg.items():
-            print(f"{lab:42s} passkey {c}/{n}")
+            print(f"{lab:42s} passkey ({proto}) {c}/{n}")
+    elif args.what == "tasks":
+        from hikv.model.tasks import essay_words
+
+        words = essay_words(essays_text(args.cache))
+        rows = []
+        for n in args.lengths:
+            for p in args.protocols:
+                for task in args.tasks:
+                    rows += A.task_accuracy(lm, specs, cfg, task=task, length=n,
+                                            trials=args.trials, protocol=p, seed=args.seed,
+                                            words=words, batch=args.batch, log=print)
+        name = "tasks"
+        for r in rows:
+            print(f"{r['label']:42s} {r['task']:16s} {r['protocol']:9s} N={r['length']:6d} "
+                  f"{r['score_sum']:g}/{r['trials']} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]")
     else:
         if args.tokens <= args.prefix:
             raise ParamError(f"--tokens = {args.tokens} must exceed --prefix = {args.prefix}")
@@ -251,18 +344,39 @@ def _table(args: argparse.Namespace) -> int:
     from hikv.params import ParamError
 
     loaded = [read_rows(p) for p in args.perplexity]
-    ppl = [r for rows, _ in loaded for r in rows]
-    pk = [r for p in args.passkey for r in read_rows(p)[0]]
     try:
-        iso = A.iso_table(ppl, pk, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol)
+        ppl = A.select_rows([r for rows, _ in loaded for r in rows], protocol=args.protocol,
+                            length=args.length)
+        pk = A.select_rows([r for p in args.passkey for r in read_rows(p)[0]],
+                           protocol=args.protocol, length=args.length)
+        if not ppl:
+            raise ParamError(f"--perplexity: no rows of length {args.length}")
+        if args.tasks:
+            if args.protocol is None or args.length is None:
+                raise ParamError("--tasks needs --protocol and --length (one iso table each)")
+            if args.passkey:
+                raise ParamError("use --passkey or --tasks, not both")
+            tk = [r for p in args.tasks for r in read_rows(p)[0]]
+            iso = A.iso_table_tasks(ppl, tk, protocol=args.protocol, length=args.length,
+                                    ppl_tol=args.ppl_tol, acc_tol=args.acc_tol)
+        else:
+            both = {r.get("protocol") or A.QUESTION_ALIASES.get(r.get("question") or "", "")
+                    for r in pk} - {""}
+            if len(both) > 1:
+                raise ParamError(f"--passkey rows of protocols {sorted(both)}: pass --protocol "
+                                 "(one iso table per protocol, never mixed)")
+            iso = A.iso_table(ppl, pk, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol)
+            for r in iso:
+                r.update({"protocol": args.protocol, "length": args.length})
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         if isinstance(e, ParamError):
             raise
-        raise ParamError(f"--perplexity/--passkey: the rows are not those of `hikv accuracy "
-                         f"perplexity` / `passkey` ({type(e).__name__}: {e}); give files they "
-                         "wrote") from None
+        raise ParamError(f"--perplexity/--passkey/--tasks: the rows are not those of `hikv "
+                         f"accuracy perplexity` / `passkey` / `tasks` ({type(e).__name__}: {e}); "
+                         "give files they wrote") from None
     meta = {"command": " ".join(sys.argv), "perplexity": [str(p) for p in args.perplexity],
-            "passkey": [str(p) for p in args.passkey]}
+            "passkey": [str(p) for p in args.passkey], "tasks": [str(p) for p in args.tasks],
+            "protocol": args.protocol, "length": args.length}
     write_rows(args.out, "iso_table", iso, meta)
     fam = args.hikv
     if fam is None:
@@ -271,7 +385,8 @@ def _table(args: argparse.Namespace) -> int:
     red = A.reductions(iso, fam) if fam else []
     write_rows(args.out, "reductions", red, meta)
     if args.iso_file is not None:
-        _write_iso_file(args, iso, fam, ppl, loaded[0][1])
+        tol = args.acc_tol if args.tasks else args.passkey_tol
+        _write_iso_file(args, iso, fam, ppl, loaded[0][1], tol)
     print(markdown_table(iso, [("family", "method", ""), ("iso_budget", "iso budget", ""),
                                ("ppl", "ppl", ".3f"), ("ppl_rel", "Δppl", "+.4f"),
                                ("passkey_correct", "pk ok", ""), ("passkey_trials", "of", ""),
@@ -286,7 +401,7 @@ def _table(args: argparse.Namespace) -> int:
 
 
 def _write_iso_file(args: argparse.Namespace, iso: list[dict], fam: str | None,
-                    ppl: list[dict], meta: dict) -> None:
+                    ppl: list[dict], meta: dict, acc_tol: float) -> None:
     """``meta``: the first perplexity file's metadata (its configuration and model)."""
     from hikv.io import write_json
     from hikv.model import accuracy as A
@@ -297,10 +412,10 @@ def _write_iso_file(args: argparse.Namespace, iso: list[dict], fam: str | None,
                          "(written by an older hikv); rerun the perplexity phase")
     cfg = from_dict(Config, meta["config"])
     data = A.iso_accuracy_file(
-        iso, cfg, hikv_family=fam, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol,
+        iso, cfg, hikv_family=fam, ppl_tol=args.ppl_tol, passkey_tol=acc_tol,
         model=str(meta.get("model", "")), preset=str(meta.get("preset", cfg.name)),
         context=max((int(r["window"]) for r in ppl if r.get("window")), default=None),
-        source=" ".join(sys.argv))
+        source=" ".join(sys.argv), protocol=args.protocol, length=args.length)
     args.iso_file.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.iso_file, data, indent=1)
     from hikv.presets import get_preset

@@ -91,3 +91,22 @@ def test_sorter_loader_chain_on_real_heads(smol) -> None:
     assert rep.passed, "\n".join(rep.lines)
     assert rep.preset == "tiny+d64" and len(rep.metrics["chain"]) == 12
     assert any("heads: real" in line for line in rep.lines)
+
+
+def test_tasks_under_both_protocols(smol) -> None:
+    """RULER-style tasks on the real model at 640 tokens: full KV answers passkey and the
+    single needle under both protocols (the cases are the same for both), and an evicting
+    method runs beside it through the same prefill."""
+    from hikv.model.tasks import essay_words
+
+    lm, cfg = smol
+    words = essay_words(essays_text())
+    specs = [MethodSpec(), A.parse_method("snapkv@64", cfg.policy, lm.shape.head_dim)]
+    for protocol in A.PROTOCOLS:
+        for task in ("passkey", "niah_single"):
+            rows = A.task_accuracy(lm, specs, cfg, task=task, length=640, trials=1,
+                                   protocol=protocol, words=words, seed=5)
+            full = rows[0]
+            assert full["protocol"] == protocol and full["length"] == 640
+            assert full["accuracy"] == 1.0, (task, protocol, full["sample"])
+            assert 0.0 <= rows[1]["accuracy"] <= 1.0

@@ -174,3 +174,19 @@ def test_fidelity_and_capture() -> None:
     pd = cap["layers"][0]["probs_decode"]
     assert float(pd[:, -1, : 30 - 8].abs().max()) == 0.0
     assert float(cap["layers"][1]["probs_decode"][:, -1, :22].sum()) > 0
+
+
+def test_resolve_device() -> None:
+    """--device: cpu and auto resolve here; unknown names and absent CUDA are clear errors."""
+    import torch
+
+    from hikv.model.lm import resolve_device
+    from hikv.params import ParamError
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ParamError, match="device"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ParamError, match="CUDA is not available"):
+            resolve_device("cuda:0")
