@@ -18,8 +18,11 @@ Modules (import what you need; this package imports nothing heavy by itself):
 * :mod:`hikv.model.hikv_cache`      HiKV (Stage I and Stage II through the sorter reference)
 * :mod:`hikv.model.methods`         the registry ``METHODS`` and :func:`make_cache`
 * :mod:`hikv.model.lm`              a Hugging Face LM whose attention runs through the caches
-* :mod:`hikv.model.accuracy`        perplexity, passkey, fidelity, the iso-accuracy table
+* :mod:`hikv.model.accuracy`        perplexity, passkey, tasks, fidelity, capture
+* :mod:`hikv.model.accuracy_iso`    protocols, Wilson intervals, the iso-accuracy table
 * :mod:`hikv.model.accuracy_suite`  the whole accuracy study as one resumable run
+* :mod:`hikv.model.seed_suite`      the seed suites: protocol x length x task cells, run
+  resumably (process pool or Ray), their task filter and iso tables
 * :mod:`hikv.model.accuracy_io`     result files and plots of the accuracy study
 * :mod:`hikv.model.assets`          real models and text fetched from PyPI
 """

@@ -71,7 +71,7 @@ def _protocol(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def _chosen_protocol(args: argparse.Namespace) -> str:
-    from hikv.model.accuracy import QUESTION_ALIASES
+    from hikv.model.accuracy_iso import QUESTION_ALIASES
     from hikv.params import ParamError
 
     p, q = args.protocol, args.question
@@ -183,7 +183,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(hikv.iso_accuracy/1; the config is the perplexity JSON's)")
     _force(e)
 
-    f = sub.add_parser("run", help="the whole study, resumable (see hikv.model.accuracy_suite)")
+    f = sub.add_parser("run", help="the whole study, resumable (see hikv.model.accuracy_suite"
+                       " and hikv.model.seed_suite)")
     _common(f)
     f.add_argument("--suite", default="full",
                    help="full, gemma, long, quick, smoke, or a seed suite: seed-smollm2, "
@@ -229,13 +230,15 @@ def run(args: argparse.Namespace) -> int:
 
     from hikv.model import accuracy as A
     from hikv.model.accuracy_io import code_version, plot_fidelity, write_rows
+    from hikv.model.accuracy_iso import _passkey_by_label
     from hikv.model.assets import essays_text
     from hikv.model.lm import lm_config, load_lm
     from hikv.params import to_dict
     from hikv.presets import get_preset
 
     if args.what == "run":
-        from hikv.model.accuracy_suite import SEED_SUITES, SUITES, run_seed_suite, run_suite
+        from hikv.model.accuracy_suite import SUITES, run_suite
+        from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
 
         if args.suite in SEED_SUITES:
             suite = SEED_SUITES[args.suite]
@@ -305,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
                          trials=args.trials, filler=args.filler, protocol=proto,
                          essay_text=text, seed=args.seed, batch=args.batch, log=print)
         name = "passkey"
-        agg = A._passkey_by_label(rows)
+        agg = _passkey_by_label(rows)
         for lab, (c, n) in agg.items():
             print(f"{lab:42s} passkey ({proto}) {c}/{n}")
     elif args.what == "tasks":

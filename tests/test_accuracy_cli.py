@@ -196,7 +196,7 @@ def test_seed_suite_workers_match_one_process(tiny_model, tmp_path) -> None:
     import dataclasses
 
     from hikv.model.accuracy_io import read_rows
-    from hikv.model.accuracy_suite import SEED_SUITES, run_seed_suite
+    from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
 
     model, cache = tiny_model
     small = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",),
@@ -222,7 +222,7 @@ def test_ray_executor_runs_two_cells(tiny_model, tmp_path) -> None:
     import dataclasses
 
     from hikv.model.accuracy_io import read_rows
-    from hikv.model.accuracy_suite import SEED_SUITES, run_seed_suite
+    from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
 
     model, cache = tiny_model
     small = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",),

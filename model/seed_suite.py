@@ -1,0 +1,405 @@
+"""The seed suites (issue 11): the protocol x length x task study as data, run cell by cell.
+
+A :class:`SeedSuite` names a model, context lengths, protocols, tasks and budget rules; its
+cells (:func:`suite_cells`: per length one perplexity cell and one cell per protocol and task)
+each run every method of :func:`suite_specs` on the same cases. :func:`run_seed_suite` runs the
+cells not yet on disk (in this process, a ``--workers`` process pool or on Ray; both pickle
+:func:`_pool_cell` by this module's path) and :func:`seed_tables` writes the task filter, the
+iso tables per protocol and length, their iso-point files and ``seed_table.md``. The older
+single-run study is :mod:`hikv.model.accuracy_suite`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hikv.io import atomic_write_text
+from hikv.params import Config, MethodSpec, ParamError
+
+from . import accuracy as A
+from .accuracy_io import code_version, markdown_table, read_rows, write_rows
+
+__all__ = ["SeedSuite", "SEED_SUITES", "Cell", "suite_cells", "suite_specs", "run_cell",
+           "run_seed_suite", "task_filter", "seed_tables"]
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SeedSuite:
+    """The protocol x length x task study of issue 11, as data.
+
+    Cells: for every length, one perplexity cell (``ppl_windows`` windows of ``length``
+    tokens, the last ``ppl_decode`` decoded) and one task cell per (protocol, task) with
+    ``trials`` cases; every cell runs every method of :func:`suite_specs` (full KV, each
+    family at each budget rule resolved at the length) on the same cases.
+    """
+
+    name: str
+    model: str
+    lengths: tuple[int, ...]
+    protocols: tuple[str, ...] = A.PROTOCOLS
+    tasks: tuple[str, ...] = ("passkey", "niah_single", "niah_multikey", "niah_multivalue",
+                              "vt")
+    trials: int = 20
+    families: tuple[str, ...] = ("h2o", "snapkv", "quest", "sparq", "ds", "hikv-evict",
+                                 "hikv-qa", "hikv-qa/lowbit4")
+    budgets: tuple[str, ...] = ("N/32", "N/16", "N/8", "N/4", "128", "256", "512")
+    ppl_windows: int = 2
+    ppl_decode: int = 256
+    keep_min: float = 0.8        # a task is kept where full KV scores at least this
+    acc_tol: float = 0.01        # iso: task accuracy at least full KV's minus one point
+    ppl_tol: float = 0.01        # iso: perplexity within 1 % of full KV's
+
+    def __post_init__(self) -> None:
+        from .tasks import TASKS
+
+        for p in self.protocols:
+            A.protocol_name(p)
+        bad = [t for t in self.tasks if t not in TASKS]
+        if bad:
+            raise ParamError(f"suite {self.name!r}: tasks {bad} are not in {list(TASKS)}")
+        if self.trials < 1:
+            raise ParamError(f"suite {self.name!r}: trials = {self.trials} is out of range: "
+                             "allowed >= 1")
+        for n in self.lengths:
+            for b in self.budgets:
+                A.resolve_budget(b, n)
+            if not 0 < self.ppl_decode < n - 1:
+                raise ParamError(f"suite {self.name!r}: ppl_decode = {self.ppl_decode} is out "
+                                 f"of range for length {n}: allowed [1, {n - 2}]")
+
+
+SEED_SUITES: dict[str, SeedSuite] = {s.name: s for s in (
+    SeedSuite(name="seed-smollm2", model="smollm2-135m", lengths=(2048, 4096, 8192)),
+    SeedSuite(name="seed-gemma", model="gemma3-270m", lengths=(8192, 16384),
+              budgets=("N/32", "N/16", "N/8", "N/4", "256", "512")),
+    # CI: the tiny random model of the tests (every code path, minutes -> seconds)
+    SeedSuite(name="seed-smoke", model="", lengths=(1024,), tasks=("passkey", "niah_single"),
+              trials=1, families=("snapkv", "hikv-evict"), budgets=("N/16", "128"),
+              ppl_windows=1, ppl_decode=8),
+)}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work: ``kind`` ``ppl`` (perplexity at ``length``) or ``task`` (``task``
+    under ``protocol`` at ``length``)."""
+
+    kind: str
+    length: int
+    protocol: str = A.PPL_PROTOCOL
+    task: str = ""
+
+    @property
+    def key(self) -> str:
+        """File name of the cell's rows (``cells/<key>.json``)."""
+        if self.kind == "ppl":
+            return f"ppl_{self.length}"
+        return f"{self.task}_{self.protocol}_{self.length}"
+
+
+def suite_cells(suite: SeedSuite) -> list[Cell]:
+    """Every cell of ``suite``: per length, perplexity then each protocol's tasks."""
+    cells = []
+    for n in suite.lengths:
+        cells.append(Cell("ppl", n))
+        cells += [Cell("task", n, A.protocol_name(p), t) for p in suite.protocols
+                  for t in suite.tasks]
+    return cells
+
+
+def suite_specs(suite: SeedSuite, cfg: Config, length: int
+                ) -> list[tuple[MethodSpec, str]]:
+    """``(spec, budget rules)`` of full KV and every family at every budget rule of ``suite``
+    resolved at ``length``; rules that give the same budget share one spec (``B=N/16,B=128``).
+    A family is any method label without ``@B`` (e.g. ``hikv-qa/lowbit4``; see
+    :func:`hikv.model.accuracy.parse_method`)."""
+    out: dict[str, tuple[MethodSpec, list[str]]] = {"full": (MethodSpec(), ["full"])}
+    for fam in suite.families:
+        head, rest = fam.split("/", 1) if "/" in fam else (fam, "")
+        for rule in suite.budgets:
+            b = A.resolve_budget(rule, length)
+            lab = f"{head}@{b}" + (f"/{rest}" if rest else "")
+            spec = A.parse_method(lab, cfg.policy, cfg.layout.head_dim)
+            got = out.setdefault(spec.label, (spec, []))
+            got[1].append(A.budget_rule_name(rule))
+    return [(sp, ",".join(rules)) for sp, rules in out.values()]
+
+
+class _Bar:
+    """A progress bar on stderr: ``done/total`` units, elapsed time and ETA."""
+
+    def __init__(self, total: int, what: str, stream: Any = None) -> None:
+        self.total, self.what, self.done = max(1, total), what, 0
+        self.t0 = time.perf_counter()
+        self.stream = stream if stream is not None else sys.stderr
+        self._draw()
+
+    def __call__(self, n: int = 1) -> None:
+        self.done += n
+        self._draw()
+
+    def _draw(self) -> None:
+        el = time.perf_counter() - self.t0
+        f = min(1.0, self.done / self.total)
+        eta = f" ETA {el / self.done * (self.total - self.done):.0f} s" if self.done else ""
+        bar = "#" * int(30 * f) + "." * (30 - int(30 * f))
+        end = "\n" if self.done >= self.total else ""
+        self.stream.write(f"\r{self.what} [{bar}] {self.done}/{self.total} {el:.0f} s{eta}"
+                          + end)
+        self.stream.flush()
+
+
+# worker state: one loaded model per process (the --workers pool and Ray actors)
+_WORKER: dict[str, Any] = {}
+
+
+def _setup(model: str, cache: Path | None, preset: str, device: str, threads: int
+           ) -> dict[str, Any]:
+    import torch
+
+    from hikv.presets import get_preset
+
+    from .assets import essays_text
+    from .lm import lm_config, load_lm
+    from .tasks import essay_words
+
+    key = (model, str(cache), preset, device, threads)
+    if _WORKER.get("key") != key:
+        torch.set_num_threads(threads)
+        lm = load_lm(model, cache=cache, device=device)
+        text = essays_text(cache)
+        _WORKER.update(key=key, lm=lm, cfg=lm_config(get_preset(preset), lm.shape), text=text,
+                       words=essay_words(text))
+    return _WORKER
+
+
+def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0,
+             batch: int = 64, progress: Callable[[int], None] | None = None
+             ) -> list[dict[str, Any]]:
+    """Rows of one cell for every method of :func:`suite_specs` (``env``: ``lm``, ``cfg``,
+    ``text``, ``words`` of a loaded model); each row gains ``budget_rule`` and ``cell``."""
+    lm, cfg = env["lm"], env["cfg"]
+    pairs = suite_specs(suite, cfg, cell.length)
+    specs = [p[0] for p in pairs]
+    if cell.kind == "ppl":
+        wins = A.text_windows(lm, env["text"], cell.length, suite.ppl_windows)
+        rows = A.perplexity(lm, specs, cfg, wins, cell.length - suite.ppl_decode, batch=batch)
+        if progress is not None:
+            progress(suite.ppl_windows)
+    else:
+        rows = A.task_accuracy(lm, specs, cfg, task=cell.task, length=cell.length,
+                               trials=suite.trials, protocol=cell.protocol, seed=seed,
+                               words=env["words"], batch=batch, progress=progress)
+    rules = {sp.label: r for sp, r in pairs}
+    return [{**r, "budget_rule": rules[r["label"]], "cell": cell.key} for r in rows]
+
+
+def _cell_units(cell: Cell, suite: SeedSuite) -> int:
+    return suite.ppl_windows if cell.kind == "ppl" else suite.trials
+
+
+def _pool_cell(args: tuple[Cell, SeedSuite, dict[str, Any]]
+               ) -> tuple[str, list[dict], dict[str, Any]]:
+    cell, suite, kw = args
+    env = _setup(kw["model"], kw["cache"], kw["preset"], kw["device"], kw["threads"])
+    rows = run_cell(cell, suite, env, seed=kw["seed"], batch=kw["batch"])
+    return cell.key, rows, dataclasses.asdict(env["lm"].shape)
+
+
+def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
+                   preset: str = "default", cache: Path | None = None, seed: int = 0,
+                   batch: int = 64, workers: int = 1, executor: str = "local",
+                   device: str = "cpu", threads: int = 1, redo: bool = False,
+                   log: Log = print, argv: list[str] | None = None) -> dict[str, Any]:
+    """Run every cell of ``suite`` not yet in ``out/cells/`` (resumable: a cell's rows are
+    written when it finishes; ``redo`` reruns all), then the tables: the task filter
+    (``filter.json``), one iso table per protocol and length (``iso_<protocol>_<N>``, with
+    ``iso_points_<protocol>_<N>.json`` for ``hikv report --iso`` and HiKV's byte reduction
+    against every baseline, ``reductions_<protocol>_<N>``) and ``seed_table.md``.
+
+    ``workers`` > 1 runs cells in that many processes (each loads the model once);
+    ``executor="ray"`` spreads them over a Ray cluster (``ray.init()`` joins the one in
+    ``RAY_ADDRESS`` or starts a local one). A progress bar goes to stderr.
+    """
+    from hikv.params import to_dict
+    from hikv.presets import get_preset
+
+    model = model or suite.model
+    if not model:
+        raise ParamError(f"suite {suite.name!r} has no default model: pass --model")
+    if workers < 1:
+        raise ParamError(f"workers = {workers} is out of range: allowed >= 1")
+    if executor not in ("local", "ray"):
+        raise ParamError(f"executor = {executor!r} is not one of 'local', 'ray'")
+    cells_dir = out / "cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    kw = {"model": model, "cache": cache, "preset": preset, "device": device,
+          "threads": threads, "seed": seed, "batch": batch}
+    meta = {"command": " ".join(argv if argv is not None else sys.argv), "model": model,
+            "preset": preset, "suite": dataclasses.asdict(suite), "seed": seed,
+            "code_version": code_version(), "device": device,
+            "config": to_dict(get_preset(preset))}
+    cells = suite_cells(suite)
+    todo = [c for c in cells if redo or not (cells_dir / f"{c.key}.json").is_file()]
+    log(f"suite {suite.name}: {len(cells)} cells, {len(cells) - len(todo)} done, "
+        f"{len(todo)} to run ({executor}, {workers} worker(s)) -> {out}")
+    bar = _Bar(sum(_cell_units(c, suite) for c in todo), f"{suite.name}")
+    t0 = time.perf_counter()
+
+    def save(key: str, rows: list[dict[str, Any]], shape: dict[str, Any], wall: float
+             ) -> None:
+        write_rows(cells_dir, key, rows, {**meta, "cell": key, "shape": shape, "wall_s": wall})
+
+    if todo and executor == "ray":
+        _run_ray(todo, suite, kw, save, bar)
+    elif todo and workers > 1:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(max_workers=workers,
+                                    mp_context=mp.get_context("spawn")) as pool:
+            futs = {pool.submit(_pool_cell, (c, suite, kw)): c for c in todo}
+            for f in cf.as_completed(futs):
+                key, rows, shape = f.result()
+                save(key, rows, shape, time.perf_counter() - t0)
+                bar(_cell_units(futs[f], suite))
+    elif todo:
+        env = _setup(model, cache, preset, device, threads)
+        for c in todo:
+            tc = time.perf_counter()
+            rows = run_cell(c, suite, env, seed=seed, batch=batch,
+                            progress=bar if c.kind == "task" else None)
+            if c.kind == "ppl":
+                bar(suite.ppl_windows)
+            save(c.key, rows, dataclasses.asdict(env["lm"].shape), time.perf_counter() - tc)
+    rows: list[dict[str, Any]] = []
+    for c in cells:
+        r, m = read_rows(cells_dir / f"{c.key}.json")
+        rows += r
+    return seed_tables(suite, rows, out, {**meta, "shape": m["shape"]}, log=log)
+
+
+def _run_ray(todo: list[Cell], suite: SeedSuite, kw: dict[str, Any],
+             save: Callable[..., None], bar: _Bar) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ParamError("executor 'ray' needs Ray: pip install -e \".[ray]\"") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(ignore_reinit_error=True, log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=kw["threads"])(_pool_cell)
+        t0 = time.perf_counter()
+        refs = {remote.remote((c, suite, kw)): c for c in todo}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            key, rows, shape = ray.get(done[0])
+            save(key, rows, shape, time.perf_counter() - t0)
+            bar(_cell_units(refs[done[0]], suite))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def task_filter(suite: SeedSuite, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (protocol, length, task): full KV's accuracy and whether the task is kept (at
+    least ``suite.keep_min``) or dropped, with the reason."""
+    out = []
+    for r in rows:
+        if r.get("task") and r["label"] == "full":
+            kept = r["accuracy"] >= suite.keep_min - 1e-12
+            out.append({"protocol": r["protocol"], "length": r["length"], "task": r["task"],
+                        "full_score": r["score_sum"], "trials": r["trials"],
+                        "full_acc": r["accuracy"], "kept": kept,
+                        "reason": "" if kept else
+                        f"full KV scores {100 * r['accuracy']:.0f} % < "
+                        f"{100 * suite.keep_min:.0f} %: the task does not discriminate"})
+    return out
+
+
+def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
+                meta: dict[str, Any], *, log: Log = print) -> dict[str, Any]:
+    """The filter, iso tables and iso-point files of a finished seed suite (see
+    :func:`run_seed_suite`); returns a summary."""
+    from hikv.presets import get_preset
+
+    from .lm import LMShape, lm_config
+
+    sh = dict(meta["shape"])
+    sh["windows"] = tuple(sh["windows"])
+    cfg = lm_config(get_preset(meta["preset"]), LMShape(**sh))
+    ppl = [r for r in rows if r.get("ppl") is not None]
+    tasks = [r for r in rows if r.get("task")]
+    filt = task_filter(suite, tasks)
+    write_rows(out, "filter", filt, {**meta, "phase": "filter"})
+    kept = {(f["protocol"], f["length"], f["task"]) for f in filt if f["kept"]}
+    lines = [f"# Seed suite {suite.name}: {meta['model']}", "",
+             f"Command: `{meta['command']}`  ", f"Code: {meta['code_version']}", "",
+             "## Task filter (full KV must score >= "
+             f"{100 * suite.keep_min:.0f} %)", "",
+             markdown_table(filt, [("protocol", "protocol", ""), ("length", "N", ""),
+                                   ("task", "task", ""), ("full_acc", "full KV", ".2f"),
+                                   ("trials", "trials", ""), ("kept", "kept", ""),
+                                   ("reason", "why dropped", "")])]
+    summary: dict[str, Any] = {"suite": suite.name, "iso": {}}
+    for n in suite.lengths:
+        for p in suite.protocols:
+            p = A.protocol_name(p)
+            use = [r for r in tasks if (r["protocol"], r["length"], r["task"]) in kept]
+            iso = A.iso_table_tasks(ppl, use, protocol=p, length=n, ppl_tol=suite.ppl_tol,
+                                    acc_tol=suite.acc_tol)
+            name = f"iso_{p}_{n}"
+            write_rows(out, name, iso, {**meta, "phase": name, "protocol": p, "length": n})
+            reached = [r for r in iso if r["family"].startswith("hikv-") and r["reached"]]
+            best = min(reached, key=lambda r: r["bytes_burst"])["family"] if reached else None
+            try:
+                f = A.iso_accuracy_file(iso, cfg, hikv_family=best, ppl_tol=suite.ppl_tol,
+                                        passkey_tol=suite.acc_tol, model=meta["model"],
+                                        preset=meta["preset"], context=n,
+                                        source=meta["command"], protocol=p, length=n)
+                atomic_write_text(out / f"iso_points_{p}_{n}.json", json.dumps(f, indent=1) + "\n")
+            except ParamError as e:
+                log(f"iso_points_{p}_{n}.json not written: {e}")
+            red = A.reductions(iso, best) if best else []
+            write_rows(out, f"reductions_{p}_{n}", red,
+                       {**meta, "phase": f"reductions_{p}_{n}", "protocol": p, "length": n})
+            summary["iso"][name] = {"best_hikv": best, "rows": len(iso),
+                                    "reductions": red}
+            lines += ["", f"## Iso-accuracy: protocol `{p}`, N = {n}", "",
+                      f"Tasks kept: {sorted(t for (pp, nn, t) in kept if pp == p and nn == n)}"
+                      "; smallest budget with perplexity within "
+                      f"{100 * suite.ppl_tol:.0f} % of full KV's and task accuracy at least "
+                      f"full KV's minus {100 * suite.acc_tol:.0f} point; [95 % Wilson].", "",
+                      markdown_table([{**r, "acc": _acc_cell(r)} for r in iso], [
+                          ("family", "method", ""), ("iso_budget", "iso budget", ""),
+                          ("ppl_rel", "Δppl", "+.4f"), ("acc", "task acc [95 % CI]", ""),
+                          ("task_trials", "trials", ""), ("full_acc", "full KV", ".3f"),
+                          ("bytes_burst", "bytes burst", ".0f"),
+                          ("step_bytes_burst", "per step, all layers", ".0f")])]
+            if red:
+                lines += ["", f"HiKV ({best}) at iso-accuracy: each baseline's burst bytes / "
+                          "HiKV's", "", markdown_table(red, [
+                              ("baseline", "baseline", ""),
+                              ("baseline_reached", "baseline reached", ""),
+                              ("x_ideal", "x ideal", ".2f"), ("x_burst", "x burst", ".2f")])]
+    atomic_write_text(out / "seed_table.md", "\n".join(lines) + "\n")
+    atomic_write_text(out / "seed_summary.json", json.dumps(summary, indent=1, default=str))
+    log(f"tables -> {out / 'seed_table.md'}")
+    return summary
+
+
+def _acc_cell(r: dict[str, Any]) -> str:
+    if r.get("task_acc") is None:
+        return "-"
+    return f"{r['task_acc']:.3f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
