@@ -225,7 +225,7 @@ class Sorter(wiring.Component):
         ]
         lg_d = _clog2(m, d_rows, "lg_rows")
         lg_k = _clog2(m, k_groups, "lg_k")
-        lg_k1 = Mux(is_zero(lg_k), 1, lg_k)
+        lg_k1 = Mux(ult(lg_k, t.min_run_levels), t.min_run_levels, lg_k)
         lu = Signal(range(t.levels + 1))
         m.d.comb += lu.eq(Mux(is1 & ult(lg_k1, lg_d), lg_k1, lg_d))
 
