@@ -24,9 +24,9 @@ Microarchitecture (``P`` lanes; a *row* is one beat of ``P`` items; all sizes fr
           ~index}     ▼                                                                    │
               bitonic row sorter (P lanes, S stages)                                       │
                       ▼                                                                    │
-              merge level 0   ─ runs of 1 row  → 2     each level: queues A, B            │
-              merge level 1   ─ runs of 2 rows → 4       + merge engine (2P-merge,         │
-                 ...                                        feedback register X)           │
+              merge level 0   ─ runs of 1 row  → 2     each level: lane queues A, B       │
+              merge level 1   ─ runs of 2 rows → 4       + merge engine (P-comparator      │
+                 ...                                        selector, pipelined merge)     │
               merge level L-1 ─ runs of 2^(L-1) → 2^L    levels >= L pass rows through    │
                       ▼                                                                    │
               reducer: list := top-K rows of (list ∪ run)      (Stage I: K rows kept)     │
@@ -40,10 +40,11 @@ Microarchitecture (``P`` lanes; a *row* is one beat of ``P`` items; all sizes fr
    (unique per item; pads of a short last row are all-zero and sort last). The beat is stored
    in the ring buffer in arrival order and, sorted by a pipelined bitonic network, enters the
    merge tree. Level ``j`` merges pairs of sorted runs of ``2^j`` rows with a *merge engine*:
-   a register ``X`` of the ``P`` smallest items seen so far, merged each cycle with the next
-   row of whichever run has the larger head (one ``2P`` bitonic merge: half-cleaner plus a
-   ``log P``-stage merge per half), emitting the top ``P``. Every level moves one row per
-   cycle; a row is delayed by exactly ``2^j + 2`` cycles.
+   the runs wait in lane queues (run item ``i`` in lane ``i mod P``), ``P`` comparators pick
+   the larger of A's lane ``i`` head and B's lane ``P-1-i`` head each cycle (the top ``P`` of
+   what is left, as a rotated bitonic sequence), and ``log P`` pipelined bitonic-merge stages
+   sort them outside the loop (see :class:`~hikv.hw.sorter_merge.MergeEngine`). Every level
+   moves one row per cycle; a row is delayed by exactly ``2^j + 2 + log P`` cycles.
 2. **Reducer.** Another engine merges each sorted run of ``K`` rows with the running top-``K``
    list (truncating the merge to ``K`` rows), so it too moves a row per cycle. On a segment's
    last run it picks the ``min(k, n)``-th best composite: the threshold. Composites are unique,

@@ -1,12 +1,10 @@
 """Merging sorted runs of rows: the merge engine, one merge-tree level, and the top-K reducer.
 
 A *run* is a sequence of rows whose items are sorted descending across the whole run (lane 0
-of the first row is the largest). All three blocks use the same *merge engine*: it merges a run
-``A`` and a run ``B`` one output row per cycle by keeping the ``P`` smallest items seen so far
-in a feedback register ``X`` and, each cycle, merging ``X`` with the next row of whichever run
-has the larger head item (the row's first item): the top ``P`` of ``X`` and that row are the
-next output row. The first step merges the first rows of both runs; a last "flush" step emits
-``X``. Merging ``a`` and ``b`` rows takes exactly ``a + b`` steps, whatever the data.
+of the first row is the largest). All three blocks use the same *merge engine*
+(:class:`MergeEngine`): it merges a run ``A`` and a run ``B`` one output row per cycle from two
+lane queues, with one comparator per lane in its feedback loop and a pipelined bitonic merge
+after it. Merging ``a`` and ``b`` rows takes exactly ``a + b`` steps, whatever the data.
 """
 
 from __future__ import annotations
@@ -193,7 +191,8 @@ class MergeLevel(wiring.Component):
     and ``[2qR + R, 2qR + 2R)`` run ``B`` of pair ``q`` (the last pair may be short or have no
     ``B``), so the level's output is the segment sorted into runs of ``2R`` rows. With ``used``
     low the level passes rows through unchanged (each row is a run of its own). With gapless
-    input, every row leaves ``R + 2`` cycles (used) or ``2`` cycles (unused) after it arrived.
+    input, every row leaves ``R + 2 + log P`` cycles (used) or ``2 + log P`` cycles (unused) after
+    it arrived.
 
     Members
     -------

@@ -112,3 +112,18 @@ def test_compares_count_every_unit_once_per_step():
     assert t.merge_units == 8
     assert t.stage1_compares(64, 16) == rows * per_row + steps * 8
     assert t.stage2_compares(3, 16, 5) == 12 * per_row + 12 * 8
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_unaligned_cliff_is_bounded(name):
+    """One row past a multiple of the run length K costs a whole run: the cliff is bounded by
+    K - 1 cycles over 2D + floor((k-1)/P) + latency (docs/sorter.md, "Unaligned N")."""
+    t = SorterTiming.from_params(PRESETS[name].sorter)
+    p = t.lanes
+    for k in sorted({1, p, t.max_k // 3 + 1, t.max_k}):
+        for n in range(1, t.max_n + 1, max(1, t.max_n // 97)):
+            rows = -(-n // p)
+            kr = 1 << t.stage1_levels(n, k)
+            extra = t.stage1_cycles(n, k) - (2 * rows + (min(k, n) - 1) // p + t.latency)
+            assert extra == kr * -(-rows // kr) - rows, (name, n, k)
+            assert 0 <= extra <= kr - 1, (name, n, k)
