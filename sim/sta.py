@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,7 +46,10 @@ __all__ = ["DelayTable", "PathStep", "TimingPath", "StaResult", "load_delays",
            "node_delay_scale", "analyse", "block_sta", "block_clock", "STA_VERSION"]
 
 #: bump when the analysis changes (part of the cache key)
-STA_VERSION = "1"
+STA_VERSION = "2"
+#: nets driving more inputs than this are assumed buffered (a fan-out-of-4 buffer tree)
+MAX_FANOUT = 4
+BUFFER = "sky130_fd_sc_hd__buf_1"
 
 
 @dataclass(frozen=True)
@@ -61,11 +66,23 @@ class DelayTable:
     digest: str
 
     def delay(self, cell: str, pin: str, fanout: int) -> float:
+        """Delay from ``pin`` of ``cell`` driving ``fanout`` inputs (:func:`buffered`)."""
         try:
             d0, slope = self.cells[cell][pin]
         except KeyError:
             raise ParamError(f"no delay for {cell} pin {pin} in sky130_delays.json") from None
-        return d0 + slope * max(0, fanout - 1)
+        return self.buffered(d0, slope, fanout)
+
+    def buffered(self, d0: float, slope: float, fanout: int) -> float:
+        """``d0 + slope * (fanout - 1)`` up to fan-out ``MAX_FANOUT``; a larger fan-out is
+        driven through a tree of ``buf_1`` at fan-out ``MAX_FANOUT`` (what buffering after
+        placement inserts; an unbuffered net of fan-out 1000 would be meaningless), adding one
+        buffer delay per factor of ``MAX_FANOUT``."""
+        if fanout <= MAX_FANOUT:
+            return d0 + slope * max(0, fanout - 1)
+        b0, bs = self.cells[BUFFER]["A"]
+        stages = math.ceil(math.log(fanout / MAX_FANOUT) / math.log(MAX_FANOUT) - 1e-9)
+        return d0 + slope * (MAX_FANOUT - 1) + stages * (b0 + bs * (MAX_FANOUT - 1))
 
 
 def load_delays() -> DelayTable:
@@ -75,8 +92,7 @@ def load_delays() -> DelayTable:
              for c, pins in d["cells"].items()}
     ff = d["flipflop"]
     ck = ff["clk_to_q"]
-    pin = next(iter(ck))
-    return DelayTable(cells=cells, clk_to_q=(float(ck[pin]["d0_ps"]), float(ck[pin]["slope_ps"])),
+    return DelayTable(cells=cells, clk_to_q=(float(ck["d0_ps"]), float(ck["slope_ps"])),
                       setup_ps=float(ff["setup_ps"]), flipflop=ff["cell"],
                       fo4_ps=float(d["fo4_inverter_ps"]), source=d["source"],
                       corner=d["corner"],
@@ -217,6 +233,18 @@ class StaResult:
         return StaResult(**d)
 
 
+_MEMREG = re.compile(r"^\$\\?(.+?)\$rdreg\[(\d+)\]\$q(\[\d+\])?$")
+
+
+def _pretty(name: str) -> str:
+    """RTL-style name: ``$\\ring.mem$rdreg[0]$q[3]`` -> ``ring.mem.read0[3]`` (the output
+    register of a memory read port mapped to flip-flops)."""
+    m = _MEMREG.match(name)
+    if m:
+        return f"{m.group(1)}.read{m.group(2)}{m.group(3) or ''}"
+    return name.lstrip("\\")
+
+
 def _short(cell: str) -> str:
     return cell.removeprefix("sky130_fd_sc_hd__")
 
@@ -260,7 +288,7 @@ def analyse(netlist: dict[str, Any], top: str, delays: DelayTable | None = None,
                     names[b] = (rank, label)
 
     def net(b: int) -> str:
-        return names[b][1] if b in names else f"${b}"
+        return _pretty(names[b][1]) if b in names else f"${b}"
 
     fanout: dict[int, int] = defaultdict(int)
     readers: dict[int, list[str]] = defaultdict(list)
@@ -316,7 +344,7 @@ def analyse(netlist: dict[str, Any], top: str, delays: DelayTable | None = None,
             comb[cname] = (typ, ins, o)
     for b, kind in start_kind.items():
         if kind == "flip-flop":
-            arrival[b] = delays.clk_to_q[0] + delays.clk_to_q[1] * max(0, fanout[b] - 1)
+            arrival[b] = delays.buffered(*delays.clk_to_q, fanout[b])
 
     # topological propagation
     driven = {o for _, _, o in comb.values()}
