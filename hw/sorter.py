@@ -230,7 +230,8 @@ class Sorter(wiring.Component):
         lu = Signal(range(t.levels + 1))
         m.d.comb += lu.eq(Mux(is1 & ult(lg_k1, lg_d), lg_k1, lg_d))
 
-        m.d.comb += self.cfg.ready.eq(~active)
+        start = Signal()
+        m.d.comb += [self.cfg.ready.eq(~active), start.eq(self.cfg.valid & ~active & ~bad)]
         with m.If(self.cfg.valid & ~active):
             with m.If(bad):
                 m.d.sync += error.eq(1)
@@ -298,7 +299,8 @@ class Sorter(wiring.Component):
         for j in range(t.levels):
             lvl = MergeLevel(lanes=p, width=w, level=j, max_seg_rows=seg_max)
             m.submodules[f"level{j}"] = lvl
-            m.d.comb += [lvl.seg_rows.eq(seg_rows), lvl.used.eq(ugt(levels_used, j))]
+            m.d.comb += [lvl.seg_rows.eq(seg_rows), lvl.used.eq(ugt(levels_used, j)),
+                         lvl.start.eq(start)]
             wiring.connect(m, prev, lvl.i)
             prev = lvl.o
             levels.append(lvl)
@@ -306,7 +308,7 @@ class Sorter(wiring.Component):
                                              run_rows=run_rows, max_seg_rows=seg_max)
         wiring.connect(m, prev, red.i)
         m.d.comb += [red.seg_rows.eq(seg_rows), red.k_rows.eq(k_rows),
-                     red.thr_row.eq(thr_row), red.thr_lane.eq(thr_lane)]
+                     red.thr_row.eq(thr_row), red.thr_lane.eq(thr_lane), red.start.eq(start)]
 
         # ------------------------------------------------------------ second pass: select
         m.submodules.compact = cmp = Compactor(lanes=p, key_width=kw, index_width=iw)

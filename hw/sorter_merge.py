@@ -44,9 +44,11 @@ class MergeEngine(wiring.Component):
     comparator, the pop and the queue's read pointer: no register ``X`` and no merge network
     in the feedback path.
 
-    One step per cycle while the pipeline advances (global stall when the output is held); a
-    step waits for the lane heads it may take. Output rows leave ``latency`` cycles after their
-    step with the step number within the pair and the tag.
+    The pair descriptor is taken into registers ahead of the pair (``pair_ready`` pulses when it
+    is taken, normally while the previous pair runs); ``flush`` drops a descriptor taken ahead
+    (a new job's sizes). One step per cycle while the pipeline advances (global stall when the
+    output is held); a step waits for the lane heads it may take. Output rows leave
+    ``latency`` cycles after their step with the step number within the pair and the tag.
 
     Parameters
     ----------
@@ -73,6 +75,7 @@ class MergeEngine(wiring.Component):
             "b_amt": Out(data.ArrayLayout(range(max_b + 1), lanes)),
             "pair_valid": In(1), "pair_a": In(range(max_a + 1)), "pair_b": In(range(max_b + 1)),
             "pair_m": In(range(max_m + 1)), "pair_tag": In(1), "pair_ready": Out(1),
+            "flush": In(1),
             "o": Out(stream.Signature(self.out_layout)),
             "busy": Out(1),
             "active": Out(1),
@@ -104,21 +107,41 @@ class MergeEngine(wiring.Component):
         adv = Signal()
         m.d.comb += adv.eq(~pv[-1] | self.o.ready)
 
+        # the next pair's descriptor waits in registers (taken while the previous pair runs),
+        # so the first step of a pair reads no arithmetic of the pair's producer
+        nv = Signal()
+        na_r = Signal(range(self._max_a + 1))
+        nb_r = Signal(range(self._max_b + 1))
+        nm_r = Signal(range(self._max_m + 1))
+        ntag = Signal()
+
         a_items = [self.a_data[i] for i in range(p)]
         b_items = [self.b_data[i] for i in range(p)]
-        cur_a = wires(m, [Mux(busy, rem_a[j], self.pair_a) for j in range(p)], "cur_a")
-        cur_b = wires(m, [Mux(busy, rem_b[j], self.pair_b) for j in range(p)], "cur_b")
+        cur_a = wires(m, [Mux(busy, rem_a[j], na_r) for j in range(p)], "cur_a")
+        cur_b = wires(m, [Mux(busy, rem_b[j], nb_r) for j in range(p)], "cur_b")
         ha = wires(m, [~is_zero(c) for c in cur_a], "ha")
         hb = wires(m, [~is_zero(c) for c in cur_b], "hb")
         ok = Signal()
         m.d.comb += ok.eq(Cat(*[(~ha[j] | self.a_valid[j]) & (~hb[j] | self.b_valid[j])
                                 for j in range(p)]).all())
         fire = Signal()
-        m.d.comb += fire.eq(adv & ok & (busy | self.pair_valid))
+        m.d.comb += fire.eq(adv & ok & (busy | nv))
         nsteps = Signal.like(steps)
         done = Signal()
-        m.d.comb += [nsteps.eq(Mux(busy, usub(steps, 1), usub(self.pair_m, 1))),
+        m.d.comb += [nsteps.eq(Mux(busy, usub(steps, 1), usub(nm_r, 1))),
                      done.eq(is_zero(nsteps))]
+
+        taken = Signal()
+        load = Signal()
+        m.d.comb += [taken.eq(fire & ~busy),
+                     load.eq(self.pair_valid & ~self.flush & (~nv | taken))]
+        with m.If(self.flush):
+            m.d.sync += nv.eq(0)
+        with m.Elif(load):
+            m.d.sync += [nv.eq(1), na_r.eq(self.pair_a), nb_r.eq(self.pair_b),
+                         nm_r.eq(self.pair_m), ntag.eq(self.pair_tag)]
+        with m.Elif(taken):
+            m.d.sync += nv.eq(0)
 
         take_a, take_b, sel = [], [], []
         zero = Const(0, w)
@@ -139,7 +162,7 @@ class MergeEngine(wiring.Component):
             self.b_pop.eq(Cat(*[fire & ~done & tb_lane[j] for j in range(p)])),
             self.a_end.eq(fire & done),
             self.b_end.eq(fire & done),
-            self.pair_ready.eq(fire & ~busy),
+            self.pair_ready.eq(load),
             self.o.valid.eq(pv[-1]),
             self.o.payload.row.eq(prow[-1]),
             self.o.payload.step.eq(pmeta[-1].step),
@@ -159,13 +182,13 @@ class MergeEngine(wiring.Component):
                 m.d.sync += [rem_a[j].eq(Mux(take_a[j], usub(cur_a[j], 1), cur_a[j])),
                              rem_b[j].eq(Mux(tb_lane[j], usub(cur_b[j], 1), cur_b[j]))]
             with m.If(~busy):
-                m.d.sync += tag.eq(self.pair_tag)
+                m.d.sync += tag.eq(ntag)
         merged = [apply_stage(m, [prow[s][i] for i in range(p)], stage, f"bm{s}")
                   for s, stage in enumerate(stages)]
         with m.If(adv):
             m.d.sync += [pv[0].eq(fire), prow[0].eq(Cat(*sel)),
                          pmeta[0].step.eq(Mux(busy, idx, 0)),
-                         pmeta[0].tag.eq(Mux(busy, tag, self.pair_tag))]
+                         pmeta[0].tag.eq(Mux(busy, tag, ntag))]
             for s, items in enumerate(merged):
                 m.d.sync += [pv[s + 1].eq(pv[s]), prow[s + 1].eq(Cat(*items)),
                              pmeta[s + 1].eq(pmeta[s])]
@@ -201,6 +224,9 @@ class MergeLevel(wiring.Component):
         Rows per segment (constant during a job).
     used : In
         Merge (1) or pass rows through (0).
+    start : In
+        A job's configuration was accepted (``seg_rows``/``used`` change next cycle): drop the
+        pair descriptor fetched ahead and restart at the segment's first row.
     idle : Out
         Nothing stored, nothing in flight.
     """
@@ -213,7 +239,8 @@ class MergeLevel(wiring.Component):
         row = _row(width, lanes)
         super().__init__({
             "i": In(stream.Signature(row)), "o": Out(stream.Signature(row)),
-            "seg_rows": In(range(max_seg_rows + 1)), "used": In(1), "idle": Out(1),
+            "seg_rows": In(range(max_seg_rows + 1)), "used": In(1), "start": In(1),
+            "idle": Out(1),
         })
 
     @property
@@ -269,7 +296,10 @@ class MergeLevel(wiring.Component):
             eng.pair_m.eq(m_len),
             eng.pair_tag.eq(0),
         ]
-        with m.If(eng.pair_ready):
+        m.d.comb += eng.flush.eq(self.start)
+        with m.If(self.start):
+            m.d.sync += e_pos.eq(0)
+        with m.Elif(eng.pair_ready):
             nxt_pair = uadd(e_pos, m_len)
             m.d.sync += e_pos.eq(Mux(uge(nxt_pair, self.seg_rows), 0, nxt_pair))
 
@@ -301,6 +331,8 @@ class Reducer(wiring.Component):
     i : row stream from the last tree level.
     thr : item stream, one per segment.
     seg_rows, k_rows, thr_row, thr_lane : In, constant during a job.
+    start : In
+        A job's configuration was accepted: drop the run descriptor fetched ahead.
     idle : Out
     """
 
@@ -320,6 +352,7 @@ class Reducer(wiring.Component):
             "k_rows": In(range(run_rows + 1)),
             "thr_row": In(range(max(2, run_rows))),
             "thr_lane": In(range(max(2, lanes))),
+            "start": In(1),
             "idle": Out(1),
         })
 
@@ -358,7 +391,10 @@ class Reducer(wiring.Component):
             eng.pair_m.eq(Mux(ugt(total, self.k_rows), self.k_rows, total)),
             eng.pair_tag.eq(final),
         ]
-        with m.If(eng.pair_ready):
+        m.d.comb += eng.flush.eq(self.start)
+        with m.If(self.start):
+            m.d.sync += r_pos.eq(0)
+        with m.Elif(eng.pair_ready):
             m.d.sync += r_pos.eq(Mux(final, 0, uadd(r_pos, self.k_rows)))
         _connect_queue(m, qlist, eng, "a")
         _connect_queue(m, qrun, eng, "b")
