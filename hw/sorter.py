@@ -197,6 +197,8 @@ class Sorter(wiring.Component):
         thr_lane = Signal(range(max(2, p)))
         in_active = Signal()
         in_row = Signal(range(seg_max))
+        # last row of a segment: a register computed one beat ahead (in_row == seg_rows - 1)
+        last_row = Signal()
         in_segs = Signal(unsigned(prm.count_width))
         out_segs = Signal(unsigned(prm.count_width))
         error = Signal()
@@ -242,13 +244,12 @@ class Sorter(wiring.Component):
                     levels_used.eq(lu), k_rows.eq(Const(1, run_rows.bit_length() + 1) << lu),
                     thr_row.eq(usub(keff, 1)[lg:]), thr_lane.eq(usub(keff, 1)[:lg]),
                     in_active.eq(1), in_row.eq(0), in_segs.eq(nseg), out_segs.eq(nseg),
+                    last_row.eq(ueq(d_rows, 1)),
                 ]
 
         # ------------------------------------------------------------ first pass: input
         m.submodules.ring = ring = RowQueue(width=p * w + 1, depth=t.ring_rows)
         m.submodules.presort = presort = RowSorter(lanes=p, width=w)
-        last_row = Signal()
-        m.d.comb += last_row.eq(ueq(in_row, usub(seg_rows, 1)))
         accept = Signal()
         m.d.comb += [
             self.i.ready.eq(in_active & ring.w_rdy & presort.i.ready),
@@ -270,7 +271,9 @@ class Sorter(wiring.Component):
         exp_mask = Signal(p)
         m.d.comb += exp_mask.eq(Mux(last_row, ((Const(1, p + 1) << tail) - 1)[:p], (1 << p) - 1))
         with m.If(accept):
-            m.d.sync += in_row.eq(Mux(last_row, 0, uadd(in_row, 1)))
+            m.d.sync += [in_row.eq(Mux(last_row, 0, uadd(in_row, 1))),
+                         last_row.eq(Mux(last_row, ueq(seg_rows, 1),
+                                         ueq(uadd(in_row, 2), seg_rows)))]
             with m.If(last_row):
                 m.d.sync += in_segs.eq(usub(in_segs, 1))
                 with m.If(ueq(in_segs, 1)):
