@@ -53,7 +53,7 @@ def test_sta_chain_and_fanout():
              "x": {"direction": "input", "bits": [3]}}
     net = _netlist(cells, ports, {"r0": [10], "r1": [30], "mid": [11], "r2": [31]})
     a = sta.analyse(net, "t", d)
-    ck = d.clk_to_q[0] + d.clk_to_q[1] * 2            # r0 drives inv and nand2
+    ck = d.clk_to_q[0] + d.clk_to_q[1] * (2 - 1)      # r0 drives inv and nand2
     inv = d.delay(LIB + "inv_1", "A", 1)
     chain = ck + 2 * inv + d.setup_ps
     nand = ck + d.delay(LIB + "nand2_1", "A", 3) + d.setup_ps
