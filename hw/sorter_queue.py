@@ -167,7 +167,7 @@ class LaneQueue(wiring.Component):
         return self._depth
 
     def elaborate(self, platform: object) -> Module:
-        from amaranth.hdl import Cat, signed
+        from amaranth.hdl import Cat
 
         m = Module()
         p, w, depth = self._lanes, self._width, self._depth
@@ -182,7 +182,8 @@ class LaneQueue(wiring.Component):
         for j in range(p):
             rp = mem.read_port(transparent_for=(wp,))
             rd = Signal(range(depth), name=f"rd{j}")
-            count = Signal(signed(cw), name=f"count{j}")
+            # two's complement in cw bits (negative: rows to drop on arrival), unsigned ops
+            count = Signal(cw, name=f"count{j}")
             dec = Signal(range(depth + 1), name=f"dec{j}")
             nxt = Signal(range(2 * depth + 1), name=f"rd_sum{j}")
             rd_next = Signal(range(depth), name=f"rd_next{j}")
@@ -191,11 +192,12 @@ class LaneQueue(wiring.Component):
                 nxt.eq(uadd(rd, dec)),
                 rd_next.eq(Mux(uge(nxt, depth), usub(nxt, depth), nxt)[:len(rd)]),
                 rp.addr.eq(rd_next),
-                self.r_valid[j].eq(count > 0),
+                self.r_valid[j].eq(~count[cw - 1] & ~is_zero(count)),
                 self.r_data[j * w:(j + 1) * w].eq(rp.data[j * w:(j + 1) * w]),
             ]
-            m.d.sync += [rd.eq(rd_next), count.eq(count + self.w_en - dec)]
-            fulls.append(count < depth)
-            empties.append(count == 0)
+            m.d.sync += [rd.eq(rd_next),
+                         count.eq(usub(uadd(count, self.w_en), dec)[:cw])]
+            fulls.append(count[cw - 1] | ult(count[:cw - 1], depth))
+            empties.append(is_zero(count))
         m.d.comb += [self.w_rdy.eq(Cat(*fulls).all()), self.idle.eq(Cat(*empties).all())]
         return m

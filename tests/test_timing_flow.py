@@ -200,3 +200,17 @@ def test_tiny_critical_path_against_golden(block):
         f"{block} @ tiny: critical path {now['critical_ps']:.0f} ps > golden "
         f"{g['critical_ps']:.0f} ps + {TOLERANCE:.0%}: {now['start']} -> {now['end']} "
         f"({now['levels']} cells; golden path {g['start']} -> {g['end']}, {g['levels']} cells)")
+
+
+@pytest.mark.slow
+def test_block_clock_for_the_cost_model():
+    cells_or_skip()
+    from hikv.presets import get_preset
+
+    cfg = get_preset("tiny")
+    clk = sta.block_clock("sorter", cfg)
+    r = sta.block_sta("sorter", cfg)
+    assert clk["clock_hz"] == pytest.approx(1 / (r.critical_ps * 1e-12 * r.node_scale))
+    assert clk["tech_nm"] == cfg.accel.tech_nm == 28
+    assert "Stillmaker-Baas" in clk["source"] and "ngspice" in clk["source"]
+    assert r.critical.start in clk["critical_path"]
