@@ -8,10 +8,10 @@ named after the RTL registers by Yosys).
 
 **Pin-light wrapper.** A block with more ports than the package has user I/O (365 on
 CABGA756) cannot be placed as it is, and a block placed with its ports on pins is timed with
-the pad-to-register routing of every port (on the tiny sorter 15.5 of an 18.0 ns critical
-path, from ``cfg__payload`` pins across the die). :func:`pin_light_wrapper` (used by default)
-generates a top module
-with four pins (``clk``, ``rst``, ``sin``, ``sout`` and a ``cap`` strobe): every input port of
+the pad-to-register routing of every port (on a revision of the tiny sorter 15.5 of an
+18.0 ns critical path, from ``cfg__payload`` pins across the die). :func:`pin_light_wrapper`
+(used by default) generates a top module with five pins (``clk``, ``rst``, ``sin``, ``cap``,
+``sout``): every input port of
 the block is driven from a register loaded from a shift register fed by ``sin``, every output
 port is captured in a register and shifted out on ``sout``. All of the block's I/O is thus
 registered next to it (the same boundary assumption as the ASIC estimate,
