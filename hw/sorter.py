@@ -24,9 +24,9 @@ Microarchitecture (``P`` lanes; a *row* is one beat of ``P`` items; all sizes fr
           ~index}     ▼                                                                    │
               bitonic row sorter (P lanes, S stages)                                       │
                       ▼                                                                    │
-              merge level 0   ─ runs of 1 row  → 2     each level: queues A, B            │
-              merge level 1   ─ runs of 2 rows → 4       + merge engine (2P-merge,         │
-                 ...                                        feedback register X)           │
+              merge level 0   ─ runs of 1 row  → 2     each level: lane queues A, B       │
+              merge level 1   ─ runs of 2 rows → 4       + merge engine (P-comparator      │
+                 ...                                        selector, pipelined merge)     │
               merge level L-1 ─ runs of 2^(L-1) → 2^L    levels >= L pass rows through    │
                       ▼                                                                    │
               reducer: list := top-K rows of (list ∪ run)      (Stage I: K rows kept)     │
@@ -40,10 +40,11 @@ Microarchitecture (``P`` lanes; a *row* is one beat of ``P`` items; all sizes fr
    (unique per item; pads of a short last row are all-zero and sort last). The beat is stored
    in the ring buffer in arrival order and, sorted by a pipelined bitonic network, enters the
    merge tree. Level ``j`` merges pairs of sorted runs of ``2^j`` rows with a *merge engine*:
-   a register ``X`` of the ``P`` smallest items seen so far, merged each cycle with the next
-   row of whichever run has the larger head (one ``2P`` bitonic merge: half-cleaner plus a
-   ``log P``-stage merge per half), emitting the top ``P``. Every level moves one row per
-   cycle; a row is delayed by exactly ``2^j + 2`` cycles.
+   the runs wait in lane queues (run item ``i`` in lane ``i mod P``), ``P`` comparators pick
+   the larger of A's lane ``i`` head and B's lane ``P-1-i`` head each cycle (the top ``P`` of
+   what is left, as a rotated bitonic sequence), and ``log P`` pipelined bitonic-merge stages
+   sort them outside the loop (see :class:`~hikv.hw.sorter_merge.MergeEngine`). Every level
+   moves one row per cycle; a row is delayed by exactly ``2^j + 2 + log P`` cycles.
 2. **Reducer.** Another engine merges each sorted run of ``K`` rows with the running top-``K``
    list (truncating the merge to ``K`` rows), so it too moves a row per cycle. On a segment's
    last run it picks the ``min(k, n)``-th best composite: the threshold. Composites are unique,
@@ -196,6 +197,8 @@ class Sorter(wiring.Component):
         thr_lane = Signal(range(max(2, p)))
         in_active = Signal()
         in_row = Signal(range(seg_max))
+        # last row of a segment: a register computed one beat ahead (in_row == seg_rows - 1)
+        last_row = Signal()
         in_segs = Signal(unsigned(prm.count_width))
         out_segs = Signal(unsigned(prm.count_width))
         error = Signal()
@@ -225,11 +228,12 @@ class Sorter(wiring.Component):
         ]
         lg_d = _clog2(m, d_rows, "lg_rows")
         lg_k = _clog2(m, k_groups, "lg_k")
-        lg_k1 = Mux(is_zero(lg_k), 1, lg_k)
+        lg_k1 = Mux(ult(lg_k, t.min_run_levels), t.min_run_levels, lg_k)
         lu = Signal(range(t.levels + 1))
         m.d.comb += lu.eq(Mux(is1 & ult(lg_k1, lg_d), lg_k1, lg_d))
 
-        m.d.comb += self.cfg.ready.eq(~active)
+        start = Signal()
+        m.d.comb += [self.cfg.ready.eq(~active), start.eq(self.cfg.valid & ~active & ~bad)]
         with m.If(self.cfg.valid & ~active):
             with m.If(bad):
                 m.d.sync += error.eq(1)
@@ -240,13 +244,12 @@ class Sorter(wiring.Component):
                     levels_used.eq(lu), k_rows.eq(Const(1, run_rows.bit_length() + 1) << lu),
                     thr_row.eq(usub(keff, 1)[lg:]), thr_lane.eq(usub(keff, 1)[:lg]),
                     in_active.eq(1), in_row.eq(0), in_segs.eq(nseg), out_segs.eq(nseg),
+                    last_row.eq(ueq(d_rows, 1)),
                 ]
 
         # ------------------------------------------------------------ first pass: input
         m.submodules.ring = ring = RowQueue(width=p * w + 1, depth=t.ring_rows)
         m.submodules.presort = presort = RowSorter(lanes=p, width=w)
-        last_row = Signal()
-        m.d.comb += last_row.eq(ueq(in_row, usub(seg_rows, 1)))
         accept = Signal()
         m.d.comb += [
             self.i.ready.eq(in_active & ring.w_rdy & presort.i.ready),
@@ -268,7 +271,9 @@ class Sorter(wiring.Component):
         exp_mask = Signal(p)
         m.d.comb += exp_mask.eq(Mux(last_row, ((Const(1, p + 1) << tail) - 1)[:p], (1 << p) - 1))
         with m.If(accept):
-            m.d.sync += in_row.eq(Mux(last_row, 0, uadd(in_row, 1)))
+            m.d.sync += [in_row.eq(Mux(last_row, 0, uadd(in_row, 1))),
+                         last_row.eq(Mux(last_row, ueq(seg_rows, 1),
+                                         ueq(uadd(in_row, 2), seg_rows)))]
             with m.If(last_row):
                 m.d.sync += in_segs.eq(usub(in_segs, 1))
                 with m.If(ueq(in_segs, 1)):
@@ -297,7 +302,8 @@ class Sorter(wiring.Component):
         for j in range(t.levels):
             lvl = MergeLevel(lanes=p, width=w, level=j, max_seg_rows=seg_max)
             m.submodules[f"level{j}"] = lvl
-            m.d.comb += [lvl.seg_rows.eq(seg_rows), lvl.used.eq(ugt(levels_used, j))]
+            m.d.comb += [lvl.seg_rows.eq(seg_rows), lvl.used.eq(ugt(levels_used, j)),
+                         lvl.start.eq(start)]
             wiring.connect(m, prev, lvl.i)
             prev = lvl.o
             levels.append(lvl)
@@ -305,7 +311,7 @@ class Sorter(wiring.Component):
                                              run_rows=run_rows, max_seg_rows=seg_max)
         wiring.connect(m, prev, red.i)
         m.d.comb += [red.seg_rows.eq(seg_rows), red.k_rows.eq(k_rows),
-                     red.thr_row.eq(thr_row), red.thr_lane.eq(thr_lane)]
+                     red.thr_row.eq(thr_row), red.thr_lane.eq(thr_lane), red.start.eq(start)]
 
         # ------------------------------------------------------------ second pass: select
         m.submodules.compact = cmp = Compactor(lanes=p, key_width=kw, index_width=iw)

@@ -1,12 +1,10 @@
 """Merging sorted runs of rows: the merge engine, one merge-tree level, and the top-K reducer.
 
 A *run* is a sequence of rows whose items are sorted descending across the whole run (lane 0
-of the first row is the largest). All three blocks use the same *merge engine*: it merges a run
-``A`` and a run ``B`` one output row per cycle by keeping the ``P`` smallest items seen so far
-in a feedback register ``X`` and, each cycle, merging ``X`` with the next row of whichever run
-has the larger head item (the row's first item): the top ``P`` of ``X`` and that row are the
-next output row. The first step merges the first rows of both runs; a last "flush" step emits
-``X``. Merging ``a`` and ``b`` rows takes exactly ``a + b`` steps, whatever the data.
+of the first row is the largest). All three blocks use the same *merge engine*
+(:class:`MergeEngine`): it merges a run ``A`` and a run ``B`` one output row per cycle from two
+lane queues, with one comparator per lane in its feedback loop and a pipelined bitonic merge
+after it. Merging ``a`` and ``b`` rows takes exactly ``a + b`` steps, whatever the data.
 """
 
 from __future__ import annotations
@@ -15,8 +13,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .sorter_net import merge_rows, wires
-from .sorter_queue import RowQueue
+from .sorter_net import apply_stage, bitonic_merge_network, wires
+from .sorter_queue import LaneQueue, RowQueue
 from .uops import is_zero, uadd, ueq, uge, ugt, ule, usub
 
 __all__ = ["MergeEngine", "MergeLevel", "Reducer"]
@@ -27,21 +25,35 @@ def _row(width: int, lanes: int) -> data.ArrayLayout:
 
 
 class MergeEngine(wiring.Component):
-    """Merges pairs of descending runs ``A`` and ``B`` read from two row queues.
+    """Merges pairs of descending runs ``A`` and ``B`` read lane by lane from two lane queues.
 
     A pair is described before it starts by ``pair_a`` and ``pair_b`` (rows of each run, at
     least one of them non-zero) and ``pair_m`` (output rows, ``1 <= m <= a + b``; fewer than
     ``a + b`` truncates the merge to its top ``m`` rows and drops the rest of both runs through
-    the queues' ``skip``). ``pair_tag`` travels with the output rows of the pair.
+    the queues' ``end``). ``pair_tag`` travels with the output rows of the pair.
 
-    One step per cycle while the output register is free; a step waits only for the queue
-    heads it needs. The output register carries the row, its step number within the pair and
-    the tag.
+    **Loop-free merge** (the FLiMS selector, Papaphilippou et al., 2019). Run ``A``'s items sit
+    in ``P`` lane FIFOs, item ``i`` in lane ``i mod P`` (a row queue read per lane); same for
+    ``B``. Each step, comparator ``i`` compares the heads of ``A``'s lane ``i`` and ``B``'s
+    lane ``P-1-i`` and takes the larger one (an exhausted lane is minus infinity): because
+    exactly ``P`` items leave per step, the ``P`` heads of ``A`` are always its next ``P`` items
+    and comparator ``i`` always pairs ``A``'s ``u``-th next item with ``B``'s ``(P-1-u)``-th,
+    which is the half-cleaner of a two-row bitonic merge. So the ``P`` items taken are the top
+    ``P`` of what is left, as a cyclically rotated bitonic sequence, and ``log P`` pipelined
+    bitonic-merge stages sort them *outside* the loop. The per-step recurrence is one
+    comparator, the pop and the queue's read pointer: no register ``X`` and no merge network
+    in the feedback path.
+
+    The pair descriptor is taken into registers ahead of the pair (``pair_ready`` pulses when it
+    is taken, normally while the previous pair runs); ``flush`` drops a descriptor taken ahead
+    (a new job's sizes). One step per cycle while the pipeline advances (global stall when the
+    output is held); a step waits for the lane heads it may take. Output rows leave
+    ``latency`` cycles after their step with the step number within the pair and the tag.
 
     Parameters
     ----------
     lanes, width : int
-        Row geometry.
+        Row geometry (``lanes`` a power of two).
     max_a, max_b, max_m : int
         Largest ``pair_a``, ``pair_b``, ``pair_m``.
     """
@@ -57,105 +69,141 @@ class MergeEngine(wiring.Component):
         self.out_layout = data.StructLayout({"row": row, "step": range(max(2, max_m)),
                                              "tag": 1})
         super().__init__({
-            "a_valid": In(1), "a_data": In(row), "a_pop": Out(1), "a_skip": Out(range(max_a + 1)),
-            "b_valid": In(1), "b_data": In(row), "b_pop": Out(1), "b_skip": Out(range(max_b + 1)),
+            "a_valid": In(lanes), "a_data": In(row), "a_pop": Out(lanes), "a_end": Out(1),
+            "a_amt": Out(data.ArrayLayout(range(max_a + 1), lanes)),
+            "b_valid": In(lanes), "b_data": In(row), "b_pop": Out(lanes), "b_end": Out(1),
+            "b_amt": Out(data.ArrayLayout(range(max_b + 1), lanes)),
             "pair_valid": In(1), "pair_a": In(range(max_a + 1)), "pair_b": In(range(max_b + 1)),
             "pair_m": In(range(max_m + 1)), "pair_tag": In(1), "pair_ready": Out(1),
+            "flush": In(1),
             "o": Out(stream.Signature(self.out_layout)),
             "busy": Out(1),
+            "active": Out(1),
         })
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a step to its output row on ``o``: ``1 + log2(lanes)``."""
+        return 1 + len(bitonic_merge_network(self._lanes))
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
         p, w = self._lanes, self._width
-        row = _row(w, p)
+        stages = bitonic_merge_network(p)
 
         busy = Signal()
-        cnt_a = Signal(range(self._max_a + 1))
-        cnt_b = Signal(range(self._max_b + 1))
+        rem_a = [Signal(range(self._max_a + 1), name=f"rem_a{j}") for j in range(p)]
+        rem_b = [Signal(range(self._max_b + 1), name=f"rem_b{j}") for j in range(p)]
         steps = Signal(range(self._max_m + 1))
         idx = Signal(range(max(2, self._max_m)))
         tag = Signal()
-        x = Signal(row, reset_less=True)
-        o_valid = Signal()
-        o_data = Signal(self.out_layout, reset_less=True)
 
-        can = Signal()
-        m.d.comb += can.eq(~o_valid | self.o.ready)
+        # output pipeline: stage 0 holds the selected items, stages 1.. the bitonic merge
+        nst = len(stages) + 1
+        pv = [Signal(name=f"pv{s}") for s in range(nst)]
+        prow = [Signal(_row(w, p), name=f"prow{s}", reset_less=True) for s in range(nst)]
+        pmeta = [Signal(data.StructLayout({"step": range(max(2, self._max_m)), "tag": 1}),
+                        name=f"pmeta{s}", reset_less=True) for s in range(nst)]
+        adv = Signal()
+        m.d.comb += adv.eq(~pv[-1] | self.o.ready)
+
+        # the next pair's descriptor waits in registers (taken while the previous pair runs),
+        # so the first step of a pair reads no arithmetic of the pair's producer
+        nv = Signal()
+        na_r = Signal(range(self._max_a + 1))
+        nb_r = Signal(range(self._max_b + 1))
+        nm_r = Signal(range(self._max_m + 1))
+        ntag = Signal()
+
         a_items = [self.a_data[i] for i in range(p)]
         b_items = [self.b_data[i] for i in range(p)]
-        zero = Const(0, w)
-
-        fa = Signal()
-        fb = Signal()
-        m.d.comb += [fa.eq(~is_zero(self.pair_a)), fb.eq(~is_zero(self.pair_b))]
-        first_ok = self.pair_valid & (~fa | self.a_valid) & (~fb | self.b_valid)
-        has_a = Signal()
-        has_b = Signal()
-        m.d.comb += [has_a.eq(~is_zero(cnt_a)), has_b.eq(~is_zero(cnt_b))]
-        a_ge = Signal()
-        m.d.comb += a_ge.eq(a_items[0] >= b_items[0])
-        take_a = Signal()
-        take_b = Signal()
-        m.d.comb += [take_a.eq(Mux(has_a & has_b, a_ge, has_a)),
-                     take_b.eq(Mux(has_a & has_b, ~a_ge, ~has_a & has_b))]
-        busy_ok = Mux(has_a & has_b, self.a_valid & self.b_valid,
-                      Mux(has_a, self.a_valid, Mux(has_b, self.b_valid, 1)))
+        cur_a = wires(m, [Mux(busy, rem_a[j], na_r) for j in range(p)], "cur_a")
+        cur_b = wires(m, [Mux(busy, rem_b[j], nb_r) for j in range(p)], "cur_b")
+        ha = wires(m, [~is_zero(c) for c in cur_a], "ha")
+        hb = wires(m, [~is_zero(c) for c in cur_b], "hb")
+        ok = Signal()
+        m.d.comb += ok.eq(Cat(*[(~ha[j] | self.a_valid[j]) & (~hb[j] | self.b_valid[j])
+                                for j in range(p)]).all())
         fire = Signal()
-        m.d.comb += fire.eq(can & Mux(busy, busy_ok, first_ok))
-
-        x_in = wires(m, [Mux(busy, x[i], Mux(fa & fb, a_items[i], zero)) for i in range(p)], "x_in")
-        y_in = wires(m, [Mux(busy, Mux(take_a, a_items[i], Mux(take_b, b_items[i], zero)),
-                             Mux(fb, b_items[i], a_items[i])) for i in range(p)], "y_in")
-        hi, lo = merge_rows(m, x_in, y_in)
-
-        na = Signal.like(cnt_a)
-        nb = Signal.like(cnt_b)
+        m.d.comb += fire.eq(adv & ok & (busy | nv))
         nsteps = Signal.like(steps)
         done = Signal()
+        m.d.comb += [nsteps.eq(Mux(busy, usub(steps, 1), usub(nm_r, 1))),
+                     done.eq(is_zero(nsteps))]
+
+        taken = Signal()
+        load = Signal()
+        m.d.comb += [taken.eq(fire & ~busy),
+                     load.eq(self.pair_valid & ~self.flush & (~nv | taken))]
+        with m.If(self.flush):
+            m.d.sync += nv.eq(0)
+        with m.Elif(load):
+            m.d.sync += [nv.eq(1), na_r.eq(self.pair_a), nb_r.eq(self.pair_b),
+                         nm_r.eq(self.pair_m), ntag.eq(self.pair_tag)]
+        with m.Elif(taken):
+            m.d.sync += nv.eq(0)
+
+        take_a, take_b, sel = [], [], []
+        zero = Const(0, w)
+        for i in range(p):
+            jb = p - 1 - i
+            ge = Signal(name=f"sel{i}_ge")
+            m.d.comb += ge.eq(a_items[i] >= b_items[jb])
+            ta, tb = wires(m, [ha[i] & (~hb[jb] | ge), hb[jb] & ~(ha[i] & (~hb[jb] | ge))],
+                           f"sel{i}_take")
+            take_a.append(ta)
+            take_b.append(tb)
+            (it,) = wires(m, [Mux(ta, a_items[i], Mux(tb, b_items[jb], zero))], f"sel{i}_item")
+            sel.append(it)
+        tb_lane = [take_b[p - 1 - j] for j in range(p)]   # B lane j is compared by p-1-j
+
         m.d.comb += [
-            na.eq(Mux(busy, Mux(take_a, usub(cnt_a, 1), cnt_a),
-                      Mux(fa, usub(self.pair_a, 1), self.pair_a))),
-            nb.eq(Mux(busy, Mux(take_b, usub(cnt_b, 1), cnt_b),
-                      Mux(fb, usub(self.pair_b, 1), self.pair_b))),
-            nsteps.eq(Mux(busy, usub(steps, 1), usub(self.pair_m, 1))),
-            done.eq(is_zero(nsteps)),
-            self.a_pop.eq(fire & Mux(busy, take_a, fa)),
-            self.b_pop.eq(fire & Mux(busy, take_b, fb)),
-            self.a_skip.eq(Mux(fire & done, na, 0)),
-            self.b_skip.eq(Mux(fire & done, nb, 0)),
-            self.pair_ready.eq(fire & ~busy),
-            self.o.valid.eq(o_valid),
-            self.o.payload.eq(o_data),
+            self.a_pop.eq(Cat(*[fire & ~done & take_a[j] for j in range(p)])),
+            self.b_pop.eq(Cat(*[fire & ~done & tb_lane[j] for j in range(p)])),
+            self.a_end.eq(fire & done),
+            self.b_end.eq(fire & done),
+            self.pair_ready.eq(load),
+            self.o.valid.eq(pv[-1]),
+            self.o.payload.row.eq(prow[-1]),
+            self.o.payload.step.eq(pmeta[-1].step),
+            self.o.payload.tag.eq(pmeta[-1].tag),
             self.busy.eq(busy),
+            self.active.eq(busy | Cat(*pv).any()),
         ]
+        for j in range(p):
+            m.d.comb += [self.a_amt[j].eq(cur_a[j]), self.b_amt[j].eq(cur_b[j])]
         with m.If(fire):
             m.d.sync += [
-                x.eq(Cat(*lo)),
-                o_data.row.eq(Cat(*hi)),
-                o_data.step.eq(Mux(busy, idx, 0)),
-                o_data.tag.eq(Mux(busy, tag, self.pair_tag)),
-                o_valid.eq(1),
                 busy.eq(~done),
-                cnt_a.eq(na),
-                cnt_b.eq(nb),
                 steps.eq(nsteps),
                 idx.eq(Mux(busy, uadd(idx, 1), 1)),
             ]
+            for j in range(p):
+                m.d.sync += [rem_a[j].eq(Mux(take_a[j], usub(cur_a[j], 1), cur_a[j])),
+                             rem_b[j].eq(Mux(tb_lane[j], usub(cur_b[j], 1), cur_b[j]))]
             with m.If(~busy):
-                m.d.sync += tag.eq(self.pair_tag)
-        with m.Elif(self.o.ready):
-            m.d.sync += o_valid.eq(0)
+                m.d.sync += tag.eq(ntag)
+        merged = [apply_stage(m, [prow[s][i] for i in range(p)], stage, f"bm{s}")
+                  for s, stage in enumerate(stages)]
+        with m.If(adv):
+            m.d.sync += [pv[0].eq(fire), prow[0].eq(Cat(*sel)),
+                         pmeta[0].step.eq(Mux(busy, idx, 0)),
+                         pmeta[0].tag.eq(Mux(busy, tag, ntag))]
+            for s, items in enumerate(merged):
+                m.d.sync += [pv[s + 1].eq(pv[s]), prow[s + 1].eq(Cat(*items)),
+                             pmeta[s + 1].eq(pmeta[s])]
         return m
 
 
-def _connect_queue(m: Module, q: RowQueue, e: MergeEngine, side: str) -> None:
+def _connect_queue(m: Module, q: LaneQueue, e: MergeEngine, side: str) -> None:
     m.d.comb += [
         getattr(e, f"{side}_valid").eq(q.r_valid),
         getattr(e, f"{side}_data").eq(q.r_data),
         q.pop.eq(getattr(e, f"{side}_pop")),
-        q.skip.eq(getattr(e, f"{side}_skip")),
+        q.end.eq(getattr(e, f"{side}_end")),
     ]
+    amt = getattr(e, f"{side}_amt")
+    m.d.comb += [q.amt[j].eq(amt[j]) for j in range(len(q.r_valid))]
 
 
 class MergeLevel(wiring.Component):
@@ -166,7 +214,8 @@ class MergeLevel(wiring.Component):
     and ``[2qR + R, 2qR + 2R)`` run ``B`` of pair ``q`` (the last pair may be short or have no
     ``B``), so the level's output is the segment sorted into runs of ``2R`` rows. With ``used``
     low the level passes rows through unchanged (each row is a run of its own). With gapless
-    input, every row leaves ``R + 2`` cycles (used) or ``2`` cycles (unused) after it arrived.
+    input, every row leaves ``R + 2 + log P`` cycles (used) or ``2 + log P`` cycles (unused) after
+    it arrived.
 
     Members
     -------
@@ -175,6 +224,9 @@ class MergeLevel(wiring.Component):
         Rows per segment (constant during a job).
     used : In
         Merge (1) or pass rows through (0).
+    start : In
+        A job's configuration was accepted (``seg_rows``/``used`` change next cycle): drop the
+        pair descriptor fetched ahead and restart at the segment's first row.
     idle : Out
         Nothing stored, nothing in flight.
     """
@@ -187,7 +239,8 @@ class MergeLevel(wiring.Component):
         row = _row(width, lanes)
         super().__init__({
             "i": In(stream.Signature(row)), "o": Out(stream.Signature(row)),
-            "seg_rows": In(range(max_seg_rows + 1)), "used": In(1), "idle": Out(1),
+            "seg_rows": In(range(max_seg_rows + 1)), "used": In(1), "start": In(1),
+            "idle": Out(1),
         })
 
     @property
@@ -202,8 +255,8 @@ class MergeLevel(wiring.Component):
         m = Module()
         p, w, j = self._lanes, self._width, self._level
         r = self.run_rows
-        m.submodules.qa = qa = RowQueue(width=p * w, depth=self.queue_rows)
-        m.submodules.qb = qb = RowQueue(width=p * w, depth=self.queue_rows)
+        m.submodules.qa = qa = LaneQueue(lanes=p, width=w, depth=self.queue_rows)
+        m.submodules.qb = qb = LaneQueue(lanes=p, width=w, depth=self.queue_rows)
         m.submodules.engine = eng = MergeEngine(lanes=p, width=w, max_a=r, max_b=r,
                                                 max_m=2 * r)
         pos_range = range(max(self._max_seg_rows, 2 << j))
@@ -243,7 +296,10 @@ class MergeLevel(wiring.Component):
             eng.pair_m.eq(m_len),
             eng.pair_tag.eq(0),
         ]
-        with m.If(eng.pair_ready):
+        m.d.comb += eng.flush.eq(self.start)
+        with m.If(self.start):
+            m.d.sync += e_pos.eq(0)
+        with m.Elif(eng.pair_ready):
             nxt_pair = uadd(e_pos, m_len)
             m.d.sync += e_pos.eq(Mux(uge(nxt_pair, self.seg_rows), 0, nxt_pair))
 
@@ -253,7 +309,7 @@ class MergeLevel(wiring.Component):
             self.o.valid.eq(eng.o.valid),
             self.o.payload.eq(eng.o.payload.row),
             eng.o.ready.eq(self.o.ready),
-            self.idle.eq(qa.idle & qb.idle & ~eng.busy & ~eng.o.valid),
+            self.idle.eq(qa.idle & qb.idle & ~eng.active),
         ]
         return m
 
@@ -275,6 +331,8 @@ class Reducer(wiring.Component):
     i : row stream from the last tree level.
     thr : item stream, one per segment.
     seg_rows, k_rows, thr_row, thr_lane : In, constant during a job.
+    start : In
+        A job's configuration was accepted: drop the run descriptor fetched ahead.
     idle : Out
     """
 
@@ -294,6 +352,7 @@ class Reducer(wiring.Component):
             "k_rows": In(range(run_rows + 1)),
             "thr_row": In(range(max(2, run_rows))),
             "thr_lane": In(range(max(2, lanes))),
+            "start": In(1),
             "idle": Out(1),
         })
 
@@ -301,8 +360,8 @@ class Reducer(wiring.Component):
         m = Module()
         p, w, kmax = self._lanes, self._width, self._list_rows
         run_max = self._run_rows  # Stage I: K <= list_rows; Stage II: a whole vector
-        m.submodules.qrun = qrun = RowQueue(width=p * w, depth=kmax + 2)
-        m.submodules.qlist = qlist = RowQueue(width=p * w, depth=2 * kmax + 2)
+        m.submodules.qrun = qrun = LaneQueue(lanes=p, width=w, depth=kmax + 2)
+        m.submodules.qlist = qlist = LaneQueue(lanes=p, width=w, depth=2 * kmax + 2)
         m.submodules.qthr = qthr = RowQueue(width=w, depth=4)
         m.submodules.engine = eng = MergeEngine(lanes=p, width=w, max_a=kmax, max_b=run_max,
                                                 max_m=run_max)
@@ -332,7 +391,10 @@ class Reducer(wiring.Component):
             eng.pair_m.eq(Mux(ugt(total, self.k_rows), self.k_rows, total)),
             eng.pair_tag.eq(final),
         ]
-        with m.If(eng.pair_ready):
+        m.d.comb += eng.flush.eq(self.start)
+        with m.If(self.start):
+            m.d.sync += r_pos.eq(0)
+        with m.Elif(eng.pair_ready):
             m.d.sync += r_pos.eq(Mux(final, 0, uadd(r_pos, self.k_rows)))
         _connect_queue(m, qlist, eng, "a")
         _connect_queue(m, qrun, eng, "b")
@@ -356,6 +418,6 @@ class Reducer(wiring.Component):
             self.thr.payload.eq(qthr.r_data),
             qthr.pop.eq(self.thr.valid & self.thr.ready),
             qthr.skip.eq(0),
-            self.idle.eq(qrun.idle & qlist.idle & qthr.idle & ~eng.busy & ~o.valid),
+            self.idle.eq(qrun.idle & qlist.idle & qthr.idle & ~eng.active),
         ]
         return m

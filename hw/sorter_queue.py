@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from .uops import is_zero, uadd, uge, ult, usub
 
-__all__ = ["RowQueue"]
+__all__ = ["LaneQueue", "RowQueue"]
 
 
 class RowQueue(wiring.Component):
@@ -114,4 +114,90 @@ class RowQueue(wiring.Component):
             count.eq(usub(Mux(self.w_en, uadd(count, 1), count), step)),
             drop.eq(usub(want, dropped)),
         ]
+        return m
+
+
+class LaneQueue(wiring.Component):
+    """A FIFO of rows whose ``lanes`` columns are read independently: the merge engine's input.
+
+    Rows are written whole (one write port); each lane has its own read pointer and count, so
+    lane ``j`` is a FIFO of the items ``j, j + P, j + 2P, ...`` of the stream of rows. One
+    memory of ``lanes * width`` bits per row with one read port per lane (an SRAM macro of the
+    same capacity as a :class:`RowQueue`; small ones become flip-flops). Lane ``j``'s head is
+    visible from the cycle after it was written (synchronous, transparent read).
+
+    ``pop[j]`` removes lane ``j``'s head. ``end`` removes ``amt[j]`` items from every lane ``j``
+    at once instead (the rest of a merge pair, including any popped in the same cycle; items
+    still to arrive are dropped on arrival: the count goes negative). ``amt`` comes from
+    registers in the engine, so ``end`` adds no logic after the engine's comparators.
+
+    Members
+    -------
+    w_en, w_data : In
+        Write a row (only while ``w_rdy``).
+    w_rdy : Out
+        No lane is full.
+    r_valid : Out(lanes)
+        Lane heads present.
+    r_data : Out(lanes * width)
+        Lane heads (lane ``j`` in bits ``[j*width, (j+1)*width)``).
+    pop : In(lanes)
+    end : In(1)
+    amt : In(ArrayLayout(range(depth + 1), lanes))
+    idle : Out
+        Every lane empty, nothing left to drop.
+    """
+
+    def __init__(self, *, lanes: int, width: int, depth: int) -> None:
+        for name, v, lo in (("lanes", lanes, 1), ("width", width, 1), ("depth", depth, 2)):
+            if not isinstance(v, int) or v < lo:
+                raise TypeError(f"LaneQueue {name} must be an integer >= {lo}, not {v!r}")
+        self._lanes, self._width, self._depth = lanes, width, depth
+        from amaranth.lib import data
+
+        super().__init__({
+            "w_en": In(1), "w_data": In(lanes * width), "w_rdy": Out(1),
+            "r_valid": Out(lanes), "r_data": Out(lanes * width), "pop": In(lanes),
+            "end": In(1), "amt": In(data.ArrayLayout(range(depth + 1), lanes)),
+            "idle": Out(1),
+        })
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    def elaborate(self, platform: object) -> Module:
+        from amaranth.hdl import Cat
+
+        m = Module()
+        p, w, depth = self._lanes, self._width, self._depth
+        m.submodules.mem = mem = Memory(shape=unsigned(p * w), depth=depth, init=[])
+        wp = mem.write_port()
+        wr_ptr = Signal(range(depth))
+        m.d.comb += [wp.en.eq(self.w_en), wp.addr.eq(wr_ptr), wp.data.eq(self.w_data)]
+        with m.If(self.w_en):
+            m.d.sync += wr_ptr.eq(Mux(uge(uadd(wr_ptr, 1), depth), 0, uadd(wr_ptr, 1)))
+        cw = (depth + 1).bit_length() + 1
+        fulls, empties = [], []
+        for j in range(p):
+            rp = mem.read_port(transparent_for=(wp,))
+            rd = Signal(range(depth), name=f"rd{j}")
+            # two's complement in cw bits (negative: rows to drop on arrival), unsigned ops
+            count = Signal(cw, name=f"count{j}")
+            dec = Signal(range(depth + 1), name=f"dec{j}")
+            nxt = Signal(range(2 * depth + 1), name=f"rd_sum{j}")
+            rd_next = Signal(range(depth), name=f"rd_next{j}")
+            m.d.comb += [
+                dec.eq(Mux(self.end, self.amt[j], self.pop[j])),
+                nxt.eq(uadd(rd, dec)),
+                rd_next.eq(Mux(uge(nxt, depth), usub(nxt, depth), nxt)[:len(rd)]),
+                rp.addr.eq(rd_next),
+                self.r_valid[j].eq(~count[cw - 1] & ~is_zero(count)),
+                self.r_data[j * w:(j + 1) * w].eq(rp.data[j * w:(j + 1) * w]),
+            ]
+            m.d.sync += [rd.eq(rd_next),
+                         count.eq(usub(uadd(count, self.w_en), dec)[:cw])]
+            fulls.append(count[cw - 1] | ult(count[:cw - 1], depth))
+            empties.append(is_zero(count))
+        m.d.comb += [self.w_rdy.eq(Cat(*fulls).all()), self.idle.eq(Cat(*empties).all())]
         return m

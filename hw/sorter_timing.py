@@ -20,14 +20,16 @@ accepted any time before; idle cycles before the first input beat do not count.
 Formulas (exact for the RTL, no data dependence)::
 
     Stage I  (n items, top k):     D = ceil(n/P)
-        L  = min(max(1, ceil(log2(ceil(k/P)))), ceil(log2(D)))   tree levels used
+        L  = min(max(Lmin, ceil(log2(ceil(k/P)))), ceil(log2(D)))   tree levels used
         K  = 2**L                                                rows of the running top-K list
         cycles = D + K*(ceil(D/K) - 1) + K + floor((min(k,n) - 1)/P) + latency
     Stage II (count vectors of d, top r each):   D = ceil(d/P)
         L  = ceil(log2(D)),  K = 2**L
         cycles = count*D + K + floor((min(r,d) - 1)/P) + latency
         steady state: one vector every D cycles (``stage2_interval``)
-    latency = S + 2*levels + 5,   S = log2(P)*(log2(P)+1)/2 pre-sorter stages
+    latency = S + (2 + M)*levels + 5 + M,   S = log2(P)*(log2(P)+1)/2 pre-sorter stages,
+        M = log2(P) pipelined bitonic-merge stages per merge engine,
+        Lmin = max(1, ceil(log2(2 + M)))   (the reducer's list round trip fits in K rows)
 
 In words: the first pass accepts one row per cycle while a merge tree sorts runs of ``K`` rows
 and a reducer keeps the running top ``K*P``; ``K`` cycles after the last run starts, the
@@ -101,9 +103,22 @@ class SorterTiming:
         return p * (p + 1) // 2
 
     @property
+    def merge_pipeline(self) -> int:
+        """Pipeline stages of a merge engine after its selector: the ``log P`` bitonic-merge
+        stages (the selector's register is the stage every engine always had)."""
+        return self.log_lanes
+
+    @property
+    def min_run_levels(self) -> int:
+        """Fewest tree levels a Stage I job with several runs uses: the reducer re-reads row
+        ``t`` of its list ``K`` cycles after writing it, and a written row needs
+        ``2 + merge_pipeline`` cycles to come back, so ``K = 2**L >= 2 + merge_pipeline``."""
+        return max(1, ceil_log2(2 + self.merge_pipeline))
+
+    @property
     def k_levels_max(self) -> int:
         """Tree levels Stage I can use: runs of ``2**levels`` rows hold ``max_k`` items."""
-        return max(1, ceil_log2(_cdiv(self.max_k, self.lanes)))
+        return max(self.min_run_levels, ceil_log2(_cdiv(self.max_k, self.lanes)))
 
     @property
     def vec_levels_max(self) -> int:
@@ -155,13 +170,15 @@ class SorterTiming:
 
     @property
     def latency(self) -> int:
-        """Fixed part of every job's cycle count: ``S + 2*levels + 5``.
+        """Fixed part of every job's cycle count: ``S + (2 + M)*levels + 5 + M``.
 
-        ``S`` pre-sorter stages, 2 cycles per tree level (queue write, merge step), and 5 for
-        the reducer (2), the threshold hand-over (1), the select register (1) and the
-        compactor's final flush (1).
+        ``S`` pre-sorter stages, ``2 + M`` cycles per tree level (queue write, merge step,
+        ``M = merge_pipeline`` bitonic-merge stages), and ``5 + M`` for the reducer
+        (``2 + M``), the threshold hand-over (1), the select register (1) and the compactor's
+        final flush (1).
         """
-        return self.presort_stages + 2 * self.levels + 5
+        mp = self.merge_pipeline
+        return self.presort_stages + (2 + mp) * self.levels + 5 + mp
 
     # ------------------------------------------------------------------ jobs
     def check_stage1(self, n: int, k: int) -> None:
@@ -182,7 +199,7 @@ class SorterTiming:
     def stage1_levels(self, n: int, k: int) -> int:
         """Tree levels a Stage I job uses (``L``); the rest pass rows through."""
         d = self.segment_rows(n)
-        return min(max(1, ceil_log2(_cdiv(k, self.lanes))), ceil_log2(d))
+        return min(max(self.min_run_levels, ceil_log2(_cdiv(k, self.lanes))), ceil_log2(d))
 
     def stage2_levels(self, d: int) -> int:
         return ceil_log2(self.segment_rows(d))
@@ -205,16 +222,18 @@ class SorterTiming:
     # ------------------------------------------------------------------ activity
     @property
     def merge_units(self) -> int:
-        """Compare-exchange units of one merge engine: ``P (1 + log P)``."""
-        return self.lanes * (self.log_lanes + 1)
+        """Comparators of one merge engine: ``P`` in the selector and ``P/2 log P`` in its
+        pipelined bitonic merge of the ``P`` selected items: ``P (1 + log P / 2)``."""
+        return self.lanes + self.lanes // 2 * self.log_lanes
 
     def _compares(self, rows: int, reducer_steps: int) -> int:
         # every row passes the pre-sorter, one step of every tree level (used or bypassed;
-        # each step evaluates the whole 2P merge and one head comparator) and the P
-        # threshold comparators of the second pass; the reducer steps min(K, a + b) per run
+        # each step evaluates the P selector comparators and the P log P bitonic-merge units)
+        # and the P threshold comparators of the second pass; the reducer steps
+        # min(K, a + b) per run
         presort = rows * (self.lanes // 2) * self.presort_stages
-        tree = rows * self.levels * (self.merge_units + 1)
-        return presort + tree + reducer_steps * (self.merge_units + 1) + rows * self.lanes
+        tree = rows * self.levels * self.merge_units
+        return presort + tree + reducer_steps * self.merge_units + rows * self.lanes
 
     def stage1_compares(self, n: int, k: int) -> int:
         """Comparator evaluations of a Stage I job (every unit evaluates once per step; the
@@ -253,9 +272,9 @@ class SorterTiming:
     def comparators(self) -> dict[str, int]:
         """Compare-exchange units (``item_width`` bits each) per sub-block."""
         p, lg = self.lanes, self.log_lanes
-        merge = p * (lg + 1)  # half-cleaner + two P-input bitonic merges
+        merge = p + p // 2 * lg  # P-lane selector (half-cleaner) + P-input bitonic merge
         return {"presort": p // 2 * self.presort_stages, "tree": self.levels * merge,
-                "reducer": merge, "select": p, "heads": self.levels + 1}
+                "reducer": merge, "select": p}
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready description of the geometry (for reports)."""

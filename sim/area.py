@@ -51,6 +51,7 @@ __all__ = [
     "SynthError",
     "yosys_command",
     "synthesize",
+    "netlist_path",
     "nand2_area_m2",
     "logic_area_m2",
     "sram_area_m2",
@@ -270,11 +271,18 @@ def _yosys_version() -> str:
         return "unknown"
 
 
+def netlist_path(res: SynthResult) -> Path:
+    """Where :func:`synthesize` with ``netlist=True`` keeps the mapped netlist (gzip JSON)."""
+    return cache_dir() / "synth" / f"{res.top}-{res.key}.netlist.json.gz"
+
+
 def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
                cells: CellLibrary | None = None, use_cache: bool = True,
-               timeout_s: float = 3600) -> SynthResult:
+               timeout_s: float = 3600, netlist: bool = False) -> SynthResult:
     """Synthesise ``verilog`` (top module ``top``) to sky130_fd_sc_hd cells; cached.
 
+    ``netlist=True`` also keeps the mapped netlist (Yosys JSON) at :func:`netlist_path` (the
+    timing flow, :mod:`hikv.sim.sta`, reads it; same synthesis, same cache key).
     Raises :class:`~hikv.sim.cells.CellsUnavailable` when the cell library has not been fetched
     and :class:`SynthError` when Yosys fails.
     """
@@ -286,7 +294,8 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
     cache = cache_dir() / "synth"
     cache.mkdir(parents=True, exist_ok=True)
     hit = cache / f"{top}-{key}.json"
-    if use_cache and hit.exists():
+    net_file = cache / f"{top}-{key}.netlist.json.gz"
+    if use_cache and hit.exists() and (not netlist or net_file.exists()):
         return SynthResult.from_dict(json.loads(hit.read_text()))
     with tempfile.TemporaryDirectory(dir=cache, prefix=f"{top}-") as tmp:
         work = Path(tmp)
@@ -295,8 +304,15 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
         _run_yosys(_coarse_script(top), work, timeout_s)
         mems = _memories(work / "memories.json")
         macros = [mm for mm in mems if mm.bits >= sram_min_bits]
-        _run_yosys(_fine_script(top, cells, macros), work, timeout_s)
+        _run_yosys(_fine_script(top, cells, macros)
+                   + ("write_json netlist.json\n" if netlist else ""), work, timeout_s)
         stat = json.loads((work / "stat.json").read_text())
+        if netlist:
+            import gzip
+
+            tmp_net = net_file.with_suffix(f".{os.getpid()}.tmp")
+            tmp_net.write_bytes(gzip.compress((work / "netlist.json").read_bytes()))
+            tmp_net.replace(net_file)
     mods = stat["modules"]
     mod = mods.get(f"\\{top}") or next(iter(mods.values()))
     res = SynthResult(

@@ -29,7 +29,8 @@ def test_ceil_log2():
 def test_geometry_of_presets():
     t = SorterTiming.from_params(PRESETS["tiny"].sorter)  # P=4, W=8, max_n=64, k<=16, d<=16
     assert (t.item_width, t.presort_stages, t.levels, t.list_rows_max) == (15, 3, 2, 4)
-    assert t.latency == 3 + 2 * 2 + 5
+    assert t.merge_pipeline == 2 and t.min_run_levels == 2
+    assert t.latency == 3 + (2 + 2) * 2 + 5 + 2
     d = SorterTiming.from_params(PRESETS["default"].sorter)  # P=8, max_k=512 -> 64 rows
     assert (d.presort_stages, d.levels, d.list_rows_max, d.ring_rows) == (6, 6, 64, 512)
     p = SorterTiming.from_params(PRESETS["paper"].sorter)  # P=16, max_k=4096 -> 256 rows
@@ -105,8 +106,24 @@ def test_cost_model_adapters():
 
 
 def test_compares_count_every_unit_once_per_step():
-    t = SorterTiming.from_params(PRESETS["tiny"].sorter)  # P=4: S=3, levels=2, 12 units
+    t = SorterTiming.from_params(PRESETS["tiny"].sorter)  # P=4: S=3, levels=2, 4 + 2*2 units
     rows, steps = 16, 4 + 4 * 3          # n=64, k=16: D=16, K=4 -> reducer 4 + 4*3 steps
-    per_row = 2 * 3 + 2 * (12 + 1) + 4   # presort + tree levels + select
-    assert t.stage1_compares(64, 16) == rows * per_row + steps * (12 + 1)
-    assert t.stage2_compares(3, 16, 5) == 12 * per_row + 12 * (12 + 1)
+    per_row = 2 * 3 + 2 * 8 + 4          # presort + tree levels + select
+    assert t.merge_units == 8
+    assert t.stage1_compares(64, 16) == rows * per_row + steps * 8
+    assert t.stage2_compares(3, 16, 5) == 12 * per_row + 12 * 8
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_unaligned_cliff_is_bounded(name):
+    """One row past a multiple of the run length K costs a whole run: the cliff is bounded by
+    K - 1 cycles over 2D + floor((k-1)/P) + latency (docs/sorter.md, "Unaligned N")."""
+    t = SorterTiming.from_params(PRESETS[name].sorter)
+    p = t.lanes
+    for k in sorted({1, p, t.max_k // 3 + 1, t.max_k}):
+        for n in range(1, t.max_n + 1, max(1, t.max_n // 97)):
+            rows = -(-n // p)
+            kr = 1 << t.stage1_levels(n, k)
+            extra = t.stage1_cycles(n, k) - (2 * rows + (min(k, n) - 1) // p + t.latency)
+            assert extra == kr * -(-rows // kr) - rows, (name, n, k)
+            assert 0 <= extra <= kr - 1, (name, n, k)

