@@ -46,6 +46,7 @@ from .step_cost import (
     StepCostBase,
     StepCostModel,
     elementwise_bytes_per_token,
+    prefill_prefix,
 )
 
 __all__ = [
@@ -359,8 +360,7 @@ class DeviceStepCost(StepCostBase):
                                  total: np.ndarray) -> float:
         if done.size == 0:
             return 0.0
-        kv = self.kv
-        prefix = kv.resident_after_prefill(done, total) if kv.evicts_during_prefill else done
+        prefix = prefill_prefix(self.kv, done, total)
         return self.layers * self.att.prefill_time_s(chunk, prefix, self.q_heads, self.kv_heads,
                                                      self.head_dim)
 

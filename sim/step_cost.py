@@ -137,6 +137,12 @@ class StepCostModel(Protocol):
         ...
 
 
+def prefill_prefix(kv: ClosedForm, done: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Tokens each prefilling chunk attends to before its own: ``done`` itself, or what
+    stays resident of it when the method evicts during prefill (SnapKV, evicting HiKV)."""
+    return kv.resident_after_prefill(done, total) if kv.evicts_during_prefill else done
+
+
 class StepCostBase:
     """Helper base: :meth:`decode_run_times_s` by calling :meth:`iteration_time_s` ``k``
     times. A cost model may implement only ``iteration_time_s`` and inherit this."""
@@ -204,8 +210,7 @@ class RooflineStepCost(StepCostBase):
                                  total: np.ndarray) -> float:
         if done.size == 0:
             return 0.0
-        kv = self.kv
-        prefix = kv.resident_after_prefill(done, total) if kv.evicts_during_prefill else done
+        prefix = prefill_prefix(self.kv, done, total)
         keys = chunk * prefix + chunk * (chunk + 1) // 2       # causal (query, key) pairs
         flops = self.attn_flops_per_key * float(keys.sum())
         base = self._storage(np.zeros(1, dtype=_I64))[0]
