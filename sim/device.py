@@ -48,6 +48,7 @@ from .step_cost import (
     elementwise_bytes_per_token,
     prefill_prefix,
 )
+from .workload import shared_data_file
 
 __all__ = [
     "PROFILE_OPS", "LAYER_OPS", "GEMM_OPS", "ELEMENTWISE_OPS", "OperatorProfile",
@@ -185,12 +186,7 @@ def find_profile(device: str, model_dir: str, start: str | os.PathLike[str] | No
     env = os.environ.get("HIKV_DATA")
     if env and (Path(env) / "vidur-profiles" / rel).is_file():
         return Path(env) / "vidur-profiles" / rel
-    here = Path(start) if start is not None else Path(__file__)
-    for parent in here.resolve().parents:
-        f = parent / "shared" / "data" / "vidur-profiles" / rel
-        if f.is_file():
-            return f
-    return None
+    return shared_data_file(Path("vidur-profiles") / rel, start)
 
 
 # =========================================================================== devices
