@@ -379,13 +379,8 @@ class DeviceStepCost(StepCostBase):
         return out
 
     def iteration_time_s(self, batch: IterationBatch) -> float:
-        t = self._nonattention(batch.tokens) + self.lm_head_time_s(batch.logits)
-        t += self.prefill_attention_time_s(batch.prefill_done, batch.prefill_chunk,
-                                           batch.prefill_total)
-        if batch.decode_step.size:
-            x = self.kv.decode_key(batch.decode_prompt, batch.decode_step)
-            t += float(self.decode_attention_time_s(x, None))
-        return t
+        return self._plus_attention_s(
+            self._nonattention(batch.tokens) + self.lm_head_time_s(batch.logits), batch)
 
     def decode_run_times_s(self, prompt: np.ndarray, step: np.ndarray, k: int) -> np.ndarray:
         prompt = np.asarray(prompt, dtype=np.int64).reshape(-1)
