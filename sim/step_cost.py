@@ -250,17 +250,6 @@ class RooflineStepCost(StepCostBase):
         ft, bt = self._decode_tables(int(x.max()))
         return np.maximum(ft[x].sum(axis) / self.flops_per_s, bt[x].sum(axis) / self.bytes_per_s)
 
-    def _plus_attention_s(self, t: float, batch: IterationBatch) -> float:
-        """``t`` plus the batch's prefill, then decode attention seconds (in that order), for
-        a subclass with ``kv``, ``prefill_attention_time_s`` and ``decode_attention_time_s``
-        that is indexed by decode keys."""
-        t += self.prefill_attention_time_s(batch.prefill_done, batch.prefill_chunk,
-                                           batch.prefill_total)
-        if batch.decode_step.size:
-            x = self.kv.decode_key(batch.decode_prompt, batch.decode_step)
-            t += float(self.decode_attention_time_s(x, None))
-        return t
-
     def decode_run_times_s(self, prompt: np.ndarray, step: np.ndarray, k: int) -> np.ndarray:
         prompt, step = _arr(prompt), _arr(step)
         d = prompt.size
