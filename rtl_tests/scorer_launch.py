@@ -63,6 +63,38 @@ def scorer_verilog(cfg: Config, *, chain: bool = False) -> str:
     return text
 
 
+def _launch(cfg: Config, tag: str, verilog: str, toplevel: str, testcase: str, *, seed: int,
+            jobs: int, waves: bool, simulator: str) -> tuple[Any, dict[str, Any], bool]:
+    """Run ``testcase`` of tb_scorer.py on ``verilog`` in a fresh run folder (build key
+    ``<tag>-<preset>-b<bits>``): the cocotb run, the testbench's summary ({} if none) and
+    whether the run passed with no mismatch of outputs or cycles."""
+    run_dir = cache_dir() / "runs" / f"{tag}-{cfg.name}-s{seed}-{os.getpid()}-{time.time_ns()}"
+    run_dir.mkdir(parents=True)
+    result = run_dir / "result.json"
+    env = {ENV: json.dumps({"config": config_to_json(cfg, indent=None), "result": str(result),
+                            "seed": seed, "jobs": jobs})}
+    run = run_cocotb(verilog=verilog, toplevel=toplevel, test_module=TB_MODULE,
+                     build_key=f"{tag}-{cfg.name}-b{cfg.policy.lowbit_bits}", extra_env=env,
+                     seed=seed, testcase=testcase, waves=waves, simulator=simulator,
+                     test_dir=run_dir,
+                     rewrite_files=[str(Path(__file__).with_name("tb_scorer.py"))])
+    data: dict[str, Any] = json.loads(result.read_text()) if result.exists() else {}
+    passed = bool(run.passed and data and data["n_failures"] == 0
+                  and data["n_cycle_failures"] == 0)
+    return run, data, passed
+
+
+def _close_lines(lines: list[str], data: dict[str, Any], passed: bool) -> None:
+    """Append the first failures (or that there is no summary) and ``FAILED`` if it failed."""
+    if data:
+        for f in data["failures"][:3] + data["cycle_failures"][:3]:
+            lines.append(f"  FAIL {f[:400]}")
+    else:
+        lines.append("the testbench wrote no summary (see the cocotb log above)")
+    if not passed:
+        lines.append("FAILED")
+
+
 def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bool = False,
                    simulator: str = "verilator") -> RtlReport:
     """Randomized and adversarial regression of the scoring unit of ``cfg`` against
@@ -72,20 +104,9 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
         raise ParamError(f"jobs = {jobs} is out of range: allowed >= 0")
     if simulator not in ("verilator", "icarus"):
         raise ParamError(f"simulator = {simulator!r}: allowed 'verilator' or 'icarus'")
-    run_dir = cache_dir() / "runs" / f"scorer-{cfg.name}-s{seed}-{os.getpid()}-{time.time_ns()}"
-    run_dir.mkdir(parents=True)
-    result = run_dir / "result.json"
-    env = {ENV: json.dumps({"config": config_to_json(cfg, indent=None), "result": str(result),
-                            "seed": seed, "jobs": jobs})}
     bits = cfg.policy.lowbit_bits
-    run = run_cocotb(verilog=scorer_verilog(cfg), toplevel=TOPLEVEL, test_module=TB_MODULE,
-                     build_key=f"scorer-{cfg.name}-b{bits}", extra_env=env, seed=seed,
-                     testcase="regression", waves=waves, simulator=simulator,
-                     test_dir=run_dir,
-                     rewrite_files=[str(Path(__file__).with_name("tb_scorer.py"))])
-    data: dict[str, Any] = json.loads(result.read_text()) if result.exists() else {}
-    passed = bool(run.passed and data and data["n_failures"] == 0
-                  and data["n_cycle_failures"] == 0)
+    run, data, passed = _launch(cfg, "scorer", scorer_verilog(cfg), TOPLEVEL, "regression",
+                                seed=seed, jobs=jobs, waves=waves, simulator=simulator)
     lines = []
     if data:
         st, ck = data["stats"], data["cycle_checks"]
@@ -101,12 +122,7 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
         lines.append(f"mismatches: {data['n_failures']}, cycle mismatches: "
                      f"{data['n_cycle_failures']}; {data['sim_cycles']} simulated cycles in "
                      f"{data['wall_s']:.1f} s")
-        for f in data["failures"][:3] + data["cycle_failures"][:3]:
-            lines.append(f"  FAIL {f[:400]}")
-    else:
-        lines.append("the testbench wrote no summary (see the cocotb log above)")
-    if not passed:
-        lines.append("FAILED")
+    _close_lines(lines, data, passed)
     return RtlReport(block="scorer", preset=cfg.name, seed=seed, jobs=jobs, passed=passed,
                      lines=tuple(lines), metrics={k: data.get(k) for k in (
                          "stats", "cycle_checks", "examples", "measurements", "latency",
@@ -122,21 +138,9 @@ def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
     jobs = (300 if cfg.name == "tiny" else 20) if jobs is None else jobs
     if jobs < 0:
         raise ParamError(f"jobs = {jobs} is out of range: allowed >= 0")
-    run_dir = (cache_dir() / "runs"
-               / f"scorer-chain-{cfg.name}-s{seed}-{os.getpid()}-{time.time_ns()}")
-    run_dir.mkdir(parents=True)
-    result = run_dir / "result.json"
-    env = {ENV: json.dumps({"config": config_to_json(cfg, indent=None), "result": str(result),
-                            "seed": seed, "jobs": jobs})}
-    run = run_cocotb(verilog=scorer_verilog(cfg, chain=True), toplevel=CHAIN_TOPLEVEL,
-                     test_module=TB_MODULE,
-                     build_key=f"scorer-chain-{cfg.name}-b{cfg.policy.lowbit_bits}",
-                     extra_env=env, seed=seed, testcase="chain", waves=waves,
-                     simulator=simulator, test_dir=run_dir,
-                     rewrite_files=[str(Path(__file__).with_name("tb_scorer.py"))])
-    data: dict[str, Any] = json.loads(result.read_text()) if result.exists() else {}
-    passed = bool(run.passed and data and data["n_failures"] == 0
-                  and data["n_cycle_failures"] == 0)
+    run, data, passed = _launch(cfg, "scorer-chain", scorer_verilog(cfg, chain=True),
+                                CHAIN_TOPLEVEL, "chain", seed=seed, jobs=jobs, waves=waves,
+                                simulator=simulator)
     lines = []
     if data:
         lines.append(f"scorer_sorter {cfg.name} (L = P = {cfg.sorter.lanes}): {data['jobs']} "
@@ -147,12 +151,7 @@ def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
                          f"contract {ex['formula']}")
         lines.append(f"mismatches: {data['n_failures']}, cycle mismatches: "
                      f"{data['n_cycle_failures']}; {data['wall_s']:.1f} s")
-        for f in data["failures"][:3] + data["cycle_failures"][:3]:
-            lines.append(f"  FAIL {f[:400]}")
-    else:
-        lines.append("the testbench wrote no summary (see the cocotb log above)")
-    if not passed:
-        lines.append("FAILED")
+    _close_lines(lines, data, passed)
     return RtlReport(block="scorer_sorter", preset=cfg.name, seed=seed, jobs=jobs,
                      passed=passed, lines=tuple(lines),
                      metrics={k: data.get(k) for k in ("cycle_checks", "examples", "wall_s")},

@@ -6,6 +6,9 @@ owns its clock loop: after each rising edge it calls ``drive()`` on every source
 in the read-only phase, ``sample()``. Every random decision comes from the ``random.Random``
 the testbench passes in (seeded from the launcher's seed), so a seed replays the same run.
 
+:class:`StreamBench` is the clock loop of a block with a ``cfg`` and an ``i`` source and an
+``o`` sink (sorter, scorer); it awaits the triggers the testbench hands it.
+
 Ports are found by Amaranth's flattened names: a stream port ``o`` is ``o__valid``,
 ``o__ready`` and ``o__payload``.
 """
@@ -16,7 +19,7 @@ import random
 from collections import deque
 from typing import Any
 
-__all__ = ["PATTERNS", "Pattern", "StreamSource", "StreamSink", "read_int"]
+__all__ = ["PATTERNS", "Pattern", "StreamBench", "StreamSource", "StreamSink", "read_int"]
 
 #: Pattern kinds a regression draws from.
 PATTERNS = ("always", "random", "bursty")
@@ -126,3 +129,45 @@ class StreamSink:
         if self._ready and self.valid.value:
             return self.payload.value.to_unsigned()
         return None
+
+
+class StreamBench:
+    """The ``cfg`` and ``i`` sources, the ``o`` sink and the clock loop of one block.
+
+    ``edge`` and ``settle`` are the testbench's cocotb triggers (``RisingEdge(dut.clk)``,
+    ``ReadOnly()``); the testbench starts the clock. ``cycle`` counts rising edges.
+    """
+
+    def __init__(self, dut: Any, edge: Any, settle: Any) -> None:
+        self.dut = dut
+        self.cfg = StreamSource(dut, "cfg")
+        self.inp = StreamSource(dut, "i")
+        self.out = StreamSink(dut, "o")
+        self.cycle = 0
+        self._edge = edge
+        self._ro = settle
+
+    def _drive(self) -> None:
+        self.cfg.drive()
+        self.inp.drive()
+        self.out.drive()
+
+    async def step(self) -> tuple[bool, bool, int | None]:
+        """One clock cycle: drive, settle, sample. Returns (cfg taken, input taken, output)."""
+        await self._edge
+        self.cycle += 1
+        self._drive()
+        await self._ro
+        return self.cfg.sample(), self.inp.sample(), self.out.sample()
+
+    async def reset(self, cycles: int = 2) -> None:
+        """Hold ``rst`` for ``cycles`` edges, dropping what the sources had queued."""
+        await self._edge
+        self.dut.rst.value = 1
+        self.cfg.clear()
+        self.inp.clear()
+        for _ in range(cycles):
+            self._drive()
+            await self._edge
+            self.cycle += 1
+        self.dut.rst.value = 0

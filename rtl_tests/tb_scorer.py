@@ -39,50 +39,20 @@ from hikv.rtl_tests.scorer_jobs import (
     expected_beats,
     make_job,
 )
-from hikv.rtl_tests.tb_sorter import PATTERNS, Pattern, StreamSink, StreamSource
+from hikv.rtl_tests.streams import PATTERNS, Pattern, StreamBench, StreamSink, StreamSource
 
 ENV = "HIKV_TB_CONFIG"
 
 
-class ScorerTB:
+class ScorerTB(StreamBench):
     """Owns clock, reset, the cfg and input sources and the output sink."""
 
     def __init__(self, dut: Any, cfg: Any) -> None:
-        self.dut = dut
+        super().__init__(dut, RisingEdge(dut.clk), ReadOnly())
         self.cfg_obj = cfg
         self.codec = ScorerCodec(cfg)
         self.timing = ScorerTiming(cfg.scorer)
-        self.cfg = StreamSource(dut, "cfg")
-        self.inp = StreamSource(dut, "i")
-        self.out = StreamSink(dut, "o")
-        self.cycle = 0
-        self._edge = RisingEdge(dut.clk)
-        self._ro = ReadOnly()
         Clock(dut.clk, 10, unit="ns").start()
-
-    async def step(self) -> tuple[bool, int | None]:
-        """One clock cycle: drive, settle, sample. Returns (input taken, output beat)."""
-        await self._edge
-        self.cycle += 1
-        self.cfg.drive()
-        self.inp.drive()
-        self.out.drive()
-        await self._ro
-        self.cfg.sample()
-        return self.inp.sample(), self.out.sample()
-
-    async def reset(self, cycles: int = 2) -> None:
-        await self._edge
-        self.dut.rst.value = 1
-        self.cfg.clear()
-        self.inp.clear()
-        for _ in range(cycles):
-            self.cfg.drive()
-            self.inp.drive()
-            self.out.drive()
-            await self._edge
-            self.cycle += 1
-        self.dut.rst.value = 0
 
     async def run(self, jobs: list[ScorerJob], in_kind: str, out_kind: str,
                   rng: random.Random, *, abort_after: int | None = None
@@ -101,7 +71,7 @@ class ScorerTB:
         first = last = None
         start = self.cycle
         while len(got) < want:
-            took, beat = await self.step()
+            _, took, beat = await self.step()
             if took and first is None:
                 first = self.cycle
             if beat is not None:

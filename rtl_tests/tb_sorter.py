@@ -43,7 +43,7 @@ from hikv.rtl_tests.sorter_jobs import (
     expected_output,
     random_job,
 )
-from hikv.rtl_tests.streams import PATTERNS, Pattern, StreamSink, StreamSource
+from hikv.rtl_tests.streams import PATTERNS, Pattern, StreamBench
 
 ENV = "HIKV_TB_CONFIG"
 
@@ -57,44 +57,15 @@ class JobRun:
     shape_errors: int = 0     # beats that are not dense (full, or the segment's last: low lanes)
 
 
-class SorterTB:
+class SorterTB(StreamBench):
     """Owns clock, reset, the cfg and input sources and the output sink."""
 
     def __init__(self, dut: Any, params: SorterParams) -> None:
-        self.dut = dut
+        super().__init__(dut, RisingEdge(dut.clk), ReadOnly())
         self.params = params
         self.codec = BeatCodec(params)
         self.timing = SorterTiming.from_params(params)
-        self.cfg = StreamSource(dut, "cfg")
-        self.inp = StreamSource(dut, "i")
-        self.out = StreamSink(dut, "o")
-        self.cycle = 0
-        self._edge = RisingEdge(dut.clk)
-        self._ro = ReadOnly()
         Clock(dut.clk, 10, unit="ns").start()
-
-    async def step(self) -> tuple[bool, bool, int | None]:
-        """One clock cycle: drive, settle, sample. Returns (cfg taken, input taken, output)."""
-        await self._edge
-        self.cycle += 1
-        self.cfg.drive()
-        self.inp.drive()
-        self.out.drive()
-        await self._ro
-        return self.cfg.sample(), self.inp.sample(), self.out.sample()
-
-    async def reset(self, cycles: int = 2) -> None:
-        await self._edge
-        self.dut.rst.value = 1
-        self.cfg.clear()
-        self.inp.clear()
-        for _ in range(cycles):
-            self.cfg.drive()
-            self.inp.drive()
-            self.out.drive()
-            await self._edge
-            self.cycle += 1
-        self.dut.rst.value = 0
 
     async def run_job(self, job: SorterJob, in_kind: str, out_kind: str, rng: random.Random,
                       *, abort_after: int | None = None, deadline: int = 100_000) -> JobRun:

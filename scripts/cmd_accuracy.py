@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 HELP = "accuracy of HiKV and baselines on a real LM (perplexity, passkey, fidelity, table, run)"
@@ -261,14 +263,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     t0 = time.perf_counter()
-    try:
+    with _as_param_error((ValueError, KeyError, IndexError, EOFError), lambda e: (
+            f"--model {args.model}: cannot be read as a model ({type(e).__name__}: "
+            f"{str(e)[:200]}); is the file complete? fetch it again "
+            "(`hikv fetch-assets`) or give another .gguf file")):
         lm = load_lm(args.model, cache=args.cache, device=args.device)
-    except (ValueError, KeyError, IndexError, EOFError) as e:
-        if isinstance(e, ParamError):
-            raise
-        raise ParamError(f"--model {args.model}: cannot be read as a model ({type(e).__name__}: "
-                         f"{str(e)[:200]}); is the file complete? fetch it again "
-                         "(`hikv fetch-assets`) or give another .gguf file") from None
     cfg = lm_config(get_preset(args.preset), lm.shape)
     print(f"model {lm.shape.name}: {lm.shape.layers} layers, d = {lm.shape.head_dim}, "
           f"loaded in {lm.load_s:.0f} s")
@@ -341,13 +340,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _as_param_error(errors: tuple[type[Exception], ...],
+                    message: Callable[[Exception], str]) -> Iterator[None]:
+    """Re-raise one of ``errors`` from the block (a ParamError as it is) as a ParamError of
+    ``message(error)``, without the chained traceback."""
+    from hikv.params import ParamError
+
+    try:
+        yield
+    except errors as e:
+        if isinstance(e, ParamError):
+            raise
+        raise ParamError(message(e)) from None
+
+
 def _table(args: argparse.Namespace) -> int:
     from hikv.model import accuracy as A
     from hikv.model.accuracy_io import markdown_table, read_rows, write_rows
     from hikv.params import ParamError
 
     loaded = [read_rows(p) for p in args.perplexity]
-    try:
+    with _as_param_error((KeyError, TypeError, ValueError, AttributeError), lambda e: (
+            f"--perplexity/--passkey/--tasks: the rows are not those of `hikv accuracy "
+            f"perplexity` / `passkey` / `tasks` ({type(e).__name__}: {e}); give files they "
+            "wrote")):
         ppl = A.select_rows([r for rows, _ in loaded for r in rows], protocol=args.protocol,
                             length=args.length)
         pk = A.select_rows([r for p in args.passkey for r in read_rows(p)[0]],
@@ -371,12 +388,6 @@ def _table(args: argparse.Namespace) -> int:
             iso = A.iso_table(ppl, pk, ppl_tol=args.ppl_tol, passkey_tol=args.passkey_tol)
             for r in iso:
                 r.update({"protocol": args.protocol, "length": args.length})
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        if isinstance(e, ParamError):
-            raise
-        raise ParamError(f"--perplexity/--passkey/--tasks: the rows are not those of `hikv "
-                         f"accuracy perplexity` / `passkey` / `tasks` ({type(e).__name__}: {e}); "
-                         "give files they wrote") from None
     meta = {"command": " ".join(sys.argv), "perplexity": [str(p) for p in args.perplexity],
             "passkey": [str(p) for p in args.passkey], "tasks": [str(p) for p in args.tasks],
             "protocol": args.protocol, "length": args.length}

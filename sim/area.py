@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -403,21 +404,29 @@ class AcceleratorArea:
         return self.hikv_m2 / (self.baseline_m2 + self.hikv_m2) if self.complete else math.nan
 
 
-def baseline_units() -> dict[str, tuple[str, str]]:
-    """The baseline's synthesised units: name -> (factory "module:callable", top name)."""
-    return {"mac_lane": ("hikv.hw.baseline_pe:make_mac_lane", "mac_lane"),
-            "exp_unit": ("hikv.hw.baseline_pe:make_exp_unit", "exp_unit")}
+def _make_mac_lane(cfg: Config) -> Any:
+    from hikv.hw.baseline_pe import make_mac_lane
+
+    return make_mac_lane(cfg)
+
+
+def _make_exp_unit(cfg: Config) -> Any:
+    from hikv.hw.baseline_pe import make_exp_unit
+
+    return make_exp_unit(cfg)
+
+
+def baseline_units() -> dict[str, tuple[Callable[[Config], Any], str]]:
+    """The baseline's synthesised units: name -> (factory of ``cfg``, top name)."""
+    return {"mac_lane": (_make_mac_lane, "mac_lane"),
+            "exp_unit": (_make_exp_unit, "exp_unit")}
 
 
 def unit_synth(name: str, cfg: Config, sram_min_bits: int) -> SynthResult:
-    import importlib
-
     from hikv.hw.verilog import to_verilog
 
-    ref, top = baseline_units()[name]
-    mod, _, attr = ref.partition(":")
-    comp = getattr(importlib.import_module(mod), attr)(cfg)
-    return synthesize(to_verilog(comp, top), top, sram_min_bits=sram_min_bits)
+    make, top = baseline_units()[name]
+    return synthesize(to_verilog(make(cfg), top), top, sram_min_bits=sram_min_bits)
 
 
 def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS

@@ -46,7 +46,9 @@ from .step_cost import (
     StepCostBase,
     StepCostModel,
     elementwise_bytes_per_token,
+    prefill_prefix,
 )
+from .workload import shared_data_file
 
 __all__ = [
     "PROFILE_OPS", "LAYER_OPS", "GEMM_OPS", "ELEMENTWISE_OPS", "OperatorProfile",
@@ -184,12 +186,7 @@ def find_profile(device: str, model_dir: str, start: str | os.PathLike[str] | No
     env = os.environ.get("HIKV_DATA")
     if env and (Path(env) / "vidur-profiles" / rel).is_file():
         return Path(env) / "vidur-profiles" / rel
-    here = Path(start) if start is not None else Path(__file__)
-    for parent in here.resolve().parents:
-        f = parent / "shared" / "data" / "vidur-profiles" / rel
-        if f.is_file():
-            return f
-    return None
+    return shared_data_file(Path("vidur-profiles") / rel, start)
 
 
 # =========================================================================== devices
@@ -359,8 +356,7 @@ class DeviceStepCost(StepCostBase):
                                  total: np.ndarray) -> float:
         if done.size == 0:
             return 0.0
-        kv = self.kv
-        prefix = kv.resident_after_prefill(done, total) if kv.evicts_during_prefill else done
+        prefix = prefill_prefix(self.kv, done, total)
         return self.layers * self.att.prefill_time_s(chunk, prefix, self.q_heads, self.kv_heads,
                                                      self.head_dim)
 
@@ -383,13 +379,8 @@ class DeviceStepCost(StepCostBase):
         return out
 
     def iteration_time_s(self, batch: IterationBatch) -> float:
-        t = self._nonattention(batch.tokens) + self.lm_head_time_s(batch.logits)
-        t += self.prefill_attention_time_s(batch.prefill_done, batch.prefill_chunk,
-                                           batch.prefill_total)
-        if batch.decode_step.size:
-            x = self.kv.decode_key(batch.decode_prompt, batch.decode_step)
-            t += float(self.decode_attention_time_s(x, None))
-        return t
+        return self._plus_attention_s(
+            self._nonattention(batch.tokens) + self.lm_head_time_s(batch.logits), batch)
 
     def decode_run_times_s(self, prompt: np.ndarray, step: np.ndarray, k: int) -> np.ndarray:
         prompt = np.asarray(prompt, dtype=np.int64).reshape(-1)

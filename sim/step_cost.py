@@ -137,12 +137,29 @@ class StepCostModel(Protocol):
         ...
 
 
+def prefill_prefix(kv: ClosedForm, done: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Tokens each prefilling chunk attends to before its own: ``done`` itself, or what
+    stays resident of it when the method evicts during prefill (SnapKV, evicting HiKV)."""
+    return kv.resident_after_prefill(done, total) if kv.evicts_during_prefill else done
+
+
 class StepCostBase:
     """Helper base: :meth:`decode_run_times_s` by calling :meth:`iteration_time_s` ``k``
     times. A cost model may implement only ``iteration_time_s`` and inherit this."""
 
     def iteration_time_s(self, batch: IterationBatch) -> float:  # pragma: no cover
         raise NotImplementedError
+
+    def _plus_attention_s(self, t: float, batch: IterationBatch) -> float:
+        """``t`` plus the batch's prefill, then decode attention seconds (in that order), for
+        a subclass with ``kv``, ``prefill_attention_time_s`` and ``decode_attention_time_s``
+        that is indexed by decode keys."""
+        t += self.prefill_attention_time_s(batch.prefill_done, batch.prefill_chunk,
+                                           batch.prefill_total)
+        if batch.decode_step.size:
+            x = self.kv.decode_key(batch.decode_prompt, batch.decode_step)
+            t += float(self.decode_attention_time_s(x, None))
+        return t
 
     def decode_run_times_s(self, prompt: np.ndarray, step: np.ndarray, k: int) -> np.ndarray:
         prompt, step = _arr(prompt), _arr(step)
@@ -204,8 +221,7 @@ class RooflineStepCost(StepCostBase):
                                  total: np.ndarray) -> float:
         if done.size == 0:
             return 0.0
-        kv = self.kv
-        prefix = kv.resident_after_prefill(done, total) if kv.evicts_during_prefill else done
+        prefix = prefill_prefix(self.kv, done, total)
         keys = chunk * prefix + chunk * (chunk + 1) // 2       # causal (query, key) pairs
         flops = self.attn_flops_per_key * float(keys.sum())
         base = self._storage(np.zeros(1, dtype=_I64))[0]
@@ -226,13 +242,7 @@ class RooflineStepCost(StepCostBase):
 
     # ----------------------------------------------------------------- interface
     def iteration_time_s(self, batch: IterationBatch) -> float:
-        t = self.linear_time_s(batch.tokens, batch.logits)
-        t += self.prefill_attention_time_s(batch.prefill_done, batch.prefill_chunk,
-                                           batch.prefill_total)
-        if batch.decode_step.size:
-            x = self.kv.decode_key(batch.decode_prompt, batch.decode_step)
-            t += float(self.decode_attention_time_s(x, None))
-        return t
+        return self._plus_attention_s(self.linear_time_s(batch.tokens, batch.logits), batch)
 
     def decode_attention_time_s(self, x: np.ndarray, axis: int | None) -> np.ndarray:
         """Decode attention of the sequences with decode keys ``x`` (summed over ``axis``):

@@ -288,9 +288,16 @@ def find_azure_trace(name: str = "conv", start: str | os.PathLike[str] | None = 
         for d in (Path(env) / "azure-llm-2023", Path(env)):
             if (d / fname).is_file():
                 return d / fname
+    return shared_data_file(Path("azure-llm-2023") / fname, start)
+
+
+def shared_data_file(rel: str | os.PathLike[str],
+                     start: str | os.PathLike[str] | None = None) -> Path | None:
+    """``shared/data/<rel>`` in the nearest parent of ``start`` (default: this package's
+    source) that holds it, or None."""
     here = Path(start) if start is not None else Path(__file__)
     for parent in here.resolve().parents:
-        f = parent / "shared" / "data" / "azure-llm-2023" / fname
+        f = parent / "shared" / "data" / rel
         if f.is_file():
             return f
     return None

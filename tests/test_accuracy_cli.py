@@ -191,8 +191,9 @@ def test_seed_smoke_suite_resumes(tiny_model, tmp_path) -> None:
     assert (out / "cells" / "ppl_1024.json").stat().st_mtime_ns == stamp
 
 
-def test_seed_suite_workers_match_one_process(tiny_model, tmp_path) -> None:
-    """Two worker processes (--workers 2) give the rows one process gives."""
+def _check_like_one_process(tiny_model, tmp_path, **run) -> None:
+    """The two-cell seed suite (passkey, prompt protocol) run with ``run`` (workers, executor)
+    gives the rows one process gives."""
     import dataclasses
 
     from hikv.model.accuracy_io import read_rows
@@ -201,14 +202,19 @@ def test_seed_suite_workers_match_one_process(tiny_model, tmp_path) -> None:
     model, cache = tiny_model
     small = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",),
                                 protocols=("prompt",))
-    one, par = tmp_path / "one", tmp_path / "par"
+    one, other = tmp_path / "one", tmp_path / "other"
     run_seed_suite(small, one, model=str(model), cache=cache, preset="tiny",
                    log=lambda _: None)
-    run_seed_suite(small, par, model=str(model), cache=cache, preset="tiny", workers=2,
-                   log=lambda _: None)
+    run_seed_suite(small, other, model=str(model), cache=cache, preset="tiny",
+                   log=lambda _: None, **run)
     for key in ("ppl_1024", "passkey_prompt_1024"):
         assert read_rows(one / "cells" / f"{key}.json")[0] == \
-            read_rows(par / "cells" / f"{key}.json")[0], key
+            read_rows(other / "cells" / f"{key}.json")[0], key
+
+
+def test_seed_suite_workers_match_one_process(tiny_model, tmp_path) -> None:
+    """Two worker processes (--workers 2) give the rows one process gives."""
+    _check_like_one_process(tiny_model, tmp_path, workers=2)
 
 
 @pytest.mark.slow
@@ -219,22 +225,7 @@ def test_ray_executor_runs_two_cells(tiny_model, tmp_path) -> None:
         import ray  # noqa: F401
     except ImportError:
         pytest.skip("SKIPPED, NOT PASSED: ray is not installed (pip install -e \".[ray]\")")
-    import dataclasses
-
-    from hikv.model.accuracy_io import read_rows
-    from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
-
-    model, cache = tiny_model
-    small = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",),
-                                protocols=("prompt",))
-    one, two = tmp_path / "one", tmp_path / "ray"
-    run_seed_suite(small, one, model=str(model), cache=cache, preset="tiny",
-                   log=lambda _: None)
-    run_seed_suite(small, two, model=str(model), cache=cache, preset="tiny", executor="ray",
-                   log=lambda _: None)
-    for key in ("ppl_1024", "passkey_prompt_1024"):
-        assert read_rows(one / "cells" / f"{key}.json")[0] == \
-            read_rows(two / "cells" / f"{key}.json")[0], key
+    _check_like_one_process(tiny_model, tmp_path, executor="ray")
 
 
 def test_device_option(tiny_model, tmp_path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _hikv_cost_helpers import assert_same_run
 
 from hikv.params import ParamError, SyntheticWorkload
 from hikv.presets import get_preset, resolve_methods
@@ -127,12 +128,7 @@ def test_batched_decode_runs_equal_iteration_by_iteration(name, policy):
     wl = _burst_workload(seed=5, n=100, rate=40.0)
     a = simulate(cfg, spec, wl, fast_forward=True, policy=policy)
     b = simulate(cfg, spec, wl, fast_forward=False, policy=policy)
-    assert a.events < b.events and a.iterations == b.iterations, name
-    for f in ("first_scheduled_s", "first_token_s", "finish_s"):
-        np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-9, atol=1e-12,
-                                   err_msg=f"{name}: {f}")
-    assert (a.preemptions == b.preemptions).all(), name
-    assert math.isclose(a.kv_block_seconds, b.kv_block_seconds, rel_tol=1e-9), name
+    assert_same_run(a, b, name)
 
 
 def test_same_seed_same_result_and_seed_matters():
