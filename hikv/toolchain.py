@@ -38,6 +38,7 @@ __all__ = [
     "CocotbRun",
     "run_cocotb",
     "text_hash",
+    "find_script",
     "BuildError",
     "SimulationError",
     "BUILD_STAMP",
@@ -63,6 +64,15 @@ def text_hash(*parts: str | bytes, length: int = 16) -> str:
         h.update(p.encode() if isinstance(p, str) else p)
         h.update(b"\0")
     return h.hexdigest()[:length]
+
+
+def find_script(name: str) -> str | None:
+    """A console script installed next to this Python (its venv's ``bin/``), else on ``PATH``;
+    None when neither has it."""
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return str(here)
+    return shutil.which(name)
 
 
 def _wheel_root() -> Path | None:

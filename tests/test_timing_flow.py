@@ -152,10 +152,11 @@ def test_ports_and_pin_light_wrapper():
 
 
 def test_fpga_tool_missing_is_a_clear_error(monkeypatch, tmp_path):
+    from hikv import toolchain
     from hikv.sim import fpga
 
-    monkeypatch.setattr(fpga.sys, "executable", str(tmp_path / "python"))
-    monkeypatch.setattr(fpga.shutil, "which", lambda name: None)
+    monkeypatch.setattr(toolchain.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(toolchain.shutil, "which", lambda name: None)
     with pytest.raises(fpga.FpgaToolMissing, match=r"pip install -e \"\.\[timing\]\""):
         fpga.fpga_timing(_V, "blk")
 
