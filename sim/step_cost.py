@@ -5,10 +5,14 @@ the iteration computes (:class:`IterationBatch`). A model is built for one confi
 one KV method by a factory registered in :data:`STEP_COST_MODELS` under a name; the simulator
 takes the name (``hikv serve --cost-model NAME``, default :data:`DEFAULT_STEP_COST`):
 
-* ``"attention-model"`` (:class:`AttentionModelStepCost`, the default): decode attention per
-  sequence from the attention cost model (:mod:`hikv.sim.attention_model`: PE and softmax
-  lanes, sorter, loaders, memory latency), the rest by the roofline below;
-* ``"roofline"`` (:class:`RooflineStepCost`): everything by roofline, as follows.
+* ``"attention-model"`` (:class:`AttentionModelStepCost`): decode attention per sequence from
+  the attention cost model (:mod:`hikv.sim.attention_model`: PE and softmax lanes, sorter,
+  loaders, memory latency), the rest by the bare roofline below;
+* ``"roofline"`` (:class:`RooflineStepCost`): everything by the bare roofline, as follows;
+* ``"attention-model-eff"`` (:class:`EfficientAttentionModelStepCost`, the default) and
+  ``"roofline-eff"``: the same with the achieved fractions, non-GEMM operators and per-layer
+  kernel costs of :class:`hikv.params.RooflineEfficiency` (measured on an A100 profile,
+  :mod:`hikv.sim.device`), so a hypothetical device is not priced at its peaks.
 
 See docs/serving.md, "Interface for the cost model".
 
@@ -379,7 +383,7 @@ STEP_COST_MODELS: dict[str, Callable[[Config, MethodSpec], StepCostModel]] = {
 
 
 #: The step-cost model the simulator, ``hikv serve`` and the report use unless told otherwise.
-DEFAULT_STEP_COST = "attention-model"
+DEFAULT_STEP_COST = "attention-model-eff"
 
 
 def make_step_cost(name: str, cfg: Config, spec: MethodSpec) -> StepCostModel:
