@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                               requests=args.requests)
         seed = args.seed
     if device_cost is not None and (args.breakdown or args.section):
-        from hikv.sim.device import breakdown_table, device_section
+        from hikv.sim.device_report import breakdown_table, device_section
 
         if args.breakdown:
             print(breakdown_table(cfg, device_cost))

@@ -15,6 +15,8 @@ Attention cost and the design space:
 * :mod:`hikv.sim.energy`          energy per action and per component
 * :mod:`hikv.sim.cells`           the standard-cell library of the area flow
 * :mod:`hikv.sim.area`            area from Yosys synthesis of the generated Verilog
+* :mod:`hikv.sim.sta`             ASIC timing estimate (sky130 STA scaled to the node)
+* :mod:`hikv.sim.fpga`            FPGA place and route (ECP5, ``hikv timing --backend fpga``)
 * :mod:`hikv.sim.attention_model` time and energy of one decode step per method
 * :mod:`hikv.sim.sweep`           vectorised design-space sweeps (``hikv sweep``)
 * :mod:`hikv.sim.report`          the result table of an operating point (``hikv report``)
@@ -28,4 +30,8 @@ Serving:
 * :mod:`hikv.sim.step_cost`       per-iteration latency models
 * :mod:`hikv.sim.serving`         the iteration-level serving simulator (``hikv serve``)
 * :mod:`hikv.sim.serving_report`  goodput, result rows, CDFs and the report's serving section
+* :mod:`hikv.sim.device`          per-iteration cost on a measured GPU (Vidur ``mlp.csv``)
+* :mod:`hikv.sim.device_report`   its per-operator tables and report section
+* :mod:`hikv.sim.gpu_attention`   GPU attention kernels fitted to published measurements
+* :mod:`hikv.sim.vidur_export`    our attention timings as Vidur ``attention.csv``
 """

@@ -86,9 +86,9 @@ REPORT_SECTIONS: dict[str, Callable[..., ReportSection]] = {
 
 
 def _device_section(cfg: Config, rep: Any, **options: Any) -> ReportSection:
-    """Serving on a measured GPU (:func:`hikv.sim.device.report_section`; that module builds
+    """Serving on a measured GPU (:func:`hikv.sim.device_report.report_section`; that module builds
     on the serving model, so it is imported when the section is asked for)."""
-    from .device import report_section as device_report_section
+    from .device_report import report_section as device_report_section
 
     return device_report_section(cfg, rep, **options)
 

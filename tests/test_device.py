@@ -28,13 +28,13 @@ from hikv.sim.device import (
     PROFILE_OPS,
     DeviceStepCost,
     EfficientRooflineStepCost,
-    breakdown_batches,
     derive_efficiency,
     device_cost_for,
     find_profile,
     read_profile,
     tile_interp,
 )
+from hikv.sim.device_report import breakdown_batches
 from hikv.sim.gpu_attention import (
     A100_ATTENTION,
     PUBLISHED,
@@ -293,7 +293,7 @@ def test_cli_device_section_and_tensor_parallel(capsys, a100_llama3):
 
 
 def test_report_section_on_the_measured_device(a100_llama3):
-    from hikv.sim.device import report_section
+    from hikv.sim.device_report import report_section
     from hikv.sim.workload import find_azure_trace
 
     trace = find_azure_trace("conv", start=ROOT / "tests")
