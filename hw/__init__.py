@@ -16,9 +16,12 @@ Modules:
   (``Coalescer``), :mod:`~hikv.hw.loader_pack` (``Packer``), :mod:`~hikv.hw.loader_timing`
   (geometry and timing contract).
 * :mod:`~hikv.hw.sorter_loader` -- the sorter's Stage I chained into the loader.
+* Scoring unit: :mod:`~hikv.hw.scorer` (``Scorer``: b-bit key dot products -> sorter keys),
+  :mod:`~hikv.hw.scorer_timing` (cycle contract), :mod:`~hikv.hw.scorer_sorter` (chained into
+  the sorter's Stage I).
 * :mod:`~hikv.hw.baseline_pe` -- the baseline accelerator's processing-element units (area).
 
 Each block's bit-exact reference is in :mod:`hikv.model` (``sorter_ref``, ``loader_ref``,
-``baseline_pe_ref``); docs/design.md "Where things live" maps block -> reference -> timing ->
-closed form -> tests.
+``lowbit``, ``baseline_pe_ref``); docs/design.md "Where things live" maps block -> reference
+-> timing -> closed form -> tests.
 """

@@ -11,6 +11,8 @@ Modules (import what you need; this package imports nothing heavy by itself):
 * :mod:`hikv.model.layout`          KV memory layouts, byte ranges, burst-granular accounts
 * :mod:`hikv.model.loader_ref`      the loader's AXI request generator and memory images
 * :mod:`hikv.model.baseline_pe_ref` the baseline accelerator's MAC and exponential arithmetic
+* :mod:`hikv.model.lowbit`          b-bit key quantisation and the scoring unit's integer scores
+  (numpy; the golden model's low-bit scorer and the RTL scorer's reference)
 * :mod:`hikv.model.attention`       dense attention helpers
 * :mod:`hikv.model.cache`           the per-layer cache interface (:class:`KVCache`) and shared
   selection helpers

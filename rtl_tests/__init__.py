@@ -13,6 +13,9 @@ Modules:
 * Loader: :mod:`~hikv.rtl_tests.loader_launch` (launcher, also the sorter -> loader chain),
   :mod:`~hikv.rtl_tests.tb_loader` (testbench), :mod:`~hikv.rtl_tests.loader_jobs` (jobs and
   expected results from the golden model).
+* Scoring unit: :mod:`~hikv.rtl_tests.scorer_launch` (launcher, also the scorer -> sorter
+  chain), :mod:`~hikv.rtl_tests.tb_scorer` (testbench), :mod:`~hikv.rtl_tests.scorer_jobs`
+  (random and adversarial jobs, expected keys from :mod:`hikv.model.lowbit`).
 * :mod:`~hikv.rtl_tests.rtl_cycles` -- measured cycles recorded in tests/golden/rtl_cycles.json.
 * ``test_*.py`` -- the pytest launchers (marker ``rtl``).
 """
