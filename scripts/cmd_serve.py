@@ -54,10 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="KV admission: chunk (first chunk's blocks, vLLM V1) or prompt (whole "
                         "prompt reserved, vLLM V0 / Sarathi) (default: the policy's)")
     p.add_argument("--cost-model", default=None,
-                   help="per-iteration latency model: attention-model (decode attention from "
-                        "the attention cost model, the rest by roofline), roofline, "
-                        "roofline-eff / attention-model-eff (with measured efficiencies) "
-                        "(default: attention-model; with --device the measured device)")
+                   help="per-iteration latency model: attention-model-eff (decode attention "
+                        "from the attention cost model, the rest by a roofline with measured "
+                        "efficiencies), attention-model (the same on a bare roofline), "
+                        "roofline, roofline-eff (default: attention-model-eff; with --device "
+                        "the measured device)")
     p.add_argument("--device", metavar="NAME",
                    help="serve on a measured GPU: a100 (operators from a Vidur mlp.csv "
                         "profile, attention fitted to published kernel times)")
