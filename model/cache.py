@@ -31,14 +31,22 @@ from .layout import (
 )
 from .sorter_ref import topk_indices
 
-__all__ = ["KVCache", "Evicting", "static_mask", "float_topk", "gather", "page_bounds",
-           "quest_scores", "snap_scores"]
+__all__ = ["KVCache", "Evicting", "static_mask", "float_topk", "stable_topk", "gather",
+           "page_bounds", "quest_scores", "snap_scores"]
 
 
 def float_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Positions of the ``k`` largest scores along the last dim, ascending (baselines)."""
     k = min(k, scores.shape[-1])
     return torch.sort(torch.topk(scores, k, dim=-1, sorted=True).indices, dim=-1).values
+
+
+def stable_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Positions of the ``k`` largest scores along the last dim, ascending; among equal scores
+    the lower position is kept (a stable sort, so the choice is deterministic)."""
+    k = min(k, scores.shape[-1])
+    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
+    return torch.sort(order[..., :k], dim=-1).values
 
 
 def gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,8 @@ from .closed_form_baselines import (
     QuestBytes,
     SnapKVBytes,
     SparQBytes,
+    StreamingLLMBytes,
+    TOVABytes,
 )
 from .closed_form_hikv import HiKVBytes
 
@@ -42,6 +44,8 @@ CLOSED_FORMS: dict[Method, type[ClosedForm]] = {
     Method.QUEST: QuestBytes,
     Method.SPARQ: SparQBytes,
     Method.DOUBLE_SPARSITY: DSBytes,
+    Method.STREAMING_LLM: StreamingLLMBytes,
+    Method.TOVA: TOVABytes,
     Method.HIKV: HiKVBytes,
 }
 

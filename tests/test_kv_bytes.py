@@ -24,7 +24,7 @@ from hikv.params import (
     Stage2Kind,
     Stage2Rule,
 )
-from hikv.presets import METHOD_NAMES, get_preset, method_specs, resolve_methods
+from hikv.presets import BASELINES, METHOD_NAMES, get_preset, method_specs, resolve_methods
 from hikv.sim.closed_form import closed_form
 
 STEPS = 24
@@ -167,9 +167,14 @@ def test_resolve_methods_rejects_unknown_names() -> None:
     with pytest.raises(ValueError, match="not one of"):
         resolve_methods(cfg, "fullkv")
     names = list(resolve_methods(cfg, "all"))
-    assert names[:7] == ["full", "h2o", "snapkv", "quest", "sparq", "ds", "hikv"]
+    assert names[:8] == ["full", "h2o", "snapkv", "quest", "sparq", "ds", "streamingllm", "tova"]
+    assert names[len(BASELINES) + 1] == "hikv" and names[-1] == "h2o-avg"
     assert "hikv-query" not in names     # the preset's hikv already is query-aware
     assert list(resolve_methods(cfg, "hikv,full")) == ["hikv", "full"]
+    by_label = resolve_methods(cfg, "tova@64,h2o@128/avg")
+    assert [s.label for s in by_label.values()] == ["tova@64", "h2o@128/avg"]
+    with pytest.raises(ValueError, match="only allowed for h2o"):
+        resolve_methods(cfg, "tova@64/avg")
 
 
 def test_layout_defaults_are_aligned() -> None:
