@@ -147,6 +147,9 @@ class Method(enum.Enum):
     DOUBLE_SPARSITY = "ds"
     STREAMING_LLM = "streamingllm"   # attention sinks + recent window
     TOVA = "tova"                    # evict the lowest attention of the current query
+    ADAKV = "adakv"                  # per-head adaptive budgets under a layer budget
+    G_ADAKV = "gadakv"               # one budget over all layers and KV heads
+    PYRAMIDKV = "pyramidkv"          # per-layer budgets decreasing with depth
     HIKV = "hikv"
 
 

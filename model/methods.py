@@ -1,5 +1,5 @@
-"""KV-cache methods: full KV, H2O, SnapKV, Quest, SparQ, Double Sparsity, StreamingLLM, TOVA
-and HiKV.
+"""KV-cache methods: full KV, H2O, SnapKV, Quest, SparQ, Double Sparsity, StreamingLLM, TOVA,
+AdaKV, G-AdaKV, PyramidKV and HiKV.
 
 One :class:`KVCache` per (layer, sequence). ``prefill(q, k, v)`` runs causal attention over the
 prompt (every method attends the whole prompt during prefill) and sets the method's state;
@@ -28,6 +28,7 @@ from hikv.params import Config, Method, MethodSpec
 
 from .account import SCORE_BYTES
 from .baselines import H2O, TOVA, DoubleSparsity, FullKV, Quest, SnapKV, SparQ, StreamingLLM
+from .baselines_adaptive import AdaKV, GAdaKV, PyramidKV
 from .cache import KVCache, static_mask
 from .hikv_cache import HiKV, hikv_resident_bytes
 
@@ -41,6 +42,9 @@ __all__ = [
     "DoubleSparsity",
     "StreamingLLM",
     "TOVA",
+    "AdaKV",
+    "GAdaKV",
+    "PyramidKV",
     "HiKV",
     "hikv_resident_bytes",
     "make_cache",
@@ -59,6 +63,9 @@ METHODS: dict[Method, type[KVCache]] = {
     Method.DOUBLE_SPARSITY: DoubleSparsity,
     Method.STREAMING_LLM: StreamingLLM,
     Method.TOVA: TOVA,
+    Method.ADAKV: AdaKV,
+    Method.G_ADAKV: GAdaKV,
+    Method.PYRAMIDKV: PyramidKV,
     Method.HIKV: HiKV,
 }
 

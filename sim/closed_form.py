@@ -21,9 +21,12 @@ from hikv.params import KVLayout, LoaderParams, Method, MethodSpec, ParamError
 from .bursts import Geometry
 from .closed_form_base import ClosedForm, StepAccount
 from .closed_form_baselines import (
+    AdaKVBytes,
     DSBytes,
     FullBytes,
+    GAdaKVBytes,
     H2OBytes,
+    PyramidKVBytes,
     QuestBytes,
     SnapKVBytes,
     SparQBytes,
@@ -46,6 +49,9 @@ CLOSED_FORMS: dict[Method, type[ClosedForm]] = {
     Method.DOUBLE_SPARSITY: DSBytes,
     Method.STREAMING_LLM: StreamingLLMBytes,
     Method.TOVA: TOVABytes,
+    Method.ADAKV: AdaKVBytes,
+    Method.G_ADAKV: GAdaKVBytes,
+    Method.PYRAMIDKV: PyramidKVBytes,
     Method.HIKV: HiKVBytes,
 }
 

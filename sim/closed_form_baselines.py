@@ -1,6 +1,5 @@
 """Closed forms of the baselines: full KV, H2O, SnapKV, Quest, SparQ, Double Sparsity,
-StreamingLLM and TOVA (AdaKV, G-AdaKV and PyramidKV in
-:mod:`hikv.sim.closed_form_adaptive`).
+StreamingLLM, TOVA, AdaKV, G-AdaKV and PyramidKV.
 
 One :class:`~hikv.sim.closed_form_base.ClosedForm` per golden class of
 :mod:`hikv.model.methods` (same conventions; see there and :mod:`hikv.sim.closed_form_base`).
@@ -26,7 +25,7 @@ from .bursts import Geometry, Rows, cdiv, contig_burst, contiguous, rows, run, z
 from .closed_form_base import ClosedForm, SortJob, StepAccount, Work, account_of, read_account
 
 __all__ = ["FullBytes", "H2OBytes", "SnapKVBytes", "QuestBytes", "SparQBytes", "DSBytes",
-           "StreamingLLMBytes", "TOVABytes"]
+           "StreamingLLMBytes", "TOVABytes", "AdaKVBytes", "GAdaKVBytes", "PyramidKVBytes"]
 
 ArrayLike = Any
 
@@ -148,6 +147,37 @@ class SnapKVBytes(FullBytes):
 
     def resident_after_step(self, prompt: ArrayLike, step: ArrayLike) -> np.ndarray:
         return np.minimum(np.asarray(prompt), self.spec.budget) + np.asarray(step)
+
+
+class _AdaptiveBytes(SnapKVBytes):
+    """SnapKV's relatives with adaptive budgets (AdaKV, G-AdaKV, PyramidKV): chosen once after
+    prefill, every resident token read. Per (layer, KV head) on average ``min(P, B)`` tokens
+    are kept (the budgets are shared out, their sum is fixed), so the mean account is
+    SnapKV's. Exact for that mean when every row starts a burst (bytes are then linear in
+    the tokens of each head); otherwise the heads' reads of ``B`` rows on average cost at most
+    one burst more each."""
+
+    @property
+    def exact(self) -> bool:
+        return self.layout.align_bytes >= self.layout.burst_bytes
+
+
+class AdaKVBytes(_AdaptiveBytes):
+    """AdaKV: per-head budgets under the layer budget."""
+
+    method = Method.ADAKV
+
+
+class GAdaKVBytes(_AdaptiveBytes):
+    """G-AdaKV: one budget over all layers and KV heads."""
+
+    method = Method.G_ADAKV
+
+
+class PyramidKVBytes(_AdaptiveBytes):
+    """PyramidKV: per-layer budgets decreasing with depth, average ``B``."""
+
+    method = Method.PYRAMIDKV
 
 
 class QuestBytes(ClosedForm):
