@@ -247,3 +247,20 @@ def test_gadakv_and_pyramidkv_choose_across_layers_on_the_tiny_lm() -> None:
     for t in range(n, n + 3):
         step(lm, [g_seq, p_seq], [ids[t]] * 2)
     assert g_seq.accounts[-1].tokens == len(layers) * lm.shape.kv_heads * (12 + 2)
+
+
+def test_serve_and_report_take_the_new_methods(capsys) -> None:
+    from hikv.presets import BASELINES
+    from hikv.scripts.cli import main
+    from hikv.sim.report import build_report
+
+    names = ["streamingllm", "tova", "adakv", "gadakv", "pyramidkv", "h2o-avg", "tova@8"]
+    assert main(["serve", "--preset", "tiny", "--requests", "5", "--method",
+                 ",".join(names)]) == 0
+    rows = [ln.split()[0] for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    for n in names:
+        assert n in rows, f"hikv serve printed no row for {n}"
+    assert main(["serve", "--preset", "tiny", "--requests", "5", "--method", "tova@8/avg"]) == 2
+    assert "only allowed for h2o" in capsys.readouterr().err
+    rep = build_report(get_preset("tiny"), area=False, sections=False)
+    assert {r.method for r in rep.rows} >= set(BASELINES) >= set(names[:5])
