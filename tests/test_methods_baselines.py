@@ -264,3 +264,27 @@ def test_serve_and_report_take_the_new_methods(capsys) -> None:
     assert "only allowed for h2o" in capsys.readouterr().err
     rep = build_report(get_preset("tiny"), area=False, sections=False)
     assert {r.method for r in rep.rows} >= set(BASELINES) >= set(names[:5])
+
+
+def test_accuracy_perplexity_runs_them_with_a_shared_prefill() -> None:
+    """The accuracy study's route (one prompt pass, later batches adopt it): the new methods
+    give the same perplexity and bytes as with one pass per batch, and keep B tokens per
+    (layer, KV head) on average."""
+    pytest.importorskip("transformers")
+    from test_lm_route import _ids, _tiny
+
+    from hikv.model import accuracy as A
+
+    lm, cfg = _tiny("llama")
+    labels = ["streamingllm@12", "tova@12", "adakv@12", "gadakv@12", "pyramidkv@12",
+              "h2o@12/avg"]
+    specs = [A.parse_method(lab, cfg.policy, lm.shape.head_dim) for lab in labels]
+    win = [_ids(44, lm.shape.vocab, 79)]
+    shared = A.perplexity(lm, specs, cfg, win, 36, batch=2)
+    alone = A.perplexity(lm, specs, cfg, win, 36, batch=2, share_prefill=False)
+    for lab, a, b in zip(labels, shared, alone, strict=True):
+        assert a["label"] == lab and a["ppl"] == pytest.approx(b["ppl"], rel=1e-6), lab
+        assert a["bytes_tokens"] == b["bytes_tokens"], lab
+        # cached tokens read per step: B after the first eviction (capped methods) or
+        # B + steps so far (chosen once after prefill), never the whole context
+        assert 11 <= a["bytes_tokens"] <= 12 + 7, (lab, a["bytes_tokens"])
