@@ -288,3 +288,31 @@ def test_accuracy_perplexity_runs_them_with_a_shared_prefill() -> None:
         # cached tokens read per step: B after the first eviction (capped methods) or
         # B + steps so far (chosen once after prefill), never the whole context
         assert 11 <= a["bytes_tokens"] <= 12 + 7, (lab, a["bytes_tokens"])
+
+
+def test_defining_properties_hold_in_every_layer_of_the_tiny_lm() -> None:
+    """Through the LM route: StreamingLLM's layers hold sinks + recent, TOVA's layers hold B
+    tokens, the same in every KV head, AdaKV's per-head budgets sum to the layer budget, each
+    at least window + safeguard, H2O averaged keeps B with no forced window."""
+    pytest.importorskip("transformers")
+    from hikv.model.baselines_adaptive import ADAKV_SAFEGUARD
+
+    labels = ["streamingllm@12", "tova@12", "adakv@12", "h2o@12/avg"]
+    lm, cfg, specs, ids, (_, seqs) = _tiny_route(labels, 44, 36)
+    seen = len(ids)
+    layers = lm.shape.method_layers
+    s_spec, _, a_spec, _ = specs
+    sinks = list(range(s_spec.sinks))
+    for layer in layers:
+        c = seqs[0].caches[layer]
+        want = sinks + list(range(seen - (12 - s_spec.sinks), seen))
+        assert all(c.pos[h].tolist() == want for h in range(c.kv_heads)), f"layer {layer}"
+        t = seqs[1].caches[layer]
+        assert t.resident_tokens == 12 and bool((t.pos == t.pos[0]).all()), f"layer {layer}"
+        a = seqs[2].caches[layer]
+        w = a.window
+        safe = int(ADAKV_SAFEGUARD * (12 - w))
+        assert sum(a.head_budgets) == a.kv_heads * 12, f"layer {layer}: {a.head_budgets}"
+        assert min(a.head_budgets) >= w + safe, f"layer {layer}: {a.head_budgets}"
+        h = seqs[3].caches[layer]
+        assert h.resident_tokens == 12 and h.spec.recent == 0, f"layer {layer}"
