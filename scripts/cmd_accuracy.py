@@ -23,7 +23,8 @@ which is decoded through the method's cache (compression decided at the end of p
 question in the observation window; the primary protocol); follow-up = the context prefilled,
 the question fed through decode afterwards. --question prefill|decode are the older names.
 
-Methods are labels: full, h2o@B, snapkv@B, quest@B, sparq@B[/rR], ds@B[/rR],
+Methods are labels: full, h2o@B[/avg], snapkv@B, quest@B, sparq@B[/rR], ds@B[/rR],
+streamingllm@B, tova@B, adakv@B, gadakv@B, pyramidkv@B,
 hikv-{evict,qa,none}@B[/lowbitN][/k:{static,query_channels,channel_groups}N[gG]][/v:staticN].
 A label without @B (e.g. h2o, hikv-qa) is expanded over --budgets. Bytes are per decode step
 per (layer, KV head) of the layers the method manages, ideal and at burst granularity (the
