@@ -254,6 +254,7 @@ class _Cluster:
         self.role_log: list[tuple[float, int, str]] = [
             (float(wl.arrival_s[0]), k, r) for k, r in enumerate(self.roles)]
         self.switching = -1
+        self.cool_until = -math.inf
         if pd:
             eng = self.engines[0]
             kv = eng.kv
@@ -282,12 +283,16 @@ class _Cluster:
         return self.heap[0][0] if self.heap else math.inf
 
     def _external(self, k: int):
-        engines = self.engines
+        """The earliest time anything may be injected into engine ``k`` of a P/D cluster: the
+        next cluster event, or the next event of an engine whose completions dispatch KV
+        (any engine that prefills; decode engines too while requests wait for a decode slot)."""
+        engines, roles = self.engines, self.roles
 
         def nxt() -> float:
             t = self.heap[0][0] if self.heap else math.inf
+            held = bool(self.held)
             for j, e in enumerate(engines):
-                if j != k and e.heap and e.heap[0][0] < t:
+                if j != k and e.heap and e.heap[0][0] < t and (held or roles[j] != "decode"):
                     t = e.heap[0][0]
             return t
         return nxt
@@ -409,7 +414,7 @@ class _Cluster:
     def _tick(self, t: float) -> None:
         dr = self.p.dynamic
         assert dr is not None
-        if self.switching < 0:
+        if self.switching < 0 and t >= self.cool_until:
             pf = [k for k, r in enumerate(self.roles) if r == "prefill"]
             dc = [k for k, r in enumerate(self.roles) if r == "decode"]
             slo = self.cfg.serving.ttft_slo_s
@@ -448,6 +453,8 @@ class _Cluster:
         e.waiting = e.policy.new_queue()
         self.roles[k] = to
         self.switching = -1
+        assert self.p.dynamic is not None
+        self.cool_until = t + self.p.dynamic.cooldown_s
         self.role_log.append((t, k, to))
         if to == "decode":
             self._dispatch(t)

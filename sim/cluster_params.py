@@ -92,11 +92,13 @@ class DynamicRatio:
     prefill token, against ``ttft_slo_s``) with the decode pressure (mean KV use of the
     decode instances, queued decodes); when one side is over ``high`` and the other under
     ``low`` it drains one instance of the idle side, which after ``reconfig_s`` of downtime
-    joins the other pool. At most one instance is in reconfiguration at a time; each pool keeps
-    at least one instance."""
+    joins the other pool. At most one instance is in reconfiguration at a time, none starts
+    within ``cooldown_s`` of the previous one's end (hysteresis); each pool keeps at least one
+    instance."""
 
     interval_s: float = 2.0
     reconfig_s: float = 1.0
+    cooldown_s: float = 30.0
     high: float = 0.5
     low: float = 0.25
     kv_high: float = 0.85
@@ -106,6 +108,7 @@ class DynamicRatio:
         o = "DynamicRatio"
         _check(o, "interval_s", self.interval_s, 0, 3600, lo_open=True)
         _check(o, "reconfig_s", self.reconfig_s, 0, 3600)
+        _check(o, "cooldown_s", self.cooldown_s, 0, 86400)
         _check(o, "low", self.low, 0, 100)
         _check(o, "high", self.high, self.low, 100, lo_open=True)
         _check(o, "kv_low", self.kv_low, 0, 1)
