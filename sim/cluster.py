@@ -180,9 +180,8 @@ class ClusterResult:
             "transfer_s_p50": pct(np.where(ship > 0, moved, np.nan), 50),
             "transfer_s_p99": pct(np.where(ship > 0, moved, np.nan), 99),
             "jain_tokens": jain_index(self.instance_tokens()),
-            "reconfigurations": sum(1 for t, _, role in self.roles
-                                    if t > self.roles[0][0] and role != "switching")
-            if p.dynamic else 0,
+            "reconfigurations": sum(1 for i, (_, _, role) in enumerate(self.roles)
+                                    if i >= p.instances and role in ("prefill", "decode")),
             "final_prefill_instances": _final_roles(self).count("prefill") if p.prefill else 0,
             "little_max_rel_error": max(errs) if errs else math.nan,
             "little_pools_checked": len(errs),
