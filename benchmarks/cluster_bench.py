@@ -44,9 +44,10 @@ def grid(instances: int, quick: bool) -> list[tuple[str, ClusterParams, str]]:
         pts.append(("layout", agg, m))
         for p, d in ratios:
             pts.append(("layout", ClusterParams(prefill=p, decode=d, router="least-tokens"), m))
-        p0, d0 = ratios[len(ratios) // 2]
-        pts.append(("layout", ClusterParams(prefill=p0, decode=d0, router="least-tokens",
-                                            dynamic=DynamicRatio()), m))
+        # the dynamic ratio from the middle split and from the most prefill-starved one
+        for p0, d0 in dict.fromkeys([ratios[len(ratios) // 2], ratios[0]]):
+            pts.append(("layout", ClusterParams(prefill=p0, decode=d0, router="least-tokens",
+                                                dynamic=DynamicRatio()), m))
     routers = ("round-robin", "least-tokens", "p2c", "quartz", "quartz-mean")
     for r in routers[:2] if quick else routers:
         pts.append(("router", dataclasses.replace(agg, router=r), "full"))
@@ -62,6 +63,8 @@ def grid(instances: int, quick: bool) -> list[tuple[str, ClusterParams, str]]:
 def one(job: dict[str, Any]) -> dict[str, Any]:
     """Run one configuration (a picklable job) and return its row."""
     cfg = get_preset(job["preset"])
+    if job["ttft_slo_s"] is not None:
+        cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, ttft_slo_s=job["ttft_slo_s"]))
     spec = resolve_methods(cfg, job["method"])[job["method"]]
     pred, wl = split_workload(read_azure_trace(job["trace"], limit=job["requests"]),
                               job["params"].train_fraction)
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="first N requests of each trace (30%% train the predictor)")
     ap.add_argument("--rate", default="conv=10,code=6",
                     help="arrival rate per trace, requests/s (trace=rate,...)")
+    ap.add_argument("--ttft-slo", default="",
+                    help="TTFT SLO per trace in s (trace=s,...; default: the preset's)")
     ap.add_argument("--instances", type=int, default=4, help="instances per cluster")
     ap.add_argument("--link", default="rdma-200", help="KV link preset")
     ap.add_argument("--goodput", action="store_true",
@@ -100,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="local worker processes")
     args = ap.parse_args(argv)
     rates = dict(x.split("=") for x in args.rate.split(","))
+    slos = dict(x.split("=") for x in args.ttft_slo.split(",")) if args.ttft_slo else {}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     version = code_version()
@@ -118,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 params = dataclasses.replace(params, link=link)
             jobs.append({"preset": args.preset, "trace": str(path), "trace_name": tr,
                          "requests": args.requests, "rate": float(rates[tr]),
+                         "ttft_slo_s": float(slos[tr]) if tr in slos else None,
                          "params": params, "method": m, "experiment": exp,
                          "goodput": args.goodput and exp == "layout", "version": version,
                          "keep": exp in ("layout", "router"), "command": command})
@@ -141,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         tr_rows = [r for r in rows if r["trace"] == tr]
         if tr_rows:
             r0 = tr_rows[0]
-            md.append(f"\n## {tr} trace at {rates[tr]} requests/s ({r0['requests']} requests "
+            md.append(f"\n## {tr} trace at {rates[tr]} requests/s, SLOs TTFT "
+                      f"{r0['config.serving.ttft_slo_s']} s, TPOT "
+                      f"{r0['config.serving.tpot_slo_s']} s ({r0['requests']} requests "
                       f"served; predictor MAE {r0['predictor_mae_tokens']:.1f} tokens vs "
                       f"{r0['predictor_baseline_mae_tokens']:.1f} for the global median, "
                       f"Spearman {r0['predictor_spearman']:.2f})\n")
