@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -200,8 +200,3 @@ def write_rows(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> 
 
     clean = [{k: cell(v) for k, v in r.items()} for r in rows]
     return write_csv(path, clean)
-
-
-def with_params(p: ClusterParams, **changes: Any) -> ClusterParams:
-    """``p`` with fields replaced (validated again)."""
-    return replace(p, **changes)

@@ -30,6 +30,13 @@ latencies from :meth:`StepCostModel.decode_run_times_s`; this is exact (the test
 it against the iteration-by-iteration engine) and is what makes a 19k-request trace take
 seconds.
 
+Cluster hooks. :mod:`hikv.sim.cluster` drives several engines one event at a time
+(:meth:`_Engine.step`), injects routed requests (:meth:`_Engine.inject`), bounds batched decode
+runs by the earliest possible injection (``next_external``), hears completions
+(``on_finish``) and hands a decode instance sequences that arrive with their KV (``done ==
+kv_prompt``: admitted on their next decode step's blocks, decoded at once). A lone engine
+leaves these unused and behaves as before.
+
 Little's law. At every event the engine integrates ``L(t) = |waiting| + |running|`` of its
 own queues over a steady-state window (the arrival span without ``steady_trim`` of it at each
 end); independently, the per-request records give the arrival rate ``lambda`` and the mean
