@@ -28,6 +28,7 @@ from hikv.sim.cluster_params import ClusterParams, DynamicRatio, get_link
 from hikv.sim.cluster_report import markdown_table, plot_tails, result_row, write_rows
 from hikv.sim.cluster_sched import split_workload
 from hikv.sim.serving_report import code_version
+from hikv.sim.step_cost import DEFAULT_STEP_COST
 from hikv.sim.workload import find_azure_trace, read_azure_trace
 
 METHODS = ("full", "hikv-evict")
@@ -72,10 +73,11 @@ def one(job: dict[str, Any]) -> dict[str, Any]:
     ev = pred.evaluate(wl.prompt_tokens, wl.output_tokens)
     t0 = time.perf_counter()
     res = simulate_cluster(cfg, spec, wl, job["params"], predictor=pred, method=job["method"],
-                           predictor_eval=ev)
+                           predictor_eval=ev, cost_model=job["cost_model"])
     good = None
     if job["goodput"]:
-        good = cluster_goodput(cfg, spec, wl, job["params"], predictor=pred)
+        good = cluster_goodput(cfg, spec, wl, job["params"], predictor=pred,
+                               cost_model=job["cost_model"])
     row = result_row(res, seed=None, version=job["version"],
                      goodput=good.rate_per_s if good else None,
                      goodput_bracketed=good.bracketed if good else None)
@@ -97,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="arrival rate per trace, requests/s (trace=rate,...)")
     ap.add_argument("--ttft-slo", default="",
                     help="TTFT SLO per trace in s (trace=s,...; default: the preset's)")
+    ap.add_argument("--cost-model", default=DEFAULT_STEP_COST,
+                    help=f"per-iteration latency model (default {DEFAULT_STEP_COST})")
     ap.add_argument("--instances", type=int, default=4, help="instances per cluster")
     ap.add_argument("--link", default="rdma-200", help="KV link preset")
     ap.add_argument("--goodput", action="store_true",
@@ -125,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs.append({"preset": args.preset, "trace": str(path), "trace_name": tr,
                          "requests": args.requests, "rate": float(rates[tr]),
                          "ttft_slo_s": float(slos[tr]) if tr in slos else None,
+                         "cost_model": args.cost_model,
                          "params": params, "method": m, "experiment": exp,
                          "goodput": args.goodput and exp == "layout", "version": version,
                          "keep": exp in ("layout", "router"), "command": command})
@@ -143,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [d["row"] for d in done]
     write_rows(out / "results.csv", rows)
     md = [f"# Cluster benchmark\n\n`{command}` ({time.time() - t0:.0f} s wall, code "
-          f"{version}); preset {args.preset}, {args.instances} instances, link {link.name}.\n"]
+          f"{version}); preset {args.preset}, {args.instances} instances, link {link.name}, "
+          f"cost model {args.cost_model}.\n"]
     for tr in args.traces.split(","):
         tr_rows = [r for r in rows if r["trace"] == tr]
         if tr_rows:
