@@ -30,6 +30,13 @@ latencies from :meth:`StepCostModel.decode_run_times_s`; this is exact (the test
 it against the iteration-by-iteration engine) and is what makes a 19k-request trace take
 seconds.
 
+Cluster hooks. :mod:`hikv.sim.cluster` drives several engines one event at a time
+(:meth:`_Engine.step`), injects routed requests (:meth:`_Engine.inject`), bounds batched decode
+runs by the earliest possible injection (``next_external``), hears completions
+(``on_finish``) and hands a decode instance sequences that arrive with their KV (``done ==
+kv_prompt``: admitted on their next decode step's blocks, decoded at once). A lone engine
+leaves these unused and behaves as before.
+
 Little's law. At every event the engine integrates ``L(t) = |waiting| + |running|`` of its
 own queues over a steady-state window (the arrival span without ``steady_trim`` of it at each
 end); independently, the per-request records give the arrival rate ``lambda`` and the mean
@@ -244,7 +251,7 @@ class _Engine:
     """State of one run (no global state; built and used by :func:`simulate` only)."""
 
     def __init__(self, cfg: Config, spec: MethodSpec, workload: Workload, cost: StepCostModel,
-                 policy: Policy, fast_forward: bool) -> None:
+                 policy: Policy, fast_forward: bool, preload: bool = True) -> None:
         self.cfg = cfg
         self.sp = cfg.serving
         self.kv: ClosedForm = closed_form(spec, cfg.layout)
@@ -270,7 +277,7 @@ class _Engine:
         self.canonical = self.kv.canonical_prompt
         self.seqs = [_Seq(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(
             zip(workload.arrival_s, workload.prompt_tokens, workload.output_tokens,
-                strict=True))]
+                strict=True))] if preload else []
         if int(self.blk[1]) > self.capacity:
             raise ParamError(f"KV capacity of {self.capacity} blocks cannot hold one token")
         self.waiting = policy.new_queue()
@@ -293,35 +300,52 @@ class _Engine:
         self.prefill_tokens = 0
         self.decode_tokens = 0
         self.prefill_completions = 0
+        # hooks of a cluster (hikv.sim.cluster); a lone engine leaves them unset
+        self.busy = False
+        self.t_last = float(a[0])
+        self.next_external: Callable[[], float] | None = None   # earliest possible inject()
+        self.on_finish: Callable[[_Seq, float], None] | None = None
 
     # ----------------------------------------------------------------- events
     def _push(self, t: float, kind: int, payload: Any) -> None:
         heapq.heappush(self.heap, (t, self.seq_no, kind, payload))
         self.seq_no += 1
 
+    def inject(self, s: _Seq, order: int) -> None:
+        """Queue the arrival of ``s`` at ``s.arrival`` (a cluster routes requests one by one;
+        ``order`` < 0 ranks it before every iteration event of the same time, as preloaded
+        arrivals are)."""
+        self.seqs.append(s)
+        heapq.heappush(self.heap, (s.arrival, order, _ARRIVAL, s))
+
+    def next_time(self) -> float:
+        """Time of the next event (inf when there is none)."""
+        return self.heap[0][0] if self.heap else math.inf
+
     def run(self) -> None:
-        busy = False
-        t_last = 0.0 if not self.seqs else self.seqs[0].arrival
-        heap = self.heap
-        while heap:
-            t, _, kind, payload = heapq.heappop(heap)
-            self.events += 1
-            # integrate L = |waiting| + |running| over [t_last, t] within the window
-            lo, hi = max(t_last, self.w0), min(t, self.w1)
-            if hi > lo:
-                self.l_integral += (len(self.waiting) + len(self.running)) * (hi - lo)
-            t_last = t
-            if kind == _ARRIVAL:
-                self.waiting.push(payload)
-            else:
-                self._apply(payload, t)
-                busy = False
-            if not busy and (self.running or len(self.waiting)):
-                plan = self._schedule(t)
-                self._push(t + plan[0], _ITERATION, plan)
-                busy = True
-            self.kv_t.append(t)
-            self.kv_u.append(self.used)
+        while self.heap:
+            self.step()
+
+    def step(self) -> None:
+        """Process the next event."""
+        t, _, kind, payload = heapq.heappop(self.heap)
+        self.events += 1
+        # integrate L = |waiting| + |running| over [t_last, t] within the window
+        lo, hi = max(self.t_last, self.w0), min(t, self.w1)
+        if hi > lo:
+            self.l_integral += (len(self.waiting) + len(self.running)) * (hi - lo)
+        self.t_last = t
+        if kind == _ARRIVAL:
+            self.waiting.push(payload)
+        else:
+            self._apply(payload, t)
+            self.busy = False
+        if not self.busy and (self.running or len(self.waiting)):
+            plan = self._schedule(t)
+            self._push(t + plan[0], _ITERATION, plan)
+            self.busy = True
+        self.kv_t.append(t)
+        self.kv_u.append(self.used)
 
     # ----------------------------------------------------------------- scheduling
     def _preempt(self, victim: _Seq, dec: list[_Seq], pre: list[tuple[_Seq, int]]) -> int:
@@ -369,7 +393,12 @@ class _Engine:
 
     def _admit_blocks(self, s: _Seq, chunk: int) -> int:
         """Free blocks the admission of waiting ``s`` with a first chunk of ``chunk`` tokens
-        needs: that chunk's peak, or the whole remaining prompt's peak plus the watermark."""
+        needs: that chunk's peak, or the whole remaining prompt's peak plus the watermark.
+        A sequence that arrives with its KV (``done == kv_prompt``: the decode side of a P/D
+        cluster) needs its next decode step's peak."""
+        if s.done == s.kv_prompt:
+            return (int(self.peak_blk[s.base + s.step + 1])
+                    + (self.watermark if self.reserve_prompt else 0))
         if self.reserve_prompt:
             return (int(self.blk[self.kv.prefill_peak(s.done, s.kv_prompt - s.done)])
                     + self.watermark)
@@ -450,6 +479,11 @@ class _Engine:
                     s.reserve = peak
                 if math.isnan(s.first_sched):
                     s.first_sched = t
+                if s.done == s.kv_prompt:      # arrived with its KV: decodes at once
+                    s.reserve = 0
+                    dec.append(s)
+                    tokens_left -= 1
+                    continue
                 pre.append((s, chunk))
                 tokens_left -= chunk
         if not dec and not pre:
@@ -479,6 +513,8 @@ class _Engine:
         d = len(dec)
         can_admit = len(self.running) < self.max_running and self.max_batched - d > 0
         next_arrival = self.heap[0][0] if self.heap else math.inf
+        if self.next_external is not None:
+            next_arrival = min(next_arrival, self.next_external())
         # an arrival matters if it could be admitted: the queue is empty, or it may overtake
         # a blocked head (any order but FCFS)
         arrival_matters = can_admit and math.isfinite(next_arrival) and (
@@ -568,6 +604,8 @@ class _Engine:
             s.blocks = 0
             s.finish = t
             s.completions += 1
+            if self.on_finish is not None:
+                self.on_finish(s, t)
 
 
 def little_check(l_integral: float, start_s: float, end_s: float, arrival_s: np.ndarray,
@@ -614,7 +652,15 @@ def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str |
     eng = _Engine(cfg, spec, workload, cost, pol, fast_forward)
     eng.run()
     wall = time.perf_counter() - t0
+    return _result(eng, method=method or spec.label, cost_name=cost_name,
+                   workload=workload.source, wall_s=wall)
+
+
+def _result(eng: _Engine, *, method: str, cost_name: str, workload: str, wall_s: float
+            ) -> ServingResult:
+    """The :class:`ServingResult` of a finished engine (its sequences in ``eng.seqs`` order)."""
     seqs = eng.seqs
+    cfg, spec, pol, wall = eng.cfg, eng.kv.spec, eng.policy, wall_s
 
     def col(name: str, dtype: type) -> np.ndarray:
         return np.fromiter((getattr(s, name) for s in seqs), dtype, len(seqs))
@@ -623,8 +669,8 @@ def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str |
     finish = col("finish", np.float64)
     little = little_check(eng.l_integral, eng.w0, eng.w1, arrival, finish)
     return ServingResult(
-        config=cfg, method=method or spec.label, spec=spec, policy=pol.name,
-        cost_model=cost_name, workload=workload.source,
+        config=cfg, method=method, spec=spec, policy=pol.name,
+        cost_model=cost_name, workload=workload,
         arrival_s=arrival, prompt_tokens=col("prompt", np.int64),
         output_tokens=col("output", np.int64), first_scheduled_s=col("first_sched", np.float64),
         first_token_s=col("first_token", np.float64), finish_s=finish,
