@@ -7,12 +7,15 @@ configuration field of the design point (the preset's fields with the axis value
 results and the code version.
 
 Axes (``Overrides`` fields): context ``N``, budget ``B``, HiKV's Stage II keep ``r`` (of V; of K
-with ``--keep-k``), head dimension ``d``, PE lanes, sorter lanes, memory type (DRAM energy per
-bit; bandwidth is its own axis), memory bandwidth, technology node.
+with ``--keep-k``), head dimension ``d``, PE lanes, sorter lanes, the low-bit scoring unit's
+lanes ``L``, memory type (DRAM energy per bit; bandwidth is its own axis), memory bandwidth,
+technology node. Every block runs at the preset's assumed or hand-set clocks
+(:func:`hikv.sim.clocks.assumed_clocks`; a sweep does not run the timing flow per point).
 
 Area per design point comes from synthesis results (cached; one synthesis per distinct unit or
 block configuration): baseline = ``pe_lanes`` MAC lanes + ``softmax_lanes`` (exp + MAC) + SRAM;
-HiKV adds the sorter (per sorter-lane value) and ``loader_instances`` loaders, once those blocks
+HiKV adds the sorter (per sorter-lane value), ``loader_instances`` loaders and, where the preset
+scores Stage I from low-bit keys, the scoring unit (per scorer-lane value), once those blocks
 are registered (until then their area is NaN and the plots say so).
 """
 
@@ -50,6 +53,7 @@ AXES: dict[str, tuple[str, tuple[str, ...]]] = {
     "head_dim": ("head_dim", ("layout.head_dim", "model.head_dim")),
     "pe_lanes": ("pe_lanes", ("accel.pe_lanes",)),
     "sorter_lanes": ("sorter_lanes", ("sorter.lanes",)),
+    "scorer_lanes": ("scorer_lanes", ("scorer.lanes",)),
     "memory": ("memory", ("accel.memory",)),
     "bandwidth": ("mem_bandwidth_bytes_per_s", ("accel.mem_bandwidth_bytes_per_s",)),
     "tech_nm": ("tech_nm", ("accel.tech_nm",)),
@@ -137,6 +141,9 @@ def evaluate(cfg: Config, points: dict[str, np.ndarray], specs: list[MethodSpec]
             "bytes_reduction_vs_ref": b(ref.bytes_burst / c.bytes_burst),
             "energy_reduction_vs_ref": b(1 - c.energy_j / ref.energy_j),
             "sort_cycles_per_head": b(c.sort_cycles),
+            "select_cycles_per_head": b(c.select_cycles),
+            "scorer_cycles_per_head": b(c.scorer_cycles),
+            "bytes_bound_fraction": b(c.bytes_bound_fraction),
         }
         cols.update({f"energy_{k}_j": b(v) for k, v in c.energy_parts_j.items()})
         out[s.label] = cols
@@ -176,6 +183,17 @@ def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int) -> dict[str
             sorter_area = np.where(sel, logic_area_m2(s.nand2_equivalents, tech)
                                    + sram_area_m2(s.macro_bytes, tech), sorter_area)
         hikv = sorter_area + inst * ld_area
+        from .clocks import scorer_used
+
+        if scorer_used(cfg) and "scorer" in BLOCKS:
+            sl = np.broadcast_to(points.get("scorer_lanes", np.asarray(cfg.scorer.lanes)), (n,))
+            sc_area = np.zeros(n)
+            for lv in np.unique(sl):
+                c3 = cfg.replace(scorer=dataclasses.replace(cfg.scorer, lanes=int(lv)))
+                r = block_synth(BLOCKS["scorer"], c3)
+                sc_area = np.where(sl == lv, logic_area_m2(r.nand2_equivalents, tech)
+                                   + sram_area_m2(r.macro_bytes, tech), sc_area)
+            hikv = hikv + sc_area
     return {"area_baseline_m2": np.asarray(base, dtype=float) + np.zeros(n),
             "area_hikv_m2": hikv, "area_overhead": hikv / base}
 
