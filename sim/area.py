@@ -52,6 +52,7 @@ __all__ = [
     "SynthError",
     "yosys_command",
     "synthesize",
+    "synth_key",
     "netlist_path",
     "nand2_area_m2",
     "logic_area_m2",
@@ -287,6 +288,17 @@ def netlist_path(res: SynthResult) -> Path:
     return cache_dir() / "synth" / f"{res.top}-{res.key}.netlist.json.gz"
 
 
+def synth_key(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
+              cells: CellLibrary | None = None) -> str:
+    """The cache key of :func:`synthesize` (Verilog, top, flow, Liberty, ``sram_min_bits``),
+    without synthesising."""
+    if not isinstance(sram_min_bits, int) or sram_min_bits < 1:
+        raise ParamError(f"sram_min_bits = {sram_min_bits!r} is out of range: allowed >= 1")
+    cells = cells or load_cells()
+    return text_hash(verilog, top, FLOW_VERSION, cells.digest, str(sram_min_bits),
+                     _fine_script(top, cells, []), _coarse_script(top))
+
+
 def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
                cells: CellLibrary | None = None, use_cache: bool = True,
                timeout_s: float = 3600, netlist: bool = False) -> SynthResult:
@@ -297,11 +309,8 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
     Raises :class:`~hikv.sim.cells.CellsUnavailable` when the cell library has not been fetched
     and :class:`SynthError` when Yosys fails.
     """
-    if not isinstance(sram_min_bits, int) or sram_min_bits < 1:
-        raise ParamError(f"sram_min_bits = {sram_min_bits!r} is out of range: allowed >= 1")
     cells = cells or load_cells()
-    key = text_hash(verilog, top, FLOW_VERSION, cells.digest, str(sram_min_bits),
-                    _fine_script(top, cells, []), _coarse_script(top))
+    key = synth_key(verilog, top, sram_min_bits=sram_min_bits, cells=cells)
     cache = cache_dir() / "synth"
     cache.mkdir(parents=True, exist_ok=True)
     hit = cache / f"{top}-{key}.json"
