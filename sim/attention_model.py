@@ -2,9 +2,12 @@
 
 **Machine** (:class:`~hikv.params.AcceleratorParams`): ``pe_lanes`` MAC lanes (q.k and p.v),
 ``softmax_lanes`` softmax lanes, an on-chip K/V buffer (``sram_kv_bytes``) and query buffer, an
-external memory of ``mem_bandwidth_bytes_per_s`` and ``mem_latency_s``; HiKV adds one sorter and
+external memory of ``mem_bandwidth_bytes_per_s`` and ``mem_latency_s``; HiKV adds one sorter,
 :func:`~hikv.sim.timing.loader_instances` loaders (enough that their steady-state rate, request
-round trips included, takes the memory's bandwidth). All
+round trips included, takes the memory's bandwidth) and, for Stage I scored from low-bit keys,
+the low-bit scoring unit. Each block runs at its own clock (:mod:`hikv.sim.clocks`; cycles
+below are counted in the PE array's clock, a block's own cycles scaled by ``f_pe / f_block``).
+All
 methods run on this machine; the baselines' selections use the same sorter (generous to them:
 without it their top-k would run on the PE lanes or a host).
 
@@ -13,7 +16,9 @@ without it their top-k would run on the PE lanes or a host).
 * *select* phase (only for methods that choose per step what to load): read the scoring
   metadata (Quest/HiKV page bounds, HiKV low-bit keys, SparQ's K channels, Double Sparsity's
   labels), compute approximate scores on the PE lanes (``G x pages x 2d`` MACs for page bounds,
-  ``G x n x r`` or ``G x n x d`` otherwise; a softmax for SparQ / DS / low-bit scores);
+  ``G x n x r`` otherwise; a softmax for SparQ / DS), HiKV's low-bit scores on the scoring
+  unit (``G`` jobs of ``n`` tokens, :class:`hikv.hw.scorer_timing.ScorerTiming`, streamed with
+  the metadata; the group's softmax-sum on the softmax lanes when ``G > 1``);
 * *sort*: the sorter jobs (Stage I top-k, Stage II vectors; HiKV's evicting compaction every
   ``Δ`` steps is amortised);
 * *attend* phase: the loader reads the selected K/V; ``G x tokens x (d_k + d)`` MACs and
@@ -31,14 +36,14 @@ sorter (its own resource) works on one head while the memory and PE lanes serve 
 ``T_layer = max(H (a1 + a2), a1 + H b + a2)`` (datapath-bound or sorter-bound, the two bounds
 of this two-resource pipeline). Layers are serial (layer l+1's query needs layer l's output).
 
-**Roofline bound**: ``max(bytes / bandwidth, MACs / (pe_lanes x clock))`` per step, without
-latencies, the sorter or the softmax lanes; the ratio of two methods' roofline times is the
+**Roofline bound**: ``max(bytes / bandwidth, MACs / (pe_lanes x clock))`` per step (PE-lane
+MACs), without latencies, the sorter, the scoring unit or the softmax lanes; the ratio of two methods' roofline times is the
 speedup's physical bound (the bytes ratio when both are memory-bound).
 
 **Energy per step**: DRAM (burst bytes x J/byte of the memory type), SRAM (ideal bytes written
 by the loader and read by the PE lanes, priced by buffer size), MACs, softmax elements, the
 sorter's comparator evaluations (the RTL's per-job count, each comparing ``item_width`` bits),
-loader requests and beats (:mod:`hikv.sim.energy`). Writes of the current token's
+loader requests and beats, the scoring unit's integer MACs (:mod:`hikv.sim.energy`). Writes of the current token's
 K/V are not counted (one token per step, the same for every method).
 
 Everything is vectorised: any numeric override may be a numpy array and the results broadcast.
