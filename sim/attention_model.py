@@ -37,14 +37,15 @@ sorter (its own resource) works on one head while the memory and PE lanes serve 
 of this two-resource pipeline). Layers are serial (layer l+1's query needs layer l's output).
 
 **Roofline bound**: ``max(bytes / bandwidth, MACs / (pe_lanes x clock))`` per step (PE-lane
-MACs), without latencies, the sorter, the scoring unit or the softmax lanes; the ratio of two methods' roofline times is the
-speedup's physical bound (the bytes ratio when both are memory-bound).
+MACs), without latencies, the sorter, the scoring unit or the softmax lanes; the ratio of two
+methods' roofline times is the speedup's physical bound (the bytes ratio when both are
+memory-bound).
 
 **Energy per step**: DRAM (burst bytes x J/byte of the memory type), SRAM (ideal bytes written
 by the loader and read by the PE lanes, priced by buffer size), MACs, softmax elements, the
 sorter's comparator evaluations (the RTL's per-job count, each comparing ``item_width`` bits),
-loader requests and beats, the scoring unit's integer MACs (:mod:`hikv.sim.energy`). Writes of the current token's
-K/V are not counted (one token per step, the same for every method).
+loader requests and beats, the scoring unit's integer MACs (:mod:`hikv.sim.energy`). Writes of
+the current token's K/V are not counted (one token per step, the same for every method).
 
 Everything is vectorised: any numeric override may be a numpy array and the results broadcast.
 """
