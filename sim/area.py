@@ -67,6 +67,7 @@ __all__ = [
     "HIKV_BLOCKS",
     "SCORER_BLOCK",
     "hikv_blocks",
+    "scorer_used",
     "COMPOSITE_BLOCKS",
 ]
 
@@ -462,11 +463,17 @@ def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MI
     return synthesize(block.verilog(cfg), block.toplevel, sram_min_bits=sram_min_bits)
 
 
+def scorer_used(cfg: Config) -> bool:
+    """Whether the preset's HiKV scores Stage I from low-bit keys (needs the scoring unit)."""
+    from hikv.params import Stage1Scorer, Stage1Variant
+
+    p = cfg.policy
+    return p.stage1 is Stage1Variant.QUERY_AWARE and p.scorer is Stage1Scorer.LOWBIT_KEYS
+
+
 def hikv_blocks(cfg: Config) -> tuple[str, ...]:
     """HiKV's blocks for ``cfg``: the sorter, the loader(s) and, when the preset's HiKV scores
     Stage I from low-bit keys (:func:`hikv.sim.clocks.scorer_used`), the scoring unit."""
-    from .clocks import scorer_used
-
     return HIKV_BLOCKS + ((SCORER_BLOCK,) if scorer_used(cfg) else ())
 
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hikv.params import CLOCK_BLOCKS, Config, Stage1Scorer, Stage1Variant
+from hikv.params import CLOCK_BLOCKS, Config
+
+from .area import scorer_used
 
 __all__ = ["BlockClock", "Clocks", "assumed_clocks", "accelerator_clocks", "scorer_used"]
 
@@ -81,12 +83,6 @@ class Clocks:
                 "blocks": {b: {"hz": c.hz, "effective_hz": self.hz(b), "origin": c.origin,
                                "source": c.source, "critical_path": c.critical_path,
                                "used": c.used} for b, c in self.blocks.items()}}
-
-
-def scorer_used(cfg: Config) -> bool:
-    """Whether the preset's HiKV scores Stage I from low-bit keys (needs the scoring unit)."""
-    p = cfg.policy
-    return p.stage1 is Stage1Variant.QUERY_AWARE and p.scorer is Stage1Scorer.LOWBIT_KEYS
 
 
 def _used(cfg: Config, block: str) -> bool:

@@ -183,7 +183,7 @@ def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int) -> dict[str
             sorter_area = np.where(sel, logic_area_m2(s.nand2_equivalents, tech)
                                    + sram_area_m2(s.macro_bytes, tech), sorter_area)
         hikv = sorter_area + inst * ld_area
-        from .clocks import scorer_used
+        from .area import scorer_used
 
         if scorer_used(cfg) and "scorer" in BLOCKS:
             sl = np.broadcast_to(points.get("scorer_lanes", np.asarray(cfg.scorer.lanes)), (n,))
