@@ -117,6 +117,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace an earlier sweep's files in --out (deleted first)")
     p.add_argument("--no-area", action="store_true", help="skip area columns (no synthesis)")
+    p.add_argument("--clocks", choices=("assumed", "sta"), default="assumed",
+                   help="block clocks: 'assumed' (accel.clock_hz or hand-set, default) or "
+                   "'sta' (the timing flow's ASIC estimate of the preset's blocks, synthesised "
+                   "once; lane overrides keep the preset's build's clock)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--bench", action="store_true",
                    help="benchmark: time the analytic evaluation on random points")
@@ -173,7 +177,14 @@ def run(args: argparse.Namespace) -> int:
                          "(use fewer values per axis)")
     out = prepare_out_dir(args.out or f"out/sweep-{args.preset}", OWNED, force=args.force)
     pts = sw.grid(axes)
-    res = sw.evaluate(cfg, pts, specs)
+    clocks = None
+    if args.clocks == "sta":
+        from hikv.sim.clocks import accelerator_clocks
+
+        clocks = accelerator_clocks(cfg)
+        print("clocks: " + ", ".join(f"{b} {clocks.hz(b) / 1e6:.0f} MHz ({c.origin})"
+                                     for b, c in clocks.blocks.items()))
+    res = sw.evaluate(cfg, pts, specs, clocks=clocks)
     _check_results(res)
     area = None
     if not args.no_area:

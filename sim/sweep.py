@@ -10,7 +10,8 @@ Axes (``Overrides`` fields): context ``N``, budget ``B``, HiKV's Stage II keep `
 with ``--keep-k``), head dimension ``d``, PE lanes, sorter lanes, the low-bit scoring unit's
 lanes ``L``, memory type (DRAM energy per bit; bandwidth is its own axis), memory bandwidth,
 technology node. Every block runs at the preset's assumed or hand-set clocks
-(:func:`hikv.sim.clocks.assumed_clocks`; a sweep does not run the timing flow per point).
+(:func:`hikv.sim.clocks.assumed_clocks`), or at the timing flow's estimate of the preset's
+blocks (``hikv sweep --clocks sta``): a sweep does not run the timing flow per point.
 
 Area per design point comes from synthesis results (cached; one synthesis per distinct unit or
 block configuration): baseline = ``pe_lanes`` MAC lanes + ``softmax_lanes`` (exp + MAC) + SRAM;
@@ -37,6 +38,7 @@ from hikv.params import Config, MemoryType, MethodSpec, ParamError, to_dict
 from hikv.presets import baseline_specs
 
 from .attention_model import Overrides, attention_cost
+from .clocks import Clocks
 from .report_render import save_figure
 from .report_section import code_version, flatten
 from .timing import TimingModel, default_timing, loader_instances
@@ -108,8 +110,9 @@ class SweepResult:
 
 
 def evaluate(cfg: Config, points: dict[str, np.ndarray], specs: list[MethodSpec], *,
-             timing: TimingModel | None = None) -> SweepResult:
-    """Evaluate ``specs`` (the first one is the reference, normally full KV) at every point."""
+             timing: TimingModel | None = None, clocks: Clocks | None = None) -> SweepResult:
+    """Evaluate ``specs`` (the first one is the reference, normally full KV) at every point,
+    every block at ``clocks`` (default :func:`hikv.sim.clocks.assumed_clocks`)."""
     timing = timing or default_timing()
     ov = _overrides(points)
     if "keep_v" in points and "head_dim" in points:
@@ -119,13 +122,13 @@ def evaluate(cfg: Config, points: dict[str, np.ndarray], specs: list[MethodSpec]
     if "head_dim" in points and (points["head_dim"] > cfg.sorter.max_vec).any():
         raise ParamError(f"head_dim values must be <= sorter.max_vec = {cfg.sorter.max_vec}")
     t0 = time.perf_counter()
-    ref = attention_cost(specs[0], cfg, ov, timing=timing)
+    ref = attention_cost(specs[0], cfg, ov, timing=timing, clocks=clocks)
     # the reference machine: the preset's hardware, the design point's workload (N, d)
     work = Overrides(context=ov.context, head_dim=ov.head_dim)
-    ref_hw = attention_cost(specs[0], cfg, work, timing=timing)
+    ref_hw = attention_cost(specs[0], cfg, work, timing=timing, clocks=clocks)
     out: dict[str, dict[str, np.ndarray]] = {}
     for s in specs:
-        c = ref if s is specs[0] else attention_cost(s, cfg, ov, timing=timing)
+        c = ref if s is specs[0] else attention_cost(s, cfg, ov, timing=timing, clocks=clocks)
         shape = np.broadcast(c.time_s, ref.time_s).shape
 
         def b(x: Any, shape: tuple[int, ...] = shape) -> np.ndarray:

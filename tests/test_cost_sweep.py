@@ -80,3 +80,16 @@ def test_cli_sweep_csv_has_every_config_field(tmp_path, capsys):
 def test_bench_runs():
     r = S.bench(get_preset("default"), points=2000, repeat=1)
     assert r["points"] == 2000 and r["points_per_s"] > 0
+
+
+def test_cli_sweep_with_estimated_clocks(tmp_path, capsys):
+    from _hikv_cost_helpers import cells_or_skip
+
+    cells_or_skip()
+    out = tmp_path / "sw"
+    assert main(["sweep", "--preset", "tiny", "--context", "32,64", "--clocks", "sta",
+                 "--no-area", "--no-plots", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "clocks: pe_array" in text and "sorter" in text and "(sta)" in text
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert len(rows) == 2 * 2
