@@ -158,3 +158,22 @@ def test_sta_clocks_of_tiny():
     spec = _specs(cfg)[Method.HIKV]
     a = attention_cost(spec, cfg, clocks=ck)
     assert float(a.time_s) > 0 and a.clocks is ck
+
+
+def test_scorer_clock_from_a_one_lane_build(monkeypatch):
+    """The scoring unit's clock is estimated on a 1-lane build (the lanes are copies), stated
+    in its source; no synthesis here (block_clock is replaced)."""
+    from hikv.sim import clocks as C
+    from hikv.sim import sta
+
+    seen = []
+
+    def fake(block, cfg):
+        seen.append((block, cfg.scorer.lanes))
+        return {"clock_hz": 4e8, "source": "fake STA", "critical_path": "a -> b"}
+
+    monkeypatch.setattr(sta, "block_clock", fake)
+    cfg = get_preset("paper")
+    c = C._sta(cfg, "scorer")
+    assert seen == [("scorer", 1)] and c.hz == 4e8 and c.origin == "sta"
+    assert "1-lane build" in c.source and "16 lanes" in c.source and "2 buffer" in c.source
