@@ -224,11 +224,25 @@ class ScorerParams:
 
 
 _TECH_NODES_NM = (45, 28, 16, 7)
+#: the clocked parts of the accelerator the cost model times (hikv.sim.clocks): the baseline's
+#: PE array (MAC and softmax lanes) and HiKV's sorter, loader and low-bit scoring unit
+CLOCK_BLOCKS = ("pe_array", "sorter", "loader", "scorer")
+#: ``per_block``: every block at its own clock; ``single``: the whole accelerator at the
+#: slowest block's clock
+CLOCK_POLICIES = ("per_block", "single")
 
 
 @dataclass(frozen=True)
 class AcceleratorParams:
-    """The attention accelerator HiKV sits in (and the baseline without HiKV)."""
+    """The attention accelerator HiKV sits in (and the baseline without HiKV).
+
+    Clocks (:mod:`hikv.sim.clocks`): ``clock_hz`` is the *assumed* clock, used for a block whose
+    clock is neither given nor estimated (no synthesis allowed: the report says "assumed, not
+    checked"). ``<block>_clock_hz`` (``pe_array``, ``sorter``, ``loader``, ``scorer``) set a
+    block's clock by hand, 0 = from the timing flow's ASIC estimate at ``tech_nm``
+    (:func:`hikv.sim.sta.block_clock`); a hand-set clock needs ``clock_source`` (where the
+    number comes from). ``clock_policy``: one of :data:`CLOCK_POLICIES`.
+    """
 
     clock_hz: float = 1.0e9
     pe_lanes: int = 64               # MACs per cycle for q.K and p.V
@@ -241,10 +255,29 @@ class AcceleratorParams:
     tech_nm: int = 28
     device_memory_bytes: int = 24 * 2**30   # serving: KV + weights + workspace
     linear_flops_per_s: float = 100e12      # serving: dense-layer throughput of the device
+    clock_policy: str = "per_block"
+    pe_array_clock_hz: float = 0.0   # 0: from the timing flow (else clock_hz, assumed)
+    sorter_clock_hz: float = 0.0
+    loader_clock_hz: float = 0.0
+    scorer_clock_hz: float = 0.0
+    clock_source: str = ""           # where hand-set <block>_clock_hz values come from
 
     def __post_init__(self) -> None:
         o = "AcceleratorParams"
         _num(o, "clock_hz", self.clock_hz, 0, lo_open=True)
+        if self.clock_policy not in CLOCK_POLICIES:
+            raise ParamError(f"{o}.clock_policy = {self.clock_policy!r} is not one of "
+                             f"{CLOCK_POLICIES}")
+        for b in CLOCK_BLOCKS:
+            _num(o, f"{b}_clock_hz", getattr(self, f"{b}_clock_hz"), 0, 100e9)
+        if not isinstance(self.clock_source, str):
+            raise ParamError(f"{o}.clock_source must be a string, not {self.clock_source!r}")
+        given = [b for b in CLOCK_BLOCKS if getattr(self, f"{b}_clock_hz") > 0]
+        if given and not self.clock_source.strip():
+            raise ParamError(f"{o}.clock_source must say where the hand-set clock(s) "
+                             f"{', '.join(f'{b}_clock_hz' for b in given)} come from "
+                             "(e.g. 'place and route of our netlist, ss corner'); allowed: a "
+                             "non-empty string")
         _int(o, "pe_lanes", self.pe_lanes, 1, 1 << 16)
         _int(o, "softmax_lanes", self.softmax_lanes, 1, 1 << 16)
         _int(o, "sram_kv_bytes", self.sram_kv_bytes, 1024)

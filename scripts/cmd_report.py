@@ -1,7 +1,10 @@
 """The attention-level result table of one operating point: for the preset's context N and budget
 B, each method's external bytes, attention time and energy per decode step, HiKV's speedup
-against full KV and against each baseline with its roofline bound beside it, and the sorter +
-loader area overhead from synthesis of our Verilog. Prints the Markdown table, then where the
+against full KV and against each baseline with its roofline bound beside it, every block's clock
+(the timing flow's estimate of our Verilog at the preset's node; with --no-area assumed at
+accel.clock_hz, not checked) with its source and critical path, and the area of HiKV's units
+(sorter, loaders, scoring unit) from synthesis of our Verilog against the stated baseline
+system. Prints the Markdown table, then where the
 seed's reference claims (7.95x, -90% energy, 1.82-4.87x bytes, ~8% area) stand against ours,
 marking references and model / synthesised figures, then a serving section (HiKV vs full KV
 and the best baseline on the Azure conversation trace: throughput, TTFT/TPOT P99, goodput).
@@ -27,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(repeatable)")
     p.add_argument("--iso", help="iso-accuracy operating-point file (JSON, schema "
                    "hikv.iso_accuracy/1) from the accuracy study; default: nominal budgets")
-    p.add_argument("--no-area", action="store_true", help="skip synthesis (no area section)")
+    p.add_argument("--no-area", action="store_true", help="skip synthesis (no area section; "
+                   "every block's clock assumed at accel.clock_hz, not checked)")
     p.add_argument("--no-fetch", action="store_true",
                    help="do not download the cell library if missing (area becomes unavailable)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")

@@ -1,8 +1,9 @@
 """Sweep the analytic cost model over design points: the cartesian product of the given axis
-values (context N, budget B, Stage II keep r, head dim d, PE lanes, sorter lanes, memory type,
-bandwidth, node), every method evaluated in one vectorised pass. Writes sweep.csv (one row per
-design point and method, with every configuration field, the results and the code version) and
-plots: energy vs speedup and area vs speedup Pareto fronts, speedup vs context length.
+values (context N, budget B, Stage II keep r, head dim d, PE lanes, sorter lanes, scoring-unit
+lanes, memory type, bandwidth, node), every method evaluated in one vectorised pass. Writes
+sweep.csv (one row per design point and method, with every configuration field, the results
+and the code version) and plots: energy vs speedup and area vs speedup Pareto fronts, speedup
+vs context length.
 --bench instead times the analytic evaluation on random design points and prints design points
 per second. Units: bytes, seconds, joules, m^2; bandwidth in bytes/s (e.g. 256e9)."""
 
@@ -60,7 +61,8 @@ def _strs(s: str) -> list[str]:
 #: The flag of each sweep axis (for messages).
 _FLAGS = {"context": "--context", "budget": "--budget", "keep_v": "--keep-v",
           "keep_k": "--keep-k", "head_dim": "--head-dim", "pe_lanes": "--pe-lanes",
-          "sorter_lanes": "--sorter-lanes", "memory": "--memory", "bandwidth": "--bandwidth",
+          "sorter_lanes": "--sorter-lanes", "scorer_lanes": "--scorer-lanes",
+          "memory": "--memory", "bandwidth": "--bandwidth",
           "tech_nm": "--node"}
 
 
@@ -102,6 +104,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-dim", type=_ints, help="head dimensions d")
     p.add_argument("--pe-lanes", type=_ints, help="PE (MAC) lanes")
     p.add_argument("--sorter-lanes", type=_ints, help="sorter lanes P")
+    p.add_argument("--scorer-lanes", type=_ints, help="low-bit scoring unit lanes L (tokens "
+                   "scored per cycle; query-aware HiKV with low-bit keys)")
     p.add_argument("--memory", type=_strs, help="memory types: hbm2,lpddr4,gddr5,ddr3 "
                    "(energy per bit; bandwidth is --bandwidth)")
     p.add_argument("--bandwidth", type=_floats, help="memory bandwidths in bytes/s")
@@ -113,6 +117,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace an earlier sweep's files in --out (deleted first)")
     p.add_argument("--no-area", action="store_true", help="skip area columns (no synthesis)")
+    p.add_argument("--clocks", choices=("assumed", "sta"), default="assumed",
+                   help="block clocks: 'assumed' (accel.clock_hz or hand-set, default) or "
+                   "'sta' (the timing flow's ASIC estimate of the preset's blocks, synthesised "
+                   "once; lane overrides keep the preset's build's clock)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--bench", action="store_true",
                    help="benchmark: time the analytic evaluation on random points")
@@ -143,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     axes = {k: v for k, v in (("context", args.context), ("budget", args.budget),
                               ("keep_v", args.keep_v), ("keep_k", args.keep_k),
                               ("head_dim", args.head_dim), ("pe_lanes", args.pe_lanes),
-                              ("sorter_lanes", args.sorter_lanes), ("memory", args.memory),
+                              ("sorter_lanes", args.sorter_lanes),
+                              ("scorer_lanes", args.scorer_lanes), ("memory", args.memory),
                               ("bandwidth", args.bandwidth), ("tech_nm", args.node))
             if v is not None}
     check_axes(cfg, axes)
@@ -168,7 +177,14 @@ def run(args: argparse.Namespace) -> int:
                          "(use fewer values per axis)")
     out = prepare_out_dir(args.out or f"out/sweep-{args.preset}", OWNED, force=args.force)
     pts = sw.grid(axes)
-    res = sw.evaluate(cfg, pts, specs)
+    clocks = None
+    if args.clocks == "sta":
+        from hikv.sim.clocks import accelerator_clocks
+
+        clocks = accelerator_clocks(cfg)
+        print("clocks: " + ", ".join(f"{b} {clocks.hz(b) / 1e6:.0f} MHz ({c.origin})"
+                                     for b, c in clocks.blocks.items()))
+    res = sw.evaluate(cfg, pts, specs, clocks=clocks)
     _check_results(res)
     area = None
     if not args.no_area:

@@ -52,6 +52,7 @@ __all__ = [
     "SynthError",
     "yosys_command",
     "synthesize",
+    "synth_key",
     "netlist_path",
     "nand2_area_m2",
     "logic_area_m2",
@@ -64,6 +65,9 @@ __all__ = [
     "accelerator_area",
     "loader_instances",
     "HIKV_BLOCKS",
+    "SCORER_BLOCK",
+    "hikv_blocks",
+    "scorer_used",
     "COMPOSITE_BLOCKS",
 ]
 
@@ -75,6 +79,9 @@ DEFAULT_SRAM_MIN_BITS = 4096
 #: ``sorter_loader`` (the sorter chained into one loader, for verification) is the same logic
 #: as one sorter plus one loader and is never counted beside them.
 HIKV_BLOCKS = ("sorter", "loader")
+#: the low-bit scoring unit, counted when the preset's HiKV scores Stage I from low-bit keys
+#: (:func:`hikv_blocks`)
+SCORER_BLOCK = "scorer"
 #: registered blocks that compose others (never part of the overhead): ``scorer_sorter`` is
 #: the low-bit scoring unit chained into the sorter (``scorer`` is counted on its own)
 COMPOSITE_BLOCKS = ("sorter_loader", "scorer_sorter")
@@ -282,6 +289,17 @@ def netlist_path(res: SynthResult) -> Path:
     return cache_dir() / "synth" / f"{res.top}-{res.key}.netlist.json.gz"
 
 
+def synth_key(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
+              cells: CellLibrary | None = None) -> str:
+    """The cache key of :func:`synthesize` (Verilog, top, flow, Liberty, ``sram_min_bits``),
+    without synthesising."""
+    if not isinstance(sram_min_bits, int) or sram_min_bits < 1:
+        raise ParamError(f"sram_min_bits = {sram_min_bits!r} is out of range: allowed >= 1")
+    cells = cells or load_cells()
+    return text_hash(verilog, top, FLOW_VERSION, cells.digest, str(sram_min_bits),
+                     _fine_script(top, cells, []), _coarse_script(top))
+
+
 def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
                cells: CellLibrary | None = None, use_cache: bool = True,
                timeout_s: float = 3600, netlist: bool = False) -> SynthResult:
@@ -292,11 +310,8 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
     Raises :class:`~hikv.sim.cells.CellsUnavailable` when the cell library has not been fetched
     and :class:`SynthError` when Yosys fails.
     """
-    if not isinstance(sram_min_bits, int) or sram_min_bits < 1:
-        raise ParamError(f"sram_min_bits = {sram_min_bits!r} is out of range: allowed >= 1")
     cells = cells or load_cells()
-    key = text_hash(verilog, top, FLOW_VERSION, cells.digest, str(sram_min_bits),
-                    _fine_script(top, cells, []), _coarse_script(top))
+    key = synth_key(verilog, top, sram_min_bits=sram_min_bits, cells=cells)
     cache = cache_dir() / "synth"
     cache.mkdir(parents=True, exist_ok=True)
     hit = cache / f"{top}-{key}.json"
@@ -448,11 +463,31 @@ def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MI
     return synthesize(block.verilog(cfg), block.toplevel, sram_min_bits=sram_min_bits)
 
 
-def loader_instances(cfg: Config) -> int:
+def scorer_used(cfg: Config) -> bool:
+    """Whether the preset's HiKV scores Stage I from low-bit keys (needs the scoring unit)."""
+    from hikv.params import Stage1Scorer, Stage1Variant
+
+    p = cfg.policy
+    return p.stage1 is Stage1Variant.QUERY_AWARE and p.scorer is Stage1Scorer.LOWBIT_KEYS
+
+
+def hikv_blocks(cfg: Config) -> tuple[str, ...]:
+    """HiKV's blocks for ``cfg``: the sorter, the loader(s) and, when the preset's HiKV scores
+    Stage I from low-bit keys (:func:`hikv.sim.clocks.scorer_used`), the scoring unit."""
+    return HIKV_BLOCKS + ((SCORER_BLOCK,) if scorer_used(cfg) else ())
+
+
+def loader_instances(cfg: Config, loader_clock_hz: float | None = None) -> int:
     """Loader copies that sustain the memory bandwidth, request round trips included
-    (:func:`hikv.sim.timing.loader_instances`)."""
+    (:func:`hikv.sim.timing.loader_instances`), with the loaders clocked at
+    ``loader_clock_hz`` (default ``accel.clock_hz``; the cost model passes the loader's own
+    clock, :mod:`hikv.sim.clocks`)."""
+    import dataclasses
+
     from .timing import loader_instances as rule
 
+    if loader_clock_hz is not None and loader_clock_hz != cfg.accel.clock_hz:
+        cfg = cfg.replace(accel=dataclasses.replace(cfg.accel, clock_hz=loader_clock_hz))
     return int(rule(cfg))
 
 
@@ -468,16 +503,21 @@ def _item(name: str, count: float, res: SynthResult, tech_nm: int, what: str) ->
     return items
 
 
-def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] = HIKV_BLOCKS,
-                     sram_min_bits: int = DEFAULT_SRAM_MIN_BITS) -> AcceleratorArea:
+def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
+                     sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
+                     loader_clock_hz: float | None = None) -> AcceleratorArea:
     """Area of the baseline accelerator of ``cfg`` and of HiKV's blocks, at ``cfg.accel.tech_nm``.
 
     Baseline: ``pe_lanes`` MAC lanes + ``softmax_lanes`` x (exp unit + MAC lane) + SRAM
-    (``sram_kv_bytes + sram_q_bytes``). HiKV: one sorter and :func:`loader_instances` loaders
-    (counted in full: the baseline's own DMA is not subtracted, so the overhead is an upper
-    bound). Blocks not registered yet are listed in ``missing`` and the ratios are NaN.
+    (``sram_kv_bytes + sram_q_bytes``). HiKV (``blocks``, default :func:`hikv_blocks`): one
+    sorter, :func:`loader_instances` loaders at ``loader_clock_hz`` (counted in full: the
+    baseline's own DMA is not subtracted, so the overhead is an upper bound) and one scoring
+    unit where the preset uses it. Blocks not registered yet are listed in ``missing`` and the
+    ratios are NaN.
     """
     from hikv.hw.blocks import BLOCKS
+
+    blocks = hikv_blocks(cfg) if blocks is None else blocks
 
     both = [b for b in blocks if b in COMPOSITE_BLOCKS]
     if both:
@@ -498,7 +538,7 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] = HIKV_BLOCKS,
     synth = {"mac_lane": mac, "exp_unit": exp}
     hikv: list[AreaItem] = []
     missing = []
-    counts = {"loader": loader_instances(cfg)}
+    counts = {"loader": loader_instances(cfg, loader_clock_hz)}
     for name in blocks:
         if name not in BLOCKS:
             missing.append(name)

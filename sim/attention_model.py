@@ -2,9 +2,12 @@
 
 **Machine** (:class:`~hikv.params.AcceleratorParams`): ``pe_lanes`` MAC lanes (q.k and p.v),
 ``softmax_lanes`` softmax lanes, an on-chip K/V buffer (``sram_kv_bytes``) and query buffer, an
-external memory of ``mem_bandwidth_bytes_per_s`` and ``mem_latency_s``; HiKV adds one sorter and
+external memory of ``mem_bandwidth_bytes_per_s`` and ``mem_latency_s``; HiKV adds one sorter,
 :func:`~hikv.sim.timing.loader_instances` loaders (enough that their steady-state rate, request
-round trips included, takes the memory's bandwidth). All
+round trips included, takes the memory's bandwidth) and, for Stage I scored from low-bit keys,
+the low-bit scoring unit. Each block runs at its own clock (:mod:`hikv.sim.clocks`; cycles
+below are counted in the PE array's clock, a block's own cycles scaled by ``f_pe / f_block``).
+All
 methods run on this machine; the baselines' selections use the same sorter (generous to them:
 without it their top-k would run on the PE lanes or a host).
 
@@ -13,7 +16,9 @@ without it their top-k would run on the PE lanes or a host).
 * *select* phase (only for methods that choose per step what to load): read the scoring
   metadata (Quest/HiKV page bounds, HiKV low-bit keys, SparQ's K channels, Double Sparsity's
   labels), compute approximate scores on the PE lanes (``G x pages x 2d`` MACs for page bounds,
-  ``G x n x r`` or ``G x n x d`` otherwise; a softmax for SparQ / DS / low-bit scores);
+  ``G x n x r`` otherwise; a softmax for SparQ / DS), HiKV's low-bit scores on the scoring
+  unit (``G`` jobs of ``n`` tokens, :class:`hikv.hw.scorer_timing.ScorerTiming`, streamed with
+  the metadata; the group's softmax-sum on the softmax lanes when ``G > 1``);
 * *sort*: the sorter jobs (Stage I top-k, Stage II vectors; HiKV's evicting compaction every
   ``Δ`` steps is amortised);
 * *attend* phase: the loader reads the selected K/V; ``G x tokens x (d_k + d)`` MACs and
@@ -31,15 +36,16 @@ sorter (its own resource) works on one head while the memory and PE lanes serve 
 ``T_layer = max(H (a1 + a2), a1 + H b + a2)`` (datapath-bound or sorter-bound, the two bounds
 of this two-resource pipeline). Layers are serial (layer l+1's query needs layer l's output).
 
-**Roofline bound**: ``max(bytes / bandwidth, MACs / (pe_lanes x clock))`` per step, without
-latencies, the sorter or the softmax lanes; the ratio of two methods' roofline times is the
-speedup's physical bound (the bytes ratio when both are memory-bound).
+**Roofline bound**: ``max(bytes / bandwidth, MACs / (pe_lanes x clock))`` per step (PE-lane
+MACs), without latencies, the sorter, the scoring unit or the softmax lanes; the ratio of two
+methods' roofline times is the speedup's physical bound (the bytes ratio when both are
+memory-bound).
 
 **Energy per step**: DRAM (burst bytes x J/byte of the memory type), SRAM (ideal bytes written
 by the loader and read by the PE lanes, priced by buffer size), MACs, softmax elements, the
 sorter's comparator evaluations (the RTL's per-job count, each comparing ``item_width`` bits),
-loader requests and beats (:mod:`hikv.sim.energy`). Writes of the current token's
-K/V are not counted (one token per step, the same for every method).
+loader requests and beats, the scoring unit's integer MACs (:mod:`hikv.sim.energy`). Writes of
+the current token's K/V are not counted (one token per step, the same for every method).
 
 Everything is vectorised: any numeric override may be a numpy array and the results broadcast.
 """
@@ -52,22 +58,27 @@ from typing import Any
 
 import numpy as np
 
+from hikv.hw.scorer_timing import ScorerTiming
 from hikv.hw.sorter_timing import SorterTiming
 from hikv.model.baseline_pe_ref import EXP_LATENCY, MAC_LATENCY
 from hikv.params import (
     Config,
     MemoryType,
+    Method,
     MethodSpec,
     ParamError,
+    ScorerParams,
 )
 
 from . import energy as E
 from .bursts import Geometry
+from .clocks import Clocks, assumed_clocks
 from .closed_form import closed_form, step_bytes
 from .closed_form_base import SortJob, StepAccount
-from .timing import TimingModel, default_timing, loader_instances
+from .timing import TimingModel, default_timing, loader_instances, unique_apply
 
-__all__ = ["Overrides", "SortJob", "StepWork", "AttentionCost", "step_work", "attention_cost"]
+__all__ = ["Overrides", "SortJob", "StepWork", "AttentionCost", "step_work", "attention_cost",
+           "scorer_cycles"]
 
 ArrayLike = Any
 
@@ -92,6 +103,7 @@ class Overrides:
     pe_lanes: ArrayLike | None = None
     softmax_lanes: ArrayLike | None = None
     sorter_lanes: ArrayLike | None = None
+    scorer_lanes: ArrayLike | None = None
     mem_bandwidth_bytes_per_s: ArrayLike | None = None
     memory: Any = None
     tech_nm: ArrayLike | None = None
@@ -113,6 +125,7 @@ class StepWork:
     sorts: tuple[SortJob, ...] = ()
     masked_records: ArrayLike = 0     # attend: Stage II records the loaders expand
     page_tokens: ArrayLike = 0        # attend: retained tokens read from channel pages
+    scorer_tokens: ArrayLike = 0      # select on the low-bit scoring unit: tokens per query
 
 
 def step_work(spec: MethodSpec, cfg: Config, ov: Overrides | None = None) -> StepWork:
@@ -131,20 +144,35 @@ def step_work(spec: MethodSpec, cfg: Config, ov: Overrides | None = None) -> Ste
     w = closed_form(spec).work(g, n, B, sb, G, keep_k=ov.keep_k, keep_v=ov.keep_v)
     qk = (d if w.qk_dims is None else w.qk_dims) + zero
     attended = sb.tokens + 1
+    # the closed form scores n cached tokens per query head (score_macs = G n d); on the
+    # scoring unit those are its jobs' tokens
+    on_scorer = spec.method is Method.HIKV and spec.hikv is not None and _lowbit_qa(spec.hikv)
+    scorer_tokens = np.where(np.asarray(w.score_macs) > 0, n, 0) + zero if on_scorer else zero
     return StepWork(bytes=sb, select_bytes=w.select_bytes + zero,
                     select_requests=w.select_requests + zero,
                     score_macs=w.score_macs + zero, score_exps=w.score_exps + zero,
                     attended=attended, qk_dims=qk, attend_macs=G * attended * (qk + d),
                     attend_exps=G * attended, sorts=w.sorts,
-                    masked_records=w.masked_records + zero, page_tokens=w.page_tokens + zero)
+                    masked_records=w.masked_records + zero, page_tokens=w.page_tokens + zero,
+                    scorer_tokens=scorer_tokens)
+
+
+def _lowbit_qa(policy: Any) -> bool:
+    from hikv.params import Stage1Scorer, Stage1Variant
+
+    return (policy.stage1 is Stage1Variant.QUERY_AWARE
+            and policy.scorer is Stage1Scorer.LOWBIT_KEYS)
 
 
 @dataclass(frozen=True)
 class AttentionCost:
     """Cost of one decode step (all layers and KV heads) of one method; arrays broadcast.
 
-    Cycles are per (layer, KV head) unless named ``_layer``; ``time_s`` and ``energy_j`` are
-    per decode step of the whole model.
+    Cycles are per (layer, KV head) unless named ``_layer``, counted in the *reference* clock
+    (the PE array's, :attr:`hikv.sim.clocks.Clocks.reference_hz`): a block at another clock
+    has its own cycles scaled by ``reference / own``. ``time_s`` and ``energy_j`` are per
+    decode step of the whole model. ``macs`` are the PE lanes' (``scorer_macs`` the scoring
+    unit's integer MACs); ``bytes_bound_s`` is the bytes roofline ``bytes / bandwidth``.
     """
 
     label: str
@@ -162,6 +190,10 @@ class AttentionCost:
     energy_parts_j: dict[str, ArrayLike] = field(default_factory=dict)
     timing: str = ""
     kv_heads: int = 1
+    scorer_cycles: ArrayLike = 0.0    # per (layer, KV head), reference cycles (in select)
+    scorer_macs: ArrayLike = 0.0
+    bytes_bound_s: ArrayLike = 0.0
+    clocks: Clocks | None = None
 
     @property
     def energy_j(self) -> ArrayLike:
@@ -172,15 +204,51 @@ class AttentionCost:
         """Layer cycles beyond the datapath bound (sorter time not hidden), per layer."""
         return self.layer_cycles - self.kv_heads * (self.select_cycles + self.attend_cycles)
 
+    @property
+    def bytes_bound_fraction(self) -> ArrayLike:
+        """``bytes / bandwidth`` over the modelled time: 1 = at the bytes roofline."""
+        return self.bytes_bound_s / self.time_s
+
+
+def _at_clock(cfg: Config, hz: float) -> Config:
+    """``cfg`` with its accelerator clock at ``hz`` (what a block's own timing sees)."""
+    if hz == cfg.accel.clock_hz:
+        return cfg
+    return cfg.replace(accel=dataclasses.replace(cfg.accel, clock_hz=hz))
+
+
+def scorer_cycles(params: ScorerParams, tokens: ArrayLike, jobs: int,
+                  lanes: ArrayLike | None = None) -> ArrayLike:
+    """Cycles of ``jobs`` back-to-back scoring jobs of ``tokens`` tokens each on the scoring
+    unit (:class:`hikv.hw.scorer_timing.ScorerTiming`: the first job's ``cycles``, each further
+    one its ``throughput_cycles``); 0 where ``tokens`` is 0. ``lanes`` overrides
+    ``params.lanes`` (an array for sweeps)."""
+    lanes = params.lanes if lanes is None else lanes
+
+    def one(n: int, lane: int) -> float:
+        if n <= 0:
+            return 0.0
+        t = ScorerTiming(dataclasses.replace(params, lanes=lane))
+        return float(t.cycles(n) + (jobs - 1) * t.throughput_cycles(n))
+
+    return unique_apply(one, tokens, lanes)
+
 
 def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *,
-                   timing: TimingModel | None = None) -> AttentionCost:
-    """Time and energy of one decode step of ``spec`` on the accelerator of ``cfg``."""
+                   timing: TimingModel | None = None, clocks: Clocks | None = None
+                   ) -> AttentionCost:
+    """Time and energy of one decode step of ``spec`` on the accelerator of ``cfg``.
+
+    ``clocks``: every block's clock (:func:`hikv.sim.clocks.accelerator_clocks`); default
+    :func:`hikv.sim.clocks.assumed_clocks` (hand-set clocks, else ``accel.clock_hz``, no
+    synthesis)."""
     ov = ov or Overrides()
     _check_overrides(cfg, ov)
     timing = timing or default_timing()
+    clocks = clocks or assumed_clocks(cfg)
     a, lay = cfg.accel, cfg.layout
-    clock = a.clock_hz
+    clock = clocks.reference_hz
+    f_ld, f_so, f_sc = clocks.hz("loader"), clocks.hz("sorter"), clocks.hz("scorer")
     bw = np.asarray(a.mem_bandwidth_bytes_per_s if ov.mem_bandwidth_bytes_per_s is None
                     else ov.mem_bandwidth_bytes_per_s, dtype=float)
     pe = np.asarray(a.pe_lanes if ov.pe_lanes is None else ov.pe_lanes)
@@ -190,17 +258,23 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     sorter = cfg.sorter
     w = step_work(spec, cfg, ov)
     sb = w.bytes
+    G = cfg.model.group
     lat = a.mem_latency_s * clock
     bw_cyc = bw / clock
-    inst = loader_instances(cfg, bw)
+    # the loaders run at their own clock: their latency in their cycles, their count from
+    # their rate at that clock (loader_instances), their cycles scaled to the reference clock
+    lat_ld = a.mem_latency_s * f_ld
+    inst = loader_instances(_at_clock(cfg, f_ld), bw)
+    r_ld, r_so, r_sc = clock / f_ld, clock / f_so, clock / f_sc
 
     def loader(bytes_: ArrayLike, req: ArrayLike, records: ArrayLike = 0,
                page_tokens: ArrayLike = 0) -> ArrayLike:
         # one instance's share; the bursts of a phase spread evenly over the instances
         share = lambda x: np.ceil(np.asarray(x, dtype=float) / inst)  # noqa: E731
         return timing.loader_cycles(cfg.loader, lay, bytes=np.asarray(bytes_) / inst,
-                                    requests=share(req), mem_latency_cycles=lat,
-                                    records=share(records), page_tokens=share(page_tokens))
+                                    requests=share(req), mem_latency_cycles=lat_ld,
+                                    records=share(records),
+                                    page_tokens=share(page_tokens)) * r_ld
 
     def phase(bytes_: ArrayLike, req: ArrayLike, macs: ArrayLike, exps: ArrayLike,
               records: ArrayLike = 0, page_tokens: ArrayLike = 0) -> ArrayLike:
@@ -208,10 +282,19 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         return np.maximum.reduce([memt, loader(bytes_, req, records, page_tokens),
                                   np.ceil(macs / pe), np.ceil(exps / sm)])
 
-    sel = phase(w.select_bytes, w.select_requests, w.score_macs, w.score_exps)
+    # select: the low-bit scores of query-aware HiKV run on the scoring unit (one job of n
+    # tokens per query head of the group, streamed as the metadata arrives); with one query
+    # head the sorter takes its keys directly, with G > 1 the group's softmax-sum (the golden
+    # model's selection score) runs on the softmax lanes
+    on_sc = np.asarray(w.scorer_tokens) > 0
+    sc_macs = np.where(on_sc, w.score_macs, 0.0)
+    pe_score_macs = np.where(on_sc, 0.0, w.score_macs)
+    score_exps = np.where(on_sc & (G == 1), 0.0, w.score_exps)
+    sc_cyc = scorer_cycles(cfg.scorer, w.scorer_tokens, G, ov.scorer_lanes) * r_sc
+    sel = np.maximum(phase(w.select_bytes, w.select_requests, pe_score_macs, score_exps),
+                     sc_cyc)
     attend_bytes = sb.burst - w.select_bytes
     attend_req = np.maximum(sb.requests - w.select_requests, 0)
-    G = cfg.model.group
     d = np.asarray(lay.head_dim if ov.head_dim is None else ov.head_dim)
     drain = np.ceil(G * (w.qk_dims + d) / pe) + MAC_LATENCY + EXP_LATENCY
     att = phase(attend_bytes, attend_req, w.attend_macs, w.attend_exps, w.masked_records,
@@ -227,6 +310,7 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         c, q = _sorter_eval(timing, sorter_p, ov.sorter_lanes, job)
         sort = sort + c * job.per_step
         compares = compares + q * job.per_step
+    sort = sort * r_so
     H = cfg.model.kv_heads
     L = cfg.model.layers
     layer = np.maximum(H * (sel + att), np.where(sort > 0, sel + H * sort + att, 0.0))
@@ -234,7 +318,7 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     units = L * H
     bytes_burst = units * sb.burst
     bytes_ideal = units * sb.ideal
-    macs = units * (w.score_macs + w.attend_macs)
+    macs = units * (pe_score_macs + w.attend_macs)
     roof_mem = bytes_burst / bw
     roof_pe = macs / (pe * clock)
     eb = lay.elem_bytes
@@ -245,11 +329,13 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         "sram": E.sram_energy_j(bytes_ideal, bytes_ideal, a.sram_kv_bytes, tech)
         + E.sram_energy_j(0, q_reads, a.sram_q_bytes, tech),
         "mac": E.mac_energy_j(macs, tech),
-        "softmax": E.softmax_energy_j(units * (w.score_exps + w.attend_exps), tech),
+        "softmax": E.softmax_energy_j(units * (score_exps + w.attend_exps), tech),
         "sorter": E.sorter_energy_j(units * compares,
                                     SorterTiming.from_params(sorter).item_width, tech),
         "loader": E.loader_energy_j(units * sb.requests,
                                     np.ceil(bytes_burst / cfg.loader.beat_bytes), tech),
+        "scorer": E.scorer_energy_j(units * sc_macs, units * G * np.asarray(w.scorer_tokens),
+                                    _lowbit_bits(spec), cfg.scorer.query_bits, d, tech),
     }
     shape = np.broadcast(time_s, parts["dram"], parts["sram"]).shape
     parts = {k: np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()}
@@ -257,8 +343,14 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         label=spec.label, work=w, select_cycles=sel, sort_cycles=sort, attend_cycles=att,
         layer_cycles=layer, time_s=time_s, roofline_s=np.maximum(roof_mem, roof_pe),
         memory_bound=roof_mem >= roof_pe, bytes_burst=bytes_burst, bytes_ideal=bytes_ideal,
-        macs=macs, energy_parts_j=parts, timing=timing.name, kv_heads=H)
+        macs=macs, energy_parts_j=parts, timing=timing.name, kv_heads=H,
+        scorer_cycles=sc_cyc, scorer_macs=units * sc_macs, bytes_bound_s=roof_mem,
+        clocks=clocks)
     return res
+
+
+def _lowbit_bits(spec: MethodSpec) -> int:
+    return spec.hikv.lowbit_bits if spec.hikv is not None else 4
 
 
 def _dram_per_byte_v(mem: ArrayLike) -> ArrayLike:
@@ -292,6 +384,9 @@ def _check_overrides(cfg: Config, ov: Overrides) -> None:
             raise ParamError("keep_v (r) must be <= head_dim (d) at every design point")
     if ov.tech_nm is not None:
         E.node_energy_scale(ov.tech_nm)
+    if ov.scorer_lanes is not None:
+        for x in np.unique(np.asarray(ov.scorer_lanes)):
+            ScorerParams(lanes=int(x), query_bits=cfg.scorer.query_bits)
     if ov.context is not None and (np.asarray(ov.context) < 1).any():
         raise ParamError("context (N) must be >= 1 at every design point")
     if ov.step is not None and (np.asarray(ov.step) < 1).any():

@@ -43,6 +43,9 @@ __all__ = [
     "dram_energy_j",
     "sorter_energy_j",
     "loader_energy_j",
+    "SCORER_TOKEN_ACTIONS",
+    "scorer_energy_j",
+    "scorer_mac_energy_j",
 ]
 
 ArrayLike = Any  # int, float or numpy array
@@ -54,6 +57,12 @@ MAC_ACTIONS: dict[str, int] = {"fp16_mult": 1, "fp32_add": 1}
 #: accumulate the sum (2 fp32 adds), exp as 2^(x log2 e) with two 16-bit fixed-point multiplies
 #: (by log2 e and the table interpolation), and the final scaling by 1/sum (one fp32 mult).
 SOFTMAX_ACTIONS: dict[str, int] = {"fp32_add": 2, "int16_mult": 2, "fp32_mult": 1}
+
+
+#: Per token and query on the low-bit scoring unit (hw/scorer.py stage 2 and 3): the exact
+#: score ``S = step * D + lo * Q`` (two multiplies of an 11-bit mantissa by a 16- to 24-bit
+#: integer, priced as int32 multiplies, and one int32 add); the fp16 rounding is not priced.
+SCORER_TOKEN_ACTIONS: dict[str, int] = {"int32_mult": 2, "int32_add": 1}
 
 
 def load_data(name: str) -> dict[str, Any]:
@@ -206,3 +215,40 @@ def loader_energy_j(requests: ArrayLike, beats: ArrayLike, tech_nm: ArrayLike) -
     :func:`sram_energy_j`."""
     adds = 2 * np.asarray(requests, dtype=float) + np.asarray(beats, dtype=float)
     return adds * action_energy_j("int32_add", tech_nm)
+
+
+def _add_by_width(bits: ArrayLike) -> ArrayLike:
+    """Energy at 45 nm of one integer add of ``bits`` bits (int8 / int16 / int32, the next
+    width up, as :func:`sorter_energy_j`)."""
+    tab = load_tables().action_j_45nm
+    b = np.asarray(bits)
+    return np.where(b <= 8, tab["int8_add"], np.where(b <= 16, tab["int16_add"],
+                                                      tab["int32_add"]))
+
+
+def scorer_mac_energy_j(key_bits: ArrayLike, query_bits: ArrayLike, head_dim: ArrayLike,
+                        tech_nm: ArrayLike) -> ArrayLike:
+    """Energy of one integer MAC of the scoring unit: a ``key_bits x query_bits`` multiply
+    and one add of the dot product's accumulator (``key_bits + query_bits + log2 head_dim``
+    bits, :func:`_add_by_width`).
+
+    The source table (Horowitz, ISSCC 2014) has an 8 x 8-bit multiply; a ``b x q``-bit one is
+    priced as ``int8_mult x b q / 64`` (an array multiplier's energy grows with its partial
+    product bits): *derived*, not in the source. A 4 x 8-bit MAC with a 64-element dot product
+    costs 0.1 + 0.1 = 0.2 pJ at 45 nm against 2.0 pJ for the fp16 MAC lane's
+    (:data:`MAC_ACTIONS`)."""
+    tab = load_tables().action_j_45nm
+    kb, qb = np.asarray(key_bits, dtype=float), np.asarray(query_bits, dtype=float)
+    acc = kb + qb + np.ceil(np.log2(np.maximum(np.asarray(head_dim, dtype=float), 1)))
+    return (tab["int8_mult"] * kb * qb / 64 + _add_by_width(acc)) * node_energy_scale(tech_nm)
+
+
+def scorer_energy_j(macs: ArrayLike, tokens: ArrayLike, key_bits: ArrayLike,
+                    query_bits: ArrayLike, head_dim: ArrayLike, tech_nm: ArrayLike
+                    ) -> ArrayLike:
+    """Low-bit scoring unit: ``macs`` integer MACs (:func:`scorer_mac_energy_j`) and, per
+    scored (token, query), :data:`SCORER_TOKEN_ACTIONS`. Registers are not priced (as for the
+    sorter): a lower bound."""
+    return (np.asarray(macs, dtype=float)
+            * scorer_mac_energy_j(key_bits, query_bits, head_dim, tech_nm)
+            + np.asarray(tokens, dtype=float) * _actions_j(SCORER_TOKEN_ACTIONS, tech_nm))

@@ -2,7 +2,8 @@
 
 For a preset: every method's external bytes, attention time and energy per decode step, the
 speedups of HiKV against full KV and against each baseline with the roofline bound beside each
-speedup, the sorter + loader area overhead, and where the seed's reference claims stand against
+speedup, the area overhead of HiKV's units (sorter, loaders, scoring unit), every block's
+clock, and where the seed's reference claims stand against
 ours. Numbers are labelled by where they come from:
 
 * ``reference``: the seed paper's headline claims (docs/cost_model.md), not computed here;
@@ -10,7 +11,10 @@ ours. Numbers are labelled by where they come from:
   closed forms checked against the golden model, energy tables from the literature, and the
   sorter / loader cycles of the RTL's timing contracts (:class:`hikv.sim.timing.RtlTiming`,
   checked against cocotb measurements);
-* ``synthesised``: area from Yosys synthesis of our generated Verilog (:mod:`hikv.sim.area`).
+* ``synthesised``: area from Yosys synthesis of our generated Verilog (:mod:`hikv.sim.area`);
+* clocks (:mod:`hikv.sim.clocks`): each block's clock from the timing flow's ASIC estimate of
+  our Verilog at the preset's node (when synthesis is allowed), hand-set with a source, or
+  assumed (``accel.clock_hz``, not checked); every clock is printed with its source and path.
 
 Budgets are *nominal* (the preset's budget for every method) unless an iso-accuracy operating
 point file is given (:func:`load_iso_accuracy`, written by the accuracy study).
@@ -41,6 +45,7 @@ from hikv.params import (
 from hikv.presets import baseline_specs, method_specs
 
 from .attention_model import AttentionCost, Overrides, attention_cost
+from .clocks import Clocks, accelerator_clocks, assumed_clocks
 from .report_section import ReportSection, code_version, flatten
 from .serving_report import report_section
 from .timing import TimingModel, default_timing
@@ -72,6 +77,15 @@ REFERENCE_CLAIMS: dict[str, dict[str, Any]] = {
     "area_share": {"value": 0.08, "text": "about 8% of system area",
                    "conditions": "dedicated sorter + loader hardware"},
 }
+
+#: What the baseline accelerator (the system the overhead is measured against) stands for.
+BASELINE_SYSTEM = (
+    "our assumption, not a published design: a decode-attention engine of accel.pe_lanes "
+    "fp16 MAC lanes (fp32 accumulate), accel.softmax_lanes softmax lanes (exp unit + MAC "
+    "lane each) and accel.sram_kv_bytes + accel.sram_q_bytes of on-chip SRAM, its PE lanes "
+    "sized so full-KV decode attention is memory-bound on the preset's memory (hikv/presets.py "
+    "comments); no host interface, NoC, DMA or control is counted, so the overhead is "
+    "against the attention datapath alone (an upper bound on the share of a whole chip)")
 
 #: Importance-based baselines the bytes claim is held against.
 SOTA_METHODS = tuple(m for m in Method if m not in (Method.FULL, Method.HIKV))
@@ -186,6 +200,9 @@ class MethodRow:
     sort_cycles_per_head: float
     attend_cycles_per_head: float
     layer_cycles: float
+    scorer_cycles_per_head: float = 0.0
+    bytes_bound_s: float = math.nan
+    bytes_bound_fraction: float = math.nan   # (bytes / bandwidth) / time: 1 = at the bound
     speedup_vs_full: float = math.nan
     roofline_bound_vs_full: float = math.nan
     bytes_reduction_vs_full: float = math.nan
@@ -210,6 +227,8 @@ class Report:
     notes: tuple[str, ...]
     sections: tuple[ReportSection, ...] = ()
     context_curve: dict[str, Any] = field(default_factory=dict)
+    clocks: dict[str, Any] = field(default_factory=dict)
+    baseline_system: str = BASELINE_SYSTEM
 
     def row(self, method: Method) -> MethodRow:
         for r in self.rows:
@@ -231,17 +250,20 @@ def _row(spec: MethodSpec, c: AttentionCost) -> MethodRow:
         else "compute", energy_j=_f(c.energy_j),
         energy_parts_j={k: _f(v) for k, v in c.energy_parts_j.items()},
         select_cycles_per_head=_f(c.select_cycles), sort_cycles_per_head=_f(c.sort_cycles),
-        attend_cycles_per_head=_f(c.attend_cycles), layer_cycles=_f(c.layer_cycles))
+        attend_cycles_per_head=_f(c.attend_cycles), layer_cycles=_f(c.layer_cycles),
+        scorer_cycles_per_head=_f(c.scorer_cycles), bytes_bound_s=_f(c.bytes_bound_s),
+        bytes_bound_fraction=_f(c.bytes_bound_fraction))
 
 
-def _area_section(cfg: Config, fetch: bool) -> dict[str, Any]:
+def _area_section(cfg: Config, fetch: bool, clocks: Clocks) -> dict[str, Any]:
     from .area import accelerator_area, loader_instances
     from .cells import CellsUnavailable, fetch_cells
 
+    f_ld = clocks.hz("loader")
     try:
         if fetch:
             fetch_cells()
-        ar = accelerator_area(cfg)
+        ar = accelerator_area(cfg, loader_clock_hz=f_ld)
     except CellsUnavailable as e:
         return {"available": False, "reason": str(e)}
     items = [{"part": "baseline", "name": i.name, "count": i.count,
@@ -254,7 +276,8 @@ def _area_section(cfg: Config, fetch: bool) -> dict[str, Any]:
     return {"available": True, "tech_nm": ar.tech_nm, "items": items,
             "baseline_m2": ar.baseline_m2, "hikv_m2": ar.hikv_m2,
             "missing_blocks": list(ar.missing), "overhead_vs_baseline": ar.overhead,
-            "share_of_system": ar.share, "loader_instances": loader_instances(cfg),
+            "share_of_system": ar.share, "loader_instances": loader_instances(cfg, f_ld),
+            "loader_clock_hz": f_ld,
             "synthesis": {k: {"top": v.top, "cells": v.cell_count, "flipflops": v.flipflops,
                               "area_sky130_m2": v.area_m2,
                               "sequential_area_sky130_m2": v.sequential_area_m2,
@@ -274,8 +297,9 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
     takes a minute or more), or the names to add; ``section_options`` their keyword options.
     """
     timing = timing or default_timing()
+    clocks = _clocks(cfg, area, fetch_cells)
     specs = list(iso.specs) if iso else baseline_specs(cfg)
-    costs = [(s, attention_cost(s, cfg, timing=timing)) for s in specs]
+    costs = [(s, attention_cost(s, cfg, timing=timing, clocks=clocks)) for s in specs]
     rows = [_row(s, c) for s, c in costs]
     full = next(r for r in rows if r.method == Method.FULL.value)
     hikv = next(r for r in rows if r.method == Method.HIKV.value)
@@ -293,17 +317,17 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
             hikv_energy_reduction_vs_this=1.0 - hikv.energy_j / r.energy_j))
     rows = out
     hikv = next(r for r in rows if r.method == Method.HIKV.value)
-    area_d = _area_section(cfg, fetch_cells) if area else {"available": False,
-                                                            "reason": "not requested"}
+    area_d = _area_section(cfg, fetch_cells, clocks) if area else {
+        "available": False, "reason": "not requested"}
     claims = _claims(rows, hikv, area_d, cfg, timing, iso)
-    notes = _notes(cfg, rows, timing, iso, specs)
-    curve = _context_curve(cfg, specs, timing)
+    notes = _notes(cfg, rows, timing, iso, specs, clocks)
+    curve = _context_curve(cfg, specs, timing, clocks)
     rep = Report(preset=cfg.name, config=to_dict(cfg), code_version=code_version(),
                  timing_model=timing.name, timing_source=timing.source,
                  budgets=(f"iso-accuracy ({iso.metric} within {iso.tolerance}; {iso.path})"
                           if iso else "nominal (every method at the preset's budget B)"),
                  rows=tuple(rows), area=area_d, claims=tuple(claims), notes=tuple(notes),
-                 context_curve=curve)
+                 context_curve=curve, clocks=clocks.to_dict())
     names = tuple(REPORT_SECTIONS) if sections is True else tuple(sections or ())
     if names:
         extra = []
@@ -317,16 +341,31 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
     return rep
 
 
-def _context_curve(cfg: Config, specs: list[MethodSpec], timing: TimingModel
-                   ) -> dict[str, Any]:
+def _clocks(cfg: Config, synthesis: bool, fetch: bool) -> Clocks:
+    """Every block's clock: the timing flow's estimate when synthesis is allowed (and the cell
+    library is there), else assumed (:mod:`hikv.sim.clocks`)."""
+    if not synthesis:
+        return accelerator_clocks(cfg, check=False)
+    from .cells import CellsUnavailable, fetch_cells
+
+    try:
+        if fetch:
+            fetch_cells()
+        return accelerator_clocks(cfg)
+    except CellsUnavailable as e:
+        return assumed_clocks(cfg, f"no cell library for the timing flow: {e}")
+
+
+def _context_curve(cfg: Config, specs: list[MethodSpec], timing: TimingModel,
+                   clocks: Clocks | None = None) -> dict[str, Any]:
     """Speedup vs full KV over context lengths (powers of two up to 4x the preset's)."""
     hi = max(cfg.context * 4, 2 * cfg.policy.budget)
     ns = np.unique(np.geomspace(max(cfg.policy.budget // 2, 16), hi, 12).astype(int))
     ov = Overrides(context=ns)
-    full = attention_cost(specs[0], cfg, ov, timing=timing)
+    full = attention_cost(specs[0], cfg, ov, timing=timing, clocks=clocks)
     curves = {}
     for s in specs[1:]:
-        c = attention_cost(s, cfg, ov, timing=timing)
+        c = attention_cost(s, cfg, ov, timing=timing, clocks=clocks)
         curves[s.label] = (full.time_s / c.time_s).tolist()
     return {"context": ns.tolist(), "speedup_vs_full": curves}
 
@@ -346,8 +385,9 @@ def _claims(rows: list[MethodRow], hikv: MethodRow, area: dict[str, Any], cfg: C
         area_txt = ("pending: " + ", ".join(area["missing_blocks"]) +
                     " not registered yet (no RTL to synthesise)")
     elif area.get("available"):
-        area_txt = (f"{100 * share:.1f}% of system ({100 * area['overhead_vs_baseline']:.1f}% "
-                    f"over the baseline), {area['tech_nm']} nm")
+        area_txt = (f"{', '.join(_units(area))}: {100 * share:.1f}% of system "
+                    f"({100 * area['overhead_vs_baseline']:.1f}% over the baseline), "
+                    f"{area['tech_nm']} nm")
     else:
         area_txt = "unavailable: " + str(area.get("reason", ""))
     return [
@@ -367,13 +407,21 @@ def _claims(rows: list[MethodRow], hikv: MethodRow, area: dict[str, Any], cfg: C
                       f"{r.label} {r.hikv_bytes_reduction_vs_this:.2f}" for r in sota) + ")"),
          "ours_value": [min(red), max(red)], "origin": "model", "conditions": cond + "; "
                                                                                + budgets},
-        {"claim": "sorter + loader area", "reference": ref["area_share"]["text"],
+        {"claim": "HiKV units' area", "reference": ref["area_share"]["text"],
          "ours": area_txt, "ours_value": share,
          "origin": "synthesised" if area.get("available") else "unavailable",
          "conditions": "Yosys -> sky130_fd_sc_hd -> NAND2 eq. -> FreePDK45 x node factor; "
                        "SRAM 3.5 mm^2/MiB at 45 nm x node factor; loaders replicated to the "
-                       "memory bandwidth, baseline DMA not subtracted"},
+                       "memory bandwidth, baseline DMA not subtracted; baseline: "
+                       + BASELINE_SYSTEM},
     ]
+
+
+def _units(area: dict[str, Any]) -> list[str]:
+    """The HiKV units of the area section (sorter, loader, scorer), or the default two."""
+    names = [i["name"] for i in area.get("items", ()) if i["part"] == "hikv"
+             and "." not in i["name"]]
+    return names or ["sorter", "loader"]
 
 
 def _sorter_jobs_beyond_limits(cfg: Config, specs: list[MethodSpec]) -> list[str]:
@@ -394,24 +442,44 @@ def _sorter_jobs_beyond_limits(cfg: Config, specs: list[MethodSpec]) -> list[str
 
 
 def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccuracy | None,
-           specs: list[MethodSpec]) -> list[str]:
-    from .timing import loader_instances
+           specs: list[MethodSpec], clocks: Clocks | None = None) -> list[str]:
+    from .area import loader_instances
 
     a = cfg.accel
+    clocks = clocks or assumed_clocks(cfg)
+    f_pe, f_ld = clocks.reference_hz, clocks.hz("loader")
     notes = []
     full = next(r for r in rows if r.method == Method.FULL.value)
     inten = (cfg.model.group * 2 * cfg.layout.head_dim) / (2 * cfg.layout.row_bytes)
-    balance = a.pe_lanes * a.clock_hz / a.mem_bandwidth_bytes_per_s
+    balance = a.pe_lanes * f_pe / a.mem_bandwidth_bytes_per_s
     notes.append(f"Full-KV decode attention does {inten:.2f} MAC per KV byte (GQA group "
                  f"{cfg.model.group}); this accelerator balances at {balance:.2f} MAC/byte "
-                 f"({a.pe_lanes} lanes x {a.clock_hz / 1e9:g} GHz / "
+                 f"({a.pe_lanes} lanes x {f_pe / 1e9:.3g} GHz / "
                  f"{a.mem_bandwidth_bytes_per_s / 1e9:g} GB/s), so it is "
                  f"{full.bound}-bound: speedups follow the "
                  f"{'bytes' if full.bound == 'memory' else 'MAC'} ratio.")
-    notes.append(f"Sorter and loader cycles: {timing.source}. Loaders: "
-                 f"{loader_instances(cfg)} instances, enough that their steady rate "
-                 "(beat_bytes x min(1, outstanding x burst beats / (latency + burst beats))) "
-                 "takes the memory bandwidth.")
+    if clocks.assumed:
+        notes.append("Clocks of " + ", ".join(clocks.assumed) + f": assumed at "
+                     f"{a.clock_hz / 1e9:g} GHz (accel.clock_hz), not checked against the RTL "
+                     "(synthesis not allowed or not possible; run without --no-area for the "
+                     "timing flow's estimate).")
+    pol = ("each phase at its own block's clock, cycles counted in the PE array's"
+           if clocks.policy == "per_block" else
+           f"one clock for the whole accelerator, the slowest block's "
+           f"({clocks.single_hz / 1e6:.0f} MHz)")
+    notes.append(f"Clock policy {clocks.policy!r}: {pol}.")
+    notes.append(f"Sorter, loader and scoring-unit cycles: {timing.source}; scoring unit: "
+                 "hikv.hw.scorer_timing (ceil(n / L) + 3 per job, jobs back to back). Loaders: "
+                 f"{loader_instances(cfg, f_ld)} instances at {f_ld / 1e6:.0f} MHz, enough "
+                 "that their steady rate (beat_bytes x min(1, outstanding x burst beats / "
+                 "(latency + burst beats)) per loader cycle) takes the memory bandwidth.")
+    if any(r.scorer_cycles_per_head > 0 for r in rows):
+        notes.append(f"Query-aware HiKV's low-bit scores run on the scoring unit "
+                     f"({cfg.scorer.lanes} lanes, {cfg.scorer.query_bits}-bit query; one job "
+                     f"per query head of the GQA group of {cfg.model.group}), streamed as the "
+                     "metadata arrives; the group's softmax-sum runs on the softmax lanes; "
+                     "energy per integer MAC: hikv.sim.energy.scorer_mac_energy_j (Horowitz "
+                     "int8 multiply scaled by b x q / 64, derived).")
     big = _sorter_jobs_beyond_limits(cfg, specs)
     if big:
         notes.append("Sorter jobs larger than the built sorter accepts (max_n = "

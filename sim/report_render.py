@@ -44,7 +44,7 @@ def markdown(rep: Report) -> str:
              f"Code {rep.code_version}; model {c['model']['name']}, context N = {c['context']},"
              f" budget B = {c['policy']['budget']}, {c['accel']['memory']} "
              f"{c['accel']['mem_bandwidth_bytes_per_s'] / 1e9:g} GB/s, "
-             f"{c['accel']['pe_lanes']} PE lanes at {c['accel']['clock_hz'] / 1e9:g} GHz, "
+             f"{c['accel']['pe_lanes']} PE lanes at {_pe_clock(rep) / 1e9:.3g} GHz, "
              f"{c['accel']['tech_nm']} nm.", "",
              f"Budgets: {rep.budgets}. Sorter/loader timing: `{rep.timing_model}` (the RTL's "
              "timing contracts, checked against cocotb).", "",
@@ -62,23 +62,31 @@ def markdown(rep: Report) -> str:
             f"[{r.hikv_roofline_bound_vs_this:.2f}x] | {r.energy_j * 1e6:.2f} | "
             f"{-100 * r.energy_reduction_vs_full:+.1f}% | "
             f"{r.hikv_bytes_reduction_vs_this:.2f}x |")
-    lines += ["", "Cycles per (layer, KV head): select (scoring metadata), sort, attend; "
-              "layer time with the sorter overlapped across KV heads.", "",
-              "| method | select | sort | attend | layer | energy split (DRAM / SRAM / MAC / "
-              "softmax / sorter / loader, %) |", "|---|---|---|---|---|---|"]
+    lines += ["", "Cycles per (layer, KV head), in the PE array's clock: select (scoring "
+              "metadata; of which the low-bit scoring unit), sort, attend; layer time with the "
+              "sorter overlapped across KV heads; bytes roofline (bytes / bandwidth) over the "
+              "time.", "",
+              "| method | select | of it: scorer | sort | attend | layer | at bytes bound | "
+              "energy split (DRAM / SRAM / MAC / softmax / sorter / loader / scorer, %) |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in rep.rows:
         tot = sum(r.energy_parts_j.values())
-        split = " / ".join(f"{100 * r.energy_parts_j[k] / tot:.1f}" for k in
-                           ("dram", "sram", "mac", "softmax", "sorter", "loader"))
+        split = " / ".join(f"{100 * r.energy_parts_j.get(k, 0.0) / tot:.1f}"
+                           for k in ENERGY_PARTS)
         lines.append(f"| {r.label} | {r.select_cycles_per_head:.0f} | "
+                     f"{r.scorer_cycles_per_head:.0f} | "
                      f"{r.sort_cycles_per_head:.0f} | {r.attend_cycles_per_head:.0f} | "
-                     f"{r.layer_cycles:.0f} | {split} |")
+                     f"{r.layer_cycles:.0f} | {100 * r.bytes_bound_fraction:.0f}% | {split} |")
+    lines += ["", "## Clocks", "", *_clock_lines(rep)]
     lines += ["", "## Area (synthesised from our RTL)", ""]
     a = rep.area
     if not a.get("available"):
         lines.append(f"Unavailable: {a.get('reason', '')}")
     else:
-        lines += [f"At {a['tech_nm']} nm. Loader instances: {a['loader_instances']}.", "",
+        lines += [f"Baseline accelerator (the system the overhead is measured against): "
+                  f"{rep.baseline_system}.", "",
+                  f"At {a['tech_nm']} nm. Loader instances: {a['loader_instances']} (at the "
+                  f"loader's clock, {a.get('loader_clock_hz', 0) / 1e6:.0f} MHz).", "",
                   "| part | item | count | unit area (um^2) | area (mm^2) | NAND2 eq./unit | "
                   "origin |", "|---|---|---|---|---|---|---|"]
         for i in a["items"]:
@@ -135,18 +143,47 @@ def _area_breakdown(a: dict[str, Any]) -> list[str]:
 
 
 CSV_FIELDS = [f.name for f in dataclasses.fields(MethodRow) if f.name != "energy_parts_j"]
+#: energy parts of a row, in table order
+ENERGY_PARTS = ("dram", "sram", "mac", "softmax", "sorter", "loader", "scorer")
+
+
+def _pe_clock(rep: Report) -> float:
+    ck = rep.clocks
+    return float(ck["reference_hz"]) if ck else float(rep.config["accel"]["clock_hz"])
+
+
+def _clock_lines(rep: Report) -> list[str]:
+    """Every block's clock with its origin, source and critical path."""
+    ck = rep.clocks
+    if not ck:
+        return ["Every block at accel.clock_hz (assumed, not checked)."]
+    out = [f"Policy `{ck['policy']}`" + (
+        " (each phase at its own block's clock; cycles in the PE array's clock)."
+        if ck["policy"] == "per_block" else
+        f" (the whole accelerator at the slowest used block's clock, "
+        f"{ck['single_hz'] / 1e6:.0f} MHz)."), "",
+        "| block | clock (MHz) | runs at (MHz) | origin | source | critical path |",
+        "|---|---|---|---|---|---|"]
+    for b, c in ck["blocks"].items():
+        used = "" if c["used"] else " (not used by this preset)"
+        out.append(f"| {b}{used} | {c['hz'] / 1e6:.0f} | {c['effective_hz'] / 1e6:.0f} | "
+                   f"{c['origin']} | {c['source']} | {c['critical_path'] or '-'} |")
+    if ck["assumed"]:
+        out += ["", "**Assumed, not checked:** " + ", ".join(ck["assumed"]) + " (no timing "
+                "estimate: synthesis not allowed or not possible)."]
+    return out
 
 
 def rows_csv(rep: Report) -> str:
     buf = io.StringIO()
-    parts = ["dram", "sram", "mac", "softmax", "sorter", "loader"]
+    parts = list(ENERGY_PARTS)
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["preset", "code_version", "timing_model", "budgets", *CSV_FIELDS,
                 *(f"energy_{p}_j" for p in parts)])
     for r in rep.rows:
         w.writerow([rep.preset, rep.code_version, rep.timing_model, rep.budgets,
                     *(getattr(r, f) for f in CSV_FIELDS),
-                    *(r.energy_parts_j[p] for p in parts)])
+                    *(r.energy_parts_j.get(p, 0.0) for p in parts)])
     return buf.getvalue()
 
 

@@ -424,20 +424,28 @@ def _read_netlist(path: Path) -> dict[str, Any]:
 def design_sta(verilog: str, top: str, tech_nm: int, *, sram_min_bits: int | None = None,
                use_cache: bool = True) -> StaResult:
     """Synthesise (through the area flow's cache) and analyse ``verilog``; cached."""
-    from .area import DEFAULT_SRAM_MIN_BITS, netlist_path, synthesize
+    from .area import DEFAULT_SRAM_MIN_BITS, netlist_path, synth_key, synthesize
 
     smb = DEFAULT_SRAM_MIN_BITS if sram_min_bits is None else sram_min_bits
     delays = load_delays()
-    res = synthesize(verilog, top, sram_min_bits=smb, netlist=True, use_cache=use_cache)
-    key = text_hash(res.key, delays.digest, STA_VERSION)
     cache = cache_dir() / "sta"
     cache.mkdir(parents=True, exist_ok=True)
-    hit = cache / f"{top}-{key}.json"
     scale = node_delay_scale(tech_nm)
-    if use_cache and hit.exists():
+
+    def cached(synth: str) -> tuple[Path, StaResult | None]:
+        hit = cache / f"{top}-{text_hash(synth, delays.digest, STA_VERSION)}.json"
+        if not (use_cache and hit.exists()):
+            return hit, None
         d = json.loads(hit.read_text())
         d["tech_nm"], d["node_scale"] = tech_nm, scale
-        return StaResult.from_dict(d)
+        return hit, StaResult.from_dict(d)
+
+    # an analysis cached under the synthesis key needs neither the synthesis nor its netlist
+    hit, done = cached(synth_key(verilog, top, sram_min_bits=smb))
+    if done is not None:
+        return done
+    res = synthesize(verilog, top, sram_min_bits=smb, netlist=True, use_cache=use_cache)
+    key = text_hash(res.key, delays.digest, STA_VERSION)
     a = analyse(_read_netlist(netlist_path(res)), top, delays)
     out = StaResult(top=top, key=key, critical=a["critical"], reg_to_reg=a["reg_to_reg"],
                     flipflops=a["flipflops"], cells=a["cells"], tech_nm=tech_nm,

@@ -7,12 +7,16 @@ configuration field of the design point (the preset's fields with the axis value
 results and the code version.
 
 Axes (``Overrides`` fields): context ``N``, budget ``B``, HiKV's Stage II keep ``r`` (of V; of K
-with ``--keep-k``), head dimension ``d``, PE lanes, sorter lanes, memory type (DRAM energy per
-bit; bandwidth is its own axis), memory bandwidth, technology node.
+with ``--keep-k``), head dimension ``d``, PE lanes, sorter lanes, the low-bit scoring unit's
+lanes ``L``, memory type (DRAM energy per bit; bandwidth is its own axis), memory bandwidth,
+technology node. Every block runs at the preset's assumed or hand-set clocks
+(:func:`hikv.sim.clocks.assumed_clocks`), or at the timing flow's estimate of the preset's
+blocks (``hikv sweep --clocks sta``): a sweep does not run the timing flow per point.
 
 Area per design point comes from synthesis results (cached; one synthesis per distinct unit or
 block configuration): baseline = ``pe_lanes`` MAC lanes + ``softmax_lanes`` (exp + MAC) + SRAM;
-HiKV adds the sorter (per sorter-lane value) and ``loader_instances`` loaders, once those blocks
+HiKV adds the sorter (per sorter-lane value), ``loader_instances`` loaders and, where the preset
+scores Stage I from low-bit keys, the scoring unit (per scorer-lane value), once those blocks
 are registered (until then their area is NaN and the plots say so).
 """
 
@@ -34,6 +38,7 @@ from hikv.params import Config, MemoryType, MethodSpec, ParamError, to_dict
 from hikv.presets import baseline_specs
 
 from .attention_model import Overrides, attention_cost
+from .clocks import Clocks
 from .report_render import save_figure
 from .report_section import code_version, flatten
 from .timing import TimingModel, default_timing, loader_instances
@@ -50,6 +55,7 @@ AXES: dict[str, tuple[str, tuple[str, ...]]] = {
     "head_dim": ("head_dim", ("layout.head_dim", "model.head_dim")),
     "pe_lanes": ("pe_lanes", ("accel.pe_lanes",)),
     "sorter_lanes": ("sorter_lanes", ("sorter.lanes",)),
+    "scorer_lanes": ("scorer_lanes", ("scorer.lanes",)),
     "memory": ("memory", ("accel.memory",)),
     "bandwidth": ("mem_bandwidth_bytes_per_s", ("accel.mem_bandwidth_bytes_per_s",)),
     "tech_nm": ("tech_nm", ("accel.tech_nm",)),
@@ -104,8 +110,9 @@ class SweepResult:
 
 
 def evaluate(cfg: Config, points: dict[str, np.ndarray], specs: list[MethodSpec], *,
-             timing: TimingModel | None = None) -> SweepResult:
-    """Evaluate ``specs`` (the first one is the reference, normally full KV) at every point."""
+             timing: TimingModel | None = None, clocks: Clocks | None = None) -> SweepResult:
+    """Evaluate ``specs`` (the first one is the reference, normally full KV) at every point,
+    every block at ``clocks`` (default :func:`hikv.sim.clocks.assumed_clocks`)."""
     timing = timing or default_timing()
     ov = _overrides(points)
     if "keep_v" in points and "head_dim" in points:
@@ -115,13 +122,13 @@ def evaluate(cfg: Config, points: dict[str, np.ndarray], specs: list[MethodSpec]
     if "head_dim" in points and (points["head_dim"] > cfg.sorter.max_vec).any():
         raise ParamError(f"head_dim values must be <= sorter.max_vec = {cfg.sorter.max_vec}")
     t0 = time.perf_counter()
-    ref = attention_cost(specs[0], cfg, ov, timing=timing)
+    ref = attention_cost(specs[0], cfg, ov, timing=timing, clocks=clocks)
     # the reference machine: the preset's hardware, the design point's workload (N, d)
     work = Overrides(context=ov.context, head_dim=ov.head_dim)
-    ref_hw = attention_cost(specs[0], cfg, work, timing=timing)
+    ref_hw = attention_cost(specs[0], cfg, work, timing=timing, clocks=clocks)
     out: dict[str, dict[str, np.ndarray]] = {}
     for s in specs:
-        c = ref if s is specs[0] else attention_cost(s, cfg, ov, timing=timing)
+        c = ref if s is specs[0] else attention_cost(s, cfg, ov, timing=timing, clocks=clocks)
         shape = np.broadcast(c.time_s, ref.time_s).shape
 
         def b(x: Any, shape: tuple[int, ...] = shape) -> np.ndarray:
@@ -137,6 +144,9 @@ def evaluate(cfg: Config, points: dict[str, np.ndarray], specs: list[MethodSpec]
             "bytes_reduction_vs_ref": b(ref.bytes_burst / c.bytes_burst),
             "energy_reduction_vs_ref": b(1 - c.energy_j / ref.energy_j),
             "sort_cycles_per_head": b(c.sort_cycles),
+            "select_cycles_per_head": b(c.select_cycles),
+            "scorer_cycles_per_head": b(c.scorer_cycles),
+            "bytes_bound_fraction": b(c.bytes_bound_fraction),
         }
         cols.update({f"energy_{k}_j": b(v) for k, v in c.energy_parts_j.items()})
         out[s.label] = cols
@@ -176,6 +186,17 @@ def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int) -> dict[str
             sorter_area = np.where(sel, logic_area_m2(s.nand2_equivalents, tech)
                                    + sram_area_m2(s.macro_bytes, tech), sorter_area)
         hikv = sorter_area + inst * ld_area
+        from .area import scorer_used
+
+        if scorer_used(cfg) and "scorer" in BLOCKS:
+            sl = np.broadcast_to(points.get("scorer_lanes", np.asarray(cfg.scorer.lanes)), (n,))
+            sc_area = np.zeros(n)
+            for lv in np.unique(sl):
+                c3 = cfg.replace(scorer=dataclasses.replace(cfg.scorer, lanes=int(lv)))
+                r = block_synth(BLOCKS["scorer"], c3)
+                sc_area = np.where(sl == lv, logic_area_m2(r.nand2_equivalents, tech)
+                                   + sram_area_m2(r.macro_bytes, tech), sc_area)
+            hikv = hikv + sc_area
     return {"area_baseline_m2": np.asarray(base, dtype=float) + np.zeros(n),
             "area_hikv_m2": hikv, "area_overhead": hikv / base}
 

@@ -121,7 +121,7 @@ def test_energy_parts_are_counts_times_tables():
     for spec in baseline_specs(cfg):
         c = attention_cost(spec, cfg)
         parts = c.energy_parts_j
-        assert set(parts) == {"dram", "sram", "mac", "softmax", "sorter", "loader"}
+        assert set(parts) == {"dram", "sram", "mac", "softmax", "sorter", "loader", "scorer"}
         assert float(parts["dram"]) == pytest.approx(
             float(c.bytes_burst) * E.dram_energy_j_per_byte(cfg.accel.memory))
         assert float(parts["mac"]) == pytest.approx(float(E.mac_energy_j(c.macs, 28)))

@@ -44,7 +44,7 @@ def test_claims_mark_references_and_ours():
     assert "90%" in claims["attention energy vs full KV"]["reference"]
     assert "1.82x to 4.87x" in claims["external bytes vs importance-based baselines"][
         "reference"]
-    assert claims["sorter + loader area"]["origin"] == "unavailable"
+    assert claims["HiKV units' area"]["origin"] == "unavailable"
     md = RR.markdown(rep)
     assert "reference (seed paper, not measured here)" in md and "PROVISIONAL" not in md
     # SparQ's and Double Sparsity's Stage I over N + 1 = 32,769 tokens exceeds max_n = 32,768
@@ -163,3 +163,45 @@ def test_area_section_with_synthesis():
         assert math.isnan(a["overhead_vs_baseline"]) and a["missing_blocks"]
     else:
         assert a["overhead_vs_baseline"] > 0
+
+
+def test_clocks_assumed_without_synthesis():
+    from hikv.sim.report_render import markdown
+
+    rep = R.build_report(get_preset("default"), area=False)
+    ck = rep.clocks
+    assert ck["policy"] == "per_block" and set(ck["assumed"]) == {
+        "pe_array", "sorter", "loader", "scorer"}
+    text = markdown(rep)
+    assert "## Clocks" in text and "**Assumed, not checked:**" in text
+    assert any("assumed at 1 GHz" in n and "not checked" in n for n in rep.notes)
+    h = rep.row(Method.HIKV)
+    assert h.scorer_cycles_per_head > 0 and 0 < h.bytes_bound_fraction <= 1
+    assert h.bytes_bound_s == pytest.approx(h.bytes_burst / 256e9)
+
+
+def test_clocks_from_the_timing_flow_and_each_unit_in_the_area():
+    """With synthesis: every used block's clock from the ASIC estimate (origin, source and
+    critical path printed), the phases at those clocks, each unit in its own area row."""
+    cells_or_skip()
+    from hikv.sim.report_render import markdown
+
+    cfg = get_preset("tiny")
+    rep = R.build_report(cfg, fetch_cells=False)
+    ck = rep.clocks
+    for b in ("pe_array", "sorter", "loader"):
+        c = ck["blocks"][b]
+        assert c["origin"] == "sta" and c["critical_path"] and c["hz"] > 0, b
+    assert not ck["blocks"]["scorer"]["used"] and ck["assumed"] == []
+    text = markdown(rep)
+    assert "| sorter | " in text and "Stillmaker-Baas" in text
+    assert "Baseline accelerator (the system the overhead is measured against): our " \
+           "assumption" in text
+    units = [i["name"] for i in rep.area["items"] if i["part"] == "hikv" and "." not in i["name"]]
+    assert units == ["sorter", "loader"]            # tiny scores by page bounds: no scorer
+    assert rep.area["loader_clock_hz"] == ck["blocks"]["loader"]["effective_hz"]
+    from hikv.sim.attention_model import attention_cost
+    from hikv.sim.clocks import accelerator_clocks
+
+    full = attention_cost(R.baseline_specs(cfg)[0], cfg, clocks=accelerator_clocks(cfg))
+    assert rep.row(Method.FULL).time_s == pytest.approx(float(full.time_s))

@@ -34,6 +34,25 @@ def test_grid_and_evaluate():
         S.evaluate(cfg, S.grid({"keep_v": [64], "head_dim": [32]}), specs)
 
 
+def test_scorer_lanes_axis(tmp_path, capsys):
+    """More scoring-unit lanes shorten query-aware HiKV's select phase (default preset)."""
+    cfg = get_preset("default")
+    pts = S.grid({"scorer_lanes": [4, 8, 16, 32]})
+    hikv = [s for s in baseline_specs(cfg) if s.method.value == "hikv"]
+    res = S.evaluate(cfg, pts, [baseline_specs(cfg)[0], *hikv])
+    h = res.methods[hikv[0].label]
+    assert (np.diff(h["scorer_cycles_per_head"]) < 0).all()
+    assert (np.diff(h["time_s"]) <= 0).all() and (h["bytes_bound_fraction"] <= 1 + 1e-12).all()
+    out = tmp_path / "sw"
+    assert main(["sweep", "--preset", "default", "--scorer-lanes", "8,32", "--no-area",
+                 "--no-plots", "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert {r["scorer.lanes"] for r in rows} == {"8", "32"}
+    assert main(["sweep", "--preset", "default", "--scorer-lanes", "0", "--no-area",
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert "--scorer-lanes value 0: ScorerParams.lanes" in capsys.readouterr().err
+
+
 def test_pareto_mask():
     x = np.array([1.0, 2.0, 3.0, 2.0, 3.0])
     y = np.array([1.0, 2.0, 2.5, 1.0, 3.0])
@@ -61,3 +80,16 @@ def test_cli_sweep_csv_has_every_config_field(tmp_path, capsys):
 def test_bench_runs():
     r = S.bench(get_preset("default"), points=2000, repeat=1)
     assert r["points"] == 2000 and r["points_per_s"] > 0
+
+
+def test_cli_sweep_with_estimated_clocks(tmp_path, capsys):
+    from _hikv_cost_helpers import cells_or_skip
+
+    cells_or_skip()
+    out = tmp_path / "sw"
+    assert main(["sweep", "--preset", "tiny", "--context", "32,64", "--clocks", "sta",
+                 "--no-area", "--no-plots", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "clocks: pe_array" in text and "sorter" in text and "(sta)" in text
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert len(rows) == 2 * 2

@@ -80,6 +80,12 @@ REJECTED = [
     (AcceleratorParams, "tech_nm", 22, ["tech_nm", "22", "(45, 28, 16, 7)"]),
     (AcceleratorParams, "device_memory_bytes", 1, ["device_memory_bytes"]),
     (AcceleratorParams, "linear_flops_per_s", 0.0, ["linear_flops_per_s"]),
+    (AcceleratorParams, "clock_policy", "slowest", ["clock_policy", "per_block", "single"]),
+    (AcceleratorParams, "pe_array_clock_hz", -1.0, ["pe_array_clock_hz", "[0,"]),
+    (AcceleratorParams, "sorter_clock_hz", 1e12, ["sorter_clock_hz", "[0,"]),
+    (AcceleratorParams, "loader_clock_hz", -1.0, ["loader_clock_hz", "[0,"]),
+    (AcceleratorParams, "scorer_clock_hz", float("nan"), ["scorer_clock_hz", "finite"]),
+    (AcceleratorParams, "clock_source", 3, ["clock_source", "string"]),
     (ModelShape, "name", "", ["name"]),
     (ModelShape, "layers", 0, ["layers"]),
     (ModelShape, "q_heads", 0, ["q_heads"]),
@@ -120,6 +126,12 @@ def test_every_field_has_a_rejection_test():
                 AcceleratorParams, ModelShape, MethodSpec, Config):
         for f in dataclasses.fields(cls):
             assert (cls, f.name) in covered | structural, f"{cls.__name__}.{f.name} untested"
+
+
+def test_hand_set_clock_needs_its_source():
+    with pytest.raises(ParamError, match="clock_source.*sorter_clock_hz"):
+        AcceleratorParams(sorter_clock_hz=6e8)
+    assert AcceleratorParams(sorter_clock_hz=6e8, clock_source="P&R").sorter_clock_hz == 6e8
 
 
 def test_cross_checks():
