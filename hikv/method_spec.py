@@ -246,7 +246,8 @@ _BASE_RE = re.compile(rf"^(?P<m>{'|'.join(_BASELINE_METHODS)})@(?P<b>\d+)(?:/p(?
 _S1_ALIASES = {"qa": "query_aware", "query": "query_aware", "query_aware": "query_aware",
                "evict": "evict", "none": "none"}
 #: ThinK's readable alias: ``think@B/rR`` is ThinK on the evicting (SnapKV-seeded) Stage I at
-#: budget ``B``, ``think/rR`` ThinK alone (every token kept); ``R`` defaults to ``head_dim / 2``
+#: budget ``B`` (``hikv-evict@B/k:thinkR``; ``B`` omitted: the policy's budget, ``R`` omitted:
+#: ``head_dim / 2``). ThinK alone (every token kept) has no alias: ``hikv-none/k:thinkR``
 _THINK_RE = re.compile(r"^think(?:@(?P<b>\d+))?(?:/r(?P<r>\d+))?$")
 
 
@@ -257,8 +258,8 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
     (query-aware Stage I scored by 4-bit keys instead of page bounds) or
     ``hikv-none/k:channel_groups32g8``. ThinK (key channels chosen once after prefill,
     docs/accuracy.md) is the Stage II kind ``think``: ``hikv-none/k:think32`` (ThinK alone),
-    ``hikv-evict@256/k:think32`` (on the SnapKV-seeded evicting Stage I); the aliases
-    ``think/r32`` and ``think@256/r32`` parse to those two (``/rR`` omitted: ``head_dim / 2``).
+    ``hikv-evict@256/k:think32`` (on the SnapKV-seeded evicting Stage I), which the alias
+    ``think@256/r32`` names too (``/rR`` omitted: ``head_dim / 2``).
 
     The accuracy study's settings for what a label does not name: SparQ's and Double
     Sparsity's ``r`` default to ``head_dim / 4``, Double Sparsity's labels to 16 bits, Quest's
@@ -274,8 +275,8 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
     m = _THINK_RE.match(t)
     if m:
         r = int(m["r"]) if m["r"] else max(1, head_dim // 2)
-        s1 = f"evict@{m['b']}" if m["b"] else "none"
-        return parse_method(f"hikv-{s1}/k:{Stage2Kind.THINK.value}{r}", policy, head_dim)
+        b = f"@{m['b']}" if m["b"] else ""
+        return parse_method(f"hikv-evict{b}/k:{Stage2Kind.THINK.value}{r}", policy, head_dim)
     m = _BASE_RE.match(t)
     if m:
         method = _BASELINE_METHODS[m["m"]]

@@ -248,7 +248,8 @@ def method_specs(cfg: Config) -> dict[str, MethodSpec]:
         "hikv-evict": MethodSpec.for_hikv(dataclasses.replace(p, stage1=Stage1Variant.EVICT)),
         "hikv-query": MethodSpec.for_hikv(
             dataclasses.replace(p, stage1=Stage1Variant.QUERY_AWARE)),
-        "think": parse_method("think", p, cfg.layout.head_dim),
+        "think": parse_method(f"hikv-none/k:think{cfg.layout.head_dim // 2}", p,
+                              cfg.layout.head_dim),
         "think-evict": parse_method(f"think@{p.budget}", p, cfg.layout.head_dim),
     }
 

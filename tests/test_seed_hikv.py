@@ -104,7 +104,8 @@ def test_think_decode_is_attention_on_the_kept_channels() -> None:
     d, hq, hkv, n, r, seed = 64, 4, 2, 50, 24, 21
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(h, n, d, generator=g) for h in (hq, hkv, hkv))
-    c = make_cache(parse_method(f"think/r{r}", cfg.policy, d), cfg, q_heads=hq, kv_heads=hkv)
+    c = make_cache(parse_method(f"hikv-none/k:think{r}", cfg.policy, d), cfg, q_heads=hq,
+                   kv_heads=hkv)
     c.prefill(q, k, v)
     q1, k1, v1 = (torch.randn(h, 1, d, generator=g) for h in (hq, hkv, hkv))
     out, acc = c.decode(q1, k1, v1)
@@ -126,7 +127,7 @@ def test_think_without_a_prompt_uses_the_first_decoded_token() -> None:
     cfg = get_preset("tiny")
     d, seed = cfg.layout.head_dim, 5
     g = torch.Generator().manual_seed(seed)
-    c = make_cache(parse_method("think/r4", cfg.policy, d), cfg)
+    c = make_cache(parse_method("hikv-none/k:think4", cfg.policy, d), cfg)
     m = cfg.model
     c.decode(*(torch.randn(h, 1, d, generator=g) for h in (m.q_heads, m.kv_heads, m.kv_heads)))
     assert c.think_mask is not None and int(c.think_mask.sum()) == 4 * m.kv_heads
@@ -134,8 +135,8 @@ def test_think_without_a_prompt_uses_the_first_decoded_token() -> None:
 
 # --------------------------------------------------------------------------- labels
 @pytest.mark.parametrize("alias,canonical", [
-    ("think/r32", "hikv-none@256/k:think32"),
-    ("think", "hikv-none@256/k:think32"),
+    ("think/r32", "hikv-evict@256/k:think32"),
+    ("think", "hikv-evict@256/k:think32"),
     ("think@128/r16", "hikv-evict@128/k:think16"),
     ("think@512", "hikv-evict@512/k:think32"),
 ])
