@@ -261,3 +261,48 @@ def test_think_policy_checks_head_dim() -> None:
     p = dataclasses.replace(HiKVPolicy(), k_rule=Stage2Rule(Stage2Kind.THINK, 80))
     with pytest.raises(ParamError, match="keep"):
         p.check_head_dim(64)
+
+
+def test_think_runs_in_the_accuracy_harness(tmp_path) -> None:
+    """``hikv accuracy perplexity`` takes ThinK's labels: ``think`` (no budget) is swept over
+    ``--budgets`` on the evicting Stage I; ``hikv-none/k:thinkR`` is ThinK alone."""
+    import json
+    import string
+
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    from hikv.scripts.cli import main
+
+    seed = 4343
+    chars = ["<unk>"] + list(string.ascii_letters + string.digits + string.punctuation + " \n")
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(
+        {c: i for i, c in enumerate(chars)}, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex("."),
+                                                        behavior="isolated")
+    tok.decoder = tokenizers.decoders.Fuse()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=len(chars), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=1024))
+    model.save_pretrained(tmp_path / "model")
+    fast.save_pretrained(tmp_path / "model")
+    essays = tmp_path / "cache" / "assets" / "pg-essays" / "PaulGrahamEssays"
+    essays.mkdir(parents=True)
+    (essays / "a.txt").write_text("the cat sat on a mat. a dog ran far away! " * 60)
+    out = tmp_path / "out"
+    assert main(["accuracy", "perplexity", "--model", str(tmp_path / "model"), "--cache",
+                 str(tmp_path / "cache"), "--preset", "tiny", "--methods", "full",
+                 "think/r8", "hikv-none/k:think8", "--budgets", "16", "--windows", "1",
+                 "--window", "200", "--prefix", "160", "--out", str(out)]) == 0
+    rows = json.loads((out / "perplexity.json").read_text())["rows"]
+    assert [r["label"] for r in rows] == ["full", "hikv-evict@16/k:think8",
+                                          "hikv-none@16/k:think8"], f"seed {seed}"
+    by = {r["label"]: r for r in rows}
+    # K bytes: 8 of 16 channels, no per-token mask
+    assert by["hikv-none@16/k:think8"]["bytes_ideal"] < by["full"]["bytes_ideal"]
+    assert by["hikv-evict@16/k:think8"]["bytes_ideal"] < by["hikv-none@16/k:think8"][
+        "bytes_ideal"]
+    assert all(np.isfinite(r["ppl"]) for r in rows)
