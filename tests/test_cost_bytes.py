@@ -79,7 +79,10 @@ def test_baselines_exact(layout, method, budget):
 
 
 K_EXACT = [Stage2Rule(), Stage2Rule(Stage2Kind.STATIC, 12), Stage2Rule(Stage2Kind.CHANNEL_GROUPS,
-                                                                        8, 4)]
+                                                                        8, 4),
+           Stage2Rule(Stage2Kind.THINK, 10)]
+#: K rules stored per token (rows or records): exact with scattered burst-aligned tokens
+K_ROWS = [K_EXACT[0], K_EXACT[1], K_EXACT[3]]
 V_RULES = [Stage2Rule(), Stage2Rule(Stage2Kind.STATIC, 12)]
 
 
@@ -99,7 +102,7 @@ def test_hikv_exact(layout, kr, vr, stage1):
     assert g == pytest.approx(c), _msg(spec, layout, g, c)
 
 
-@pytest.mark.parametrize("kr", K_EXACT[:2], ids=lambda r: f"k{r.kind.value}")
+@pytest.mark.parametrize("kr", K_ROWS, ids=lambda r: f"k{r.kind.value}")
 @pytest.mark.parametrize("vr", V_RULES, ids=lambda r: f"v{r.kind.value}")
 def test_hikv_lowbit_exact_when_records_are_burst_aligned(kr, vr):
     spec, cfg = _hikv(_cfg("aligned"), Stage1Variant.QUERY_AWARE, Stage1Scorer.LOWBIT_KEYS, kr,
@@ -108,7 +111,7 @@ def test_hikv_lowbit_exact_when_records_are_burst_aligned(kr, vr):
     assert g == pytest.approx(c), _msg(spec, "aligned", g, c)
 
 
-@pytest.mark.parametrize("kr", K_EXACT[:2], ids=lambda r: f"k{r.kind.value}")
+@pytest.mark.parametrize("kr", K_ROWS, ids=lambda r: f"k{r.kind.value}")
 @pytest.mark.parametrize("vr", V_RULES, ids=lambda r: f"v{r.kind.value}")
 def test_hikv_lowbit_packed_scattered_is_an_expectation(kr, vr):
     """Packed records: neighbours share bursts; the closed form is the expectation over a
