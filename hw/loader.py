@@ -145,6 +145,8 @@ class KVLoader(wiring.Component):
         m.d.sync += j.start.eq(j.cfg_fire)
         with m.If(j.cfg_fire):
             bad_mode = eq_const(cp.mode.as_value(), 3)
+            if not g.channel_pages:          # no page path built: pages read as dense rows
+                bad_mode = bad_mode | eq_const(cp.mode.as_value(), Mode.PAGES.value)
             too_many = ult(Const(d), cp.kept)
             o_bad = is_zero(cp.outstanding) | ult(Const(lp.max_outstanding), cp.outstanding)
             m.d.sync += [

@@ -60,11 +60,11 @@ class LoaderGeometry:
                              f"{lp.beat_bytes} B is not a whole number of bursts "
                              f"(burst_bytes = {lay.burst_bytes}): the loader issues whole "
                              "bursts")
-        if self.page_bytes % lay.burst_bytes:
+        if lp.channel_pages and self.page_bytes % lay.burst_bytes:
             raise ParamError(f"a channel page of {self.page_bytes} B (head_dim * page_tokens * "
                              f"elem_bytes) must be a multiple of burst_bytes = "
                              f"{lay.burst_bytes}")
-        pages = -(-lp.max_tokens // lay.page_tokens)
+        pages = -(-lp.max_tokens // lay.page_tokens) if lp.channel_pages else 0
         region = max(lp.max_tokens * lay.stride(self.record_bytes_max),
                      pages * self.page_bytes)
         if region > 1 << lp.addr_width:
@@ -129,9 +129,17 @@ class LoaderGeometry:
 
     # ------------------------------------------------------------------ buffers
     @property
+    def channel_pages(self) -> bool:
+        """Whether the channel-page (transposed) read path is built
+        (``LoaderParams.channel_pages``)."""
+        return self.loader.channel_pages
+
+    @property
     def buffer_words(self) -> int:
-        """Beat-wide words of the shared record / page buffer (a power of two)."""
-        return _pow2_ceil(max(self.record_words, self.page_words))
+        """Beat-wide words of the record buffer, or of the shared record / page buffer when
+        the channel-page path is built (a power of two)."""
+        pages = self.page_words if self.channel_pages else 0
+        return _pow2_ceil(max(self.record_words, pages))
 
     @property
     def entry_fifo_depth(self) -> int:
@@ -143,7 +151,9 @@ class LoaderGeometry:
         side waits for a request that the address side has not issued yet (that needs
         ``ceil(request / unit) + 2``).
         """
-        unit = min(self.layout.stride(self.layout.mask_bytes), self.page_bytes)
+        unit = self.layout.stride(self.layout.mask_bytes)
+        if self.channel_pages:
+            unit = min(unit, self.page_bytes)
         per_request = -(-self.max_request_bytes // unit) + 1
         return _pow2_ceil((self.loader.max_outstanding + 1) * per_request + 2)
 
@@ -284,6 +294,9 @@ def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 
         raise ParamError(f"latency = {latency} is out of range: allowed >= 1 (cycles from "
                          "the AR handshake to the first R beat)")
     lp = geo.loader
+    if mode == "channel_pages" and not geo.channel_pages:
+        raise ParamError("mode = 'channel_pages' needs a loader built with "
+                         "LoaderParams.channel_pages = True")
     o = lp.max_outstanding if outstanding is None else outstanding
     if not 1 <= o <= lp.max_outstanding:
         raise ParamError(f"outstanding = {o} is out of range: allowed [1, "
