@@ -381,20 +381,28 @@ def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 
     addr = run_end = 0
     have = False
     t = FIRST_TOKEN_CYCLE - 1
+    tcs = [-2, -1]          # cycles the coalescer took the ranges out of the register slice
     for kind, arg in steps:
         t += 1
         pushes = kind == "entry" or (kind == "rng" and not pages)
         if pushes and len(push) >= depth:   # the entry FIFO is full until an item leaves
             j = len(push) - depth
             t = max(t, (push[j] + 1 if j == 0 else max(push[j] + 1, retired(j - 1))) + 1)
+        if kind in ("rng", "end"):
+            # the slice (two entries) takes a range while it holds fewer than two at the
+            # start of the cycle; the coalescer sees it the next cycle, after the one before
+            t = max(t, tcs[-2] + 1)
+            show = max(t + 1, tcs[-1] + 1)
         if kind == "end":
             while run_end > addr:
                 n = min(cap(addr), run_end - addr)
                 reqs.append((addr, n // bb))
-                known.append(t + 1)
+                known.append(show + 1)
                 addr += n
+            tcs.append(show)
         elif kind == "rng":
             b0, b1 = arg
+            tc = show
             if have and b0 * burst <= run_end:
                 run_end = max(run_end, (b1 + 1) * burst)
             else:
@@ -402,15 +410,16 @@ def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 
                     while run_end > addr:
                         n = min(cap(addr), run_end - addr)
                         reqs.append((addr, n // bb))
-                        known.append(t)
+                        known.append(show)
                         addr += n
                     issue_upto(len(reqs) - 1)
-                    t = max(t, issue[-1] + 1)   # the range waits for the tail's last AR
+                    tc = max(show, issue[-1] + 1)   # the range waits for the tail's last AR
                 addr, run_end, have = b0 * burst, (b1 + 1) * burst, True
             while run_end - addr >= cap(addr):  # eager: known once the range is registered
                 reqs.append((addr, cap(addr) // bb))
-                known.append(t + 1)
+                known.append(tc + 1)
                 addr += cap(addr)
+            tcs.append(tc)
         if pushes:
             push.append(t)
     if reqs:

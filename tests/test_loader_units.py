@@ -148,7 +148,8 @@ def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout, cfg_name:
                            max_beats=cfg.loader.max_burst_beats)
     assert got_req == job_requests(job, lay, cfg.loader), msg
     for i, (g, w) in enumerate(zip(entries, want_entries, strict=True)):
-        got = (bool(g.page), g.token, g.fa, g.bitmap if w.page else 0, bool(g.last),
+        page = bool(g.page) if geo.channel_pages else False
+        got = (page, g.token, g.fa, g.bitmap if w.page else 0, bool(g.last),
                bool(g.nodata) if w.page else False)
         exp = (w.page, w.token, w.fa, w.bitmap, w.last, w.nodata)
         assert got == exp, f"{msg}: entry {i}: expected {w}, got {g}"
@@ -198,10 +199,11 @@ def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int 
         await ctx.tick()
         ctx.set(dut.start, 0)
         for e in expected_entries(job, geo):
-            await stream_put(ctx, dut.entries, {"page": e.page, "token": e.token, "fa": e.fa,
-                                          "la": e.la, "off": e.off,
-                                          "last": e.last, "nodata": e.nodata,
-                                          "bitmap": e.bitmap}, rng, 0.5)
+            ent = {"token": e.token, "fa": e.fa, "la": e.la, "off": e.off, "last": e.last,
+                   "nodata": e.nodata}
+            if geo.channel_pages:
+                ent.update(page=e.page, bitmap=e.bitmap)
+            await stream_put(ctx, dut.entries, ent, rng, 0.5)
 
     async def beat_source(ctx):
         await ctx.tick()
