@@ -17,9 +17,9 @@ from hikv.rtl_tests.loader_launch import (
     CHAIN_TOPLEVEL,
     TOPLEVEL,
     packed_variant,
-    wide_variant,
     run_chain_regression,
     run_regression,
+    wide_variant,
 )
 
 #: Fixed seeds keep CI reproducible; `hikv rtl --block loader --seed N` explores others.

@@ -4,7 +4,6 @@ loader's geometry / timing module (stdlib), each checked from its definition."""
 from __future__ import annotations
 
 import dataclasses
-
 import random
 
 import pytest
