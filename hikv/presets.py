@@ -108,11 +108,12 @@ def _default() -> Config:
         policy=policy,
         sorter=SorterParams(lanes=8, key_width=16, max_n=4096, max_k=512, max_vec=128),
         # one 64-B burst per beat (the widest beat that reads no byte outside the bursts the
-        # golden account counts), so one loader streams 64 B/cycle: 8 reads of 1 KiB in flight
-        # cover the 100-cycle memory latency (Little's law: 8 x 16 beats >= 100 + 16 cycles),
-        # and 4 loaders take the 256 B/cycle of this memory (docs/loader.md, section 10)
-        loader=LoaderParams(addr_width=32, data_width=512, max_burst_beats=16,
-                            max_outstanding=8, id_width=4, max_tokens=4096,
+        # golden account counts), so one loader streams 64 B/cycle and 4 take the 256 B/cycle
+        # of this memory; 64 reads in flight cover the 100-cycle latency even for scattered
+        # 128-B rows (Little's law: 64 x 2 beats >= 100 + 2 cycles; requests of 4 beats, so
+        # the entry queue stays 512 deep) (docs/loader.md, section 10)
+        loader=LoaderParams(addr_width=32, data_width=512, max_burst_beats=4,
+                            max_outstanding=64, id_width=4, max_tokens=4096,
                             channel_pages=loader_needs_channel_pages(policy)),
         scorer=ScorerParams(lanes=8, query_bits=8),   # L = the sorter's P
         # GQA-3 decode does 1.5 MAC per KV byte; 512 MAC/cycle at 1 GHz balances 341 GB/s,
@@ -139,10 +140,11 @@ def _paper() -> Config:
                         page_tokens=16),
         policy=policy,
         sorter=SorterParams(lanes=16, key_width=16, max_n=32768, max_k=4096, max_vec=128),
-        # as `default`: 64-B beats, 8 x 1 KiB in flight, 64 B/cycle per loader; 8 loaders take
-        # the 460 B/cycle of this memory
-        loader=LoaderParams(addr_width=40, data_width=512, max_burst_beats=16,
-                            max_outstanding=8, id_width=4, max_tokens=32768,
+        # as `default`: 64-B beats, 64 B/cycle per loader, 8 loaders for the 460 B/cycle of
+        # this memory; 32 reads of 4 beats in flight cover the latency for scattered 256-B
+        # rows (32 x 4 >= 100 + 4)
+        loader=LoaderParams(addr_width=40, data_width=512, max_burst_beats=4,
+                            max_outstanding=32, id_width=4, max_tokens=32768,
                             channel_pages=loader_needs_channel_pages(policy)),
         scorer=ScorerParams(lanes=16, query_bits=8),   # L = the sorter's P
         # PE lanes sized so full-KV decode attention is memory-bound, as long-context decoding

@@ -47,12 +47,14 @@ def packed_variant(cfg: Config, align: int | None = None) -> Config:
 
 
 def wide_variant(cfg: Config) -> Config:
-    """``cfg`` with one burst per beat (``data_width = 8 x burst_bytes``), as the `default`
-    and `paper` loaders are built; named ``<preset>+wide``."""
+    """``cfg`` shaped like the `default` and `paper` loaders: one burst per beat
+    (``data_width = 8 x burst_bytes``), requests of 4 beats, 8 reads in flight; named
+    ``<preset>+wide``."""
     import dataclasses
 
     return cfg.replace(name=f"{cfg.name}+wide", loader=dataclasses.replace(
-        cfg.loader, data_width=8 * cfg.layout.burst_bytes))
+        cfg.loader, data_width=8 * cfg.layout.burst_bytes, max_burst_beats=4,
+        max_outstanding=8))
 
 
 def pages_variant(cfg: Config) -> Config:

@@ -108,7 +108,8 @@ def loader_instances(cfg: Config, bandwidth_bytes_per_s: ArrayLike | None = None
     frees a slot the cycle after the request's last beat). So
     ``ceil(bandwidth / (clock x steady_bytes_per_cycle))`` loaders, at least one. The
     `default` and `paper` loaders read one 64-B burst per beat with enough reads in flight to
-    cover the latency (64 B/cycle each), so this is a small fixed number, not one copy per
+    cover the latency (64 B/cycle each, also for one scattered row per request), so this is a
+    small fixed number, not one copy per
     16-32 B/cycle: 4 for `default` (256 B/cycle), 8 for `paper` (460 B/cycle); a beat is never
     wider than a burst, as a wider one would read bytes the burst account does not count
     (docs/loader.md, section 10).

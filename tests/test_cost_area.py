@@ -64,7 +64,7 @@ def test_node_and_sram_models():
     assert A.nand2_area_m2("asap7") == pytest.approx(0.087e-12)
     with pytest.raises(ParamError, match="NAND2 reference"):
         A.nand2_area_m2("tsmc5")
-    cfg = get_preset("paper")      # 8 reads of 16 beats of 64 B in flight cover 100 cycles
+    cfg = get_preset("paper")      # 32 reads of 4 beats of 64 B in flight cover 100 cycles
     assert A.loader_instances(cfg) == math.ceil(460e9 / (64 * 1e9))
 
 
