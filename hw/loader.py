@@ -10,7 +10,7 @@ interface, the memory layouts and measured numbers.
 Structure (one job at a time; one module per function)::
 
     cfg ----------------------------------------------+
-    tokens --> AddressGen --ranges--> Coalescer --requests--> AR (at most N outstanding)
+    tokens --> AddressGen --ranges--> slice --> Coalescer --requests--> AR (at most N)
                    |                                              |
                    +--entries (queue)--> Packer <--beats-- R <----+  (in-flight queue)
                                           |
@@ -75,7 +75,8 @@ class KVLoader(wiring.Component):
     A job starts with a ``cfg`` beat (accepted while idle) and ends when every token's output
     has left and every read has returned (``status.done``). A configuration the RTL cannot use
     is corrected and flagged, never dropped: an unaligned ``base`` loses its low bits, ``kept >
-    d`` is clamped to ``d``, mode 3 reads as dense (all three set ``status.cfg_error``);
+    d`` is clamped to ``d``, mode 3 (and mode 2 on a loader built without
+    ``LoaderParams.channel_pages``) reads as dense (all set ``status.cfg_error``);
     ``outstanding`` 0 or above the built maximum means the built maximum.
 
     Parameters

@@ -44,8 +44,8 @@ class Packer(wiring.Component):
     taken from the compacted elements by the prefix count of the mask). A skip entry (a token
     out of order) becomes an output with ``err`` set, zero data and mask. Channel pages: beats
     of the page go to the buffer at their offset in the page; at ``la`` the page's retained
-    tokens leave one per cycle, channels outside ``cmask`` zeroed. Beats after the last entry
-    are dropped.
+    tokens leave one per cycle, channels outside ``cmask`` zeroed (built only with
+    ``LoaderParams.channel_pages``). Beats after the last entry are dropped.
 
     Parameters
     ----------
@@ -254,7 +254,7 @@ class Packer(wiring.Component):
         if pages:
             with m.If(s.draining):
                 self._page_drain(m, s)
-        with (m.Elif if pages else m.If)(~s.cur_valid):
+        with (m.Elif if pages else m.If)(~s.cur_valid):       # the chain's first branch
             m.d.comb += self.beats.ready.eq(s.last_popped)      # trailing padding beats
         with m.Elif(cur.nodata):
             if pages:

@@ -277,8 +277,11 @@ def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 
     handshake and then one beat per cycle while RREADY is high. It replays, in order:
 
     * the address side, one step per cycle (a token, a cycle seeing the next page, a page
-      close, a page block); a step waits while the entry FIFO is full, and a range that does
-      not continue the current run waits until the run's last request is issued;
+      close, a page block); a step waits while the entry FIFO is full, and a range step while
+      the two-entry register slice to the coalescer is full;
+    * the slice: a range reaches the coalescer the cycle after it was written (and after the
+      one before it); one that does not continue the current run waits there until the run's
+      last request is issued;
     * the coalescer: a request is known the cycle after the range that makes it full, or, for
       the tail of a run, the cycle the next range (or the job's end) shows up;
     * AR issue: one per cycle, at most ``outstanding`` in flight (a slot frees the cycle after
