@@ -30,6 +30,7 @@ __all__ = [
     "HiKVPolicy",
     "SorterParams",
     "LoaderParams",
+    "loader_needs_channel_pages",
     "ScorerParams",
     "MemoryType",
     "AcceleratorParams",
@@ -172,7 +173,13 @@ class SorterParams:
 
 @dataclass(frozen=True)
 class LoaderParams:
-    """Two-level KV loader: AXI4 read master geometry."""
+    """Two-level KV loader: AXI4 read master geometry.
+
+    ``channel_pages`` builds the channel-page (transposed) read path: a page buffer of
+    ``head_dim x page_tokens`` elements read out token-major. Only a Stage II rule that selects
+    K channels per query needs it (:func:`loader_needs_channel_pages`); without it the loader
+    answers a channel-page job with ``status.cfg_error`` and reads it as dense rows.
+    """
 
     addr_width: int = 32
     data_width: int = 128       # AXI data bus, bits
@@ -180,6 +187,7 @@ class LoaderParams:
     max_outstanding: int = 4
     id_width: int = 4
     max_tokens: int = 4096      # longest token stream of one job
+    channel_pages: bool = True  # elaborate the channel-page (transpose) path
 
     def __post_init__(self) -> None:
         o = "LoaderParams"
@@ -190,6 +198,9 @@ class LoaderParams:
         _int(o, "max_outstanding", self.max_outstanding, 1, 64)
         _int(o, "id_width", self.id_width, 1, 16)
         _int(o, "max_tokens", self.max_tokens, 1, 1 << 20)
+        if not isinstance(self.channel_pages, bool):
+            raise ParamError(f"{o}.channel_pages must be True or False, not "
+                             f"{self.channel_pages!r}")
 
     @property
     def beat_bytes(self) -> int:
@@ -204,6 +215,13 @@ class LoaderParams:
     def index_width(self) -> int:
         """Bits of a token slot index below ``max_tokens`` (the loader's token input)."""
         return clog2(self.max_tokens)
+
+
+def loader_needs_channel_pages(policy: HiKVPolicy) -> bool:
+    """Whether ``policy`` reads K as channel pages (its K Stage II rule selects channels per
+    query: ``QUERY_CHANNELS`` or ``CHANNEL_GROUPS``), so the loader must be built with
+    ``LoaderParams.channel_pages``."""
+    return policy.k_rule.kind in (Stage2Kind.QUERY_CHANNELS, Stage2Kind.CHANNEL_GROUPS)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from .params import (
     Stage2Kind,
     Stage2Rule,
     SyntheticWorkload,
+    loader_needs_channel_pages,
     parse_method,
 )
 
@@ -62,17 +63,20 @@ _CONV_LIKE = SyntheticWorkload(rate_per_s=5.0, requests=2000, prompt_median_toke
 
 
 def _tiny() -> Config:
+    # a test preset: it keeps page-bound scores and V Stage II so tests reach those paths
+    policy = HiKVPolicy(budget=16, sinks=2, recent=4, obs_window=4, pool_kernel=3,
+                        compact_interval=4, scorer=Stage1Scorer.PAGE_BOUNDS,
+                        v_rule=Stage2Rule(Stage2Kind.STATIC, 12), k_rule=Stage2Rule())
     return Config(
         name="tiny",
         layout=KVLayout(head_dim=16, elem_bytes=2, burst_bytes=16, align_bytes=16,
                         page_tokens=4),
-        # a test preset: it keeps page-bound scores and V Stage II so tests reach those paths
-        policy=HiKVPolicy(budget=16, sinks=2, recent=4, obs_window=4, pool_kernel=3,
-                          compact_interval=4, scorer=Stage1Scorer.PAGE_BOUNDS,
-                          v_rule=Stage2Rule(Stage2Kind.STATIC, 12), k_rule=Stage2Rule()),
+        policy=policy,
         sorter=SorterParams(lanes=4, key_width=8, max_n=64, max_k=16, max_vec=16),
+        # beats narrower than a burst: the tests reach the loader's sub-burst corners
         loader=LoaderParams(addr_width=16, data_width=32, max_burst_beats=8,
-                            max_outstanding=2, id_width=2, max_tokens=64),
+                            max_outstanding=2, id_width=2, max_tokens=64,
+                            channel_pages=loader_needs_channel_pages(policy)),
         scorer=ScorerParams(lanes=4, query_bits=8),   # L = the sorter's P
         accel=AcceleratorParams(pe_lanes=8, softmax_lanes=4, sram_kv_bytes=4096,
                                 sram_q_bytes=256, device_memory_bytes=1 << 30),
@@ -89,24 +93,28 @@ def _tiny() -> Config:
 
 
 def _default() -> Config:
+    # HiKV as the accuracy study chose it (docs/RESULTS.md, SmolLM2-135M and Gemma-3-270M):
+    # query-aware Stage I scored by 4-bit keys reaches iso-accuracy with the fewest bytes;
+    # Stage II is off: a V record of 48 of 64 elements (8 + 96 B) still takes two 64-byte
+    # bursts, so it saves no DRAM bytes in this layout and only costs accuracy
+    policy = HiKVPolicy(budget=256, sinks=4, recent=32, obs_window=32, pool_kernel=7,
+                        compact_interval=16, stage1=Stage1Variant.QUERY_AWARE,
+                        scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
+                        k_rule=Stage2Rule(), v_rule=Stage2Rule())
     return Config(
         name="default",
         layout=KVLayout(head_dim=64, elem_bytes=2, burst_bytes=64, align_bytes=64,
                         page_tokens=16),
-        # HiKV as the accuracy study chose it (docs/RESULTS.md, SmolLM2-135M and Gemma-3-270M):
-        # query-aware Stage I scored by 4-bit keys reaches iso-accuracy with the fewest bytes;
-        # Stage II is off: a V record of 48 of 64 elements (8 + 96 B) still takes two 64-byte
-        # bursts, so it saves no DRAM bytes in this layout and only costs accuracy
-        policy=HiKVPolicy(budget=256, sinks=4, recent=32, obs_window=32, pool_kernel=7,
-                          compact_interval=16, stage1=Stage1Variant.QUERY_AWARE,
-                          scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
-                          k_rule=Stage2Rule(), v_rule=Stage2Rule()),
+        policy=policy,
         sorter=SorterParams(lanes=8, key_width=16, max_n=4096, max_k=512, max_vec=128),
-        # 8 reads of 256 B in flight cover the 100-cycle memory latency (Little's law:
-        # 8 x 16 beats >= 100 + 16 cycles), so one loader streams 16 B/cycle; with 4 it would
-        # stream 8.8 B/cycle and the memory bandwidth would need 29 loaders instead of 16
-        loader=LoaderParams(addr_width=32, data_width=128, max_burst_beats=16,
-                            max_outstanding=8, id_width=4, max_tokens=4096),
+        # one 64-B burst per beat (the widest beat that reads no byte outside the bursts the
+        # golden account counts), so one loader streams 64 B/cycle and 4 take the 256 B/cycle
+        # of this memory; 64 reads in flight cover the 100-cycle latency even for scattered
+        # 128-B rows (Little's law: 64 x 2 beats >= 100 + 2 cycles; requests of 4 beats, so
+        # the entry queue stays 512 deep) (docs/loader.md, section 10)
+        loader=LoaderParams(addr_width=32, data_width=512, max_burst_beats=4,
+                            max_outstanding=64, id_width=4, max_tokens=4096,
+                            channel_pages=loader_needs_channel_pages(policy)),
         scorer=ScorerParams(lanes=8, query_bits=8),   # L = the sorter's P
         # GQA-3 decode does 1.5 MAC per KV byte; 512 MAC/cycle at 1 GHz balances 341 GB/s,
         # above the 256 GB/s of this memory, so full-KV decode attention is memory-bound
@@ -121,18 +129,23 @@ def _default() -> Config:
 
 
 def _paper() -> Config:
+    # the same choice as `default` (a 96-of-128 V record, 16 + 192 B, still fills 256 B)
+    policy = HiKVPolicy(budget=2048, sinks=4, recent=64, obs_window=32, pool_kernel=7,
+                        compact_interval=64, stage1=Stage1Variant.QUERY_AWARE,
+                        scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
+                        k_rule=Stage2Rule(), v_rule=Stage2Rule())
     return Config(
         name="paper",
         layout=KVLayout(head_dim=128, elem_bytes=2, burst_bytes=64, align_bytes=64,
                         page_tokens=16),
-        # the same choice as `default` (a 96-of-128 V record, 16 + 192 B, still fills 256 B)
-        policy=HiKVPolicy(budget=2048, sinks=4, recent=64, obs_window=32, pool_kernel=7,
-                          compact_interval=64, stage1=Stage1Variant.QUERY_AWARE,
-                          scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
-                          k_rule=Stage2Rule(), v_rule=Stage2Rule()),
+        policy=policy,
         sorter=SorterParams(lanes=16, key_width=16, max_n=32768, max_k=4096, max_vec=128),
-        loader=LoaderParams(addr_width=40, data_width=256, max_burst_beats=16,
-                            max_outstanding=16, id_width=4, max_tokens=32768),
+        # as `default`: 64-B beats, 64 B/cycle per loader, 8 loaders for the 460 B/cycle of
+        # this memory; 32 reads of 4 beats in flight cover the latency for scattered 256-B
+        # rows (32 x 4 >= 100 + 4)
+        loader=LoaderParams(addr_width=40, data_width=512, max_burst_beats=4,
+                            max_outstanding=32, id_width=4, max_tokens=32768,
+                            channel_pages=loader_needs_channel_pages(policy)),
         scorer=ScorerParams(lanes=16, query_bits=8),   # L = the sorter's P
         # PE lanes sized so full-KV decode attention is memory-bound, as long-context decoding
         # is: GQA-4 decode does 2 MAC per KV byte; 1,024 MAC/cycle at 1 GHz balances 512 GB/s

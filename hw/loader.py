@@ -10,7 +10,7 @@ interface, the memory layouts and measured numbers.
 Structure (one job at a time; one module per function)::
 
     cfg ----------------------------------------------+
-    tokens --> AddressGen --ranges--> Coalescer --requests--> AR (at most N outstanding)
+    tokens --> AddressGen --ranges--> slice --> Coalescer --requests--> AR (at most N)
                    |                                              |
                    +--entries (queue)--> Packer <--beats-- R <----+  (in-flight queue)
                                           |
@@ -56,6 +56,7 @@ from .loader_ports import (
     axi_read_signature,
     config_layout,
     output_layout,
+    range_layout,
     request_layout,
     stats_signature,
     status_signature,
@@ -74,7 +75,8 @@ class KVLoader(wiring.Component):
     A job starts with a ``cfg`` beat (accepted while idle) and ends when every token's output
     has left and every read has returned (``status.done``). A configuration the RTL cannot use
     is corrected and flagged, never dropped: an unaligned ``base`` loses its low bits, ``kept >
-    d`` is clamped to ``d``, mode 3 reads as dense (all three set ``status.cfg_error``);
+    d`` is clamped to ``d``, mode 3 (and mode 2 on a loader built without
+    ``LoaderParams.channel_pages``) reads as dense (all set ``status.cfg_error``);
     ``outstanding`` 0 or above the built maximum means the built maximum.
 
     Parameters
@@ -145,6 +147,8 @@ class KVLoader(wiring.Component):
         m.d.sync += j.start.eq(j.cfg_fire)
         with m.If(j.cfg_fire):
             bad_mode = eq_const(cp.mode.as_value(), 3)
+            if not g.channel_pages:          # no page path built: pages read as dense rows
+                bad_mode = bad_mode | eq_const(cp.mode.as_value(), Mode.PAGES.value)
             too_many = ult(Const(d), cp.kept)
             o_bad = is_zero(cp.outstanding) | ult(Const(lp.max_outstanding), cp.outstanding)
             m.d.sync += [
@@ -173,7 +177,7 @@ class KVLoader(wiring.Component):
         m.d.comb += [agen.mode.eq(j.mode), agen.base.eq(j.base), agen.rec_len.eq(j.rec_len),
                      agen.stride.eq(j.stride), agen.cmask.eq(j.cmask)]
         wiring.connect(m, wiring.flipped(self.tokens), agen.tokens)
-        wiring.connect(m, agen.ranges, coal.ranges)
+        self._range_slice(m, j, agen, coal)
         m.d.comb += [entries.w_data.eq(agen.entries.payload.as_value()),
                      entries.w_en.eq(agen.entries.valid & entries.w_rdy),
                      agen.entries.ready.eq(entries.w_rdy)]
@@ -191,6 +195,31 @@ class KVLoader(wiring.Component):
             inflight.w_en.eq(ax.arvalid & ax.arready & inflight.w_rdy),
         ]
 
+    def _range_slice(self, m: Module, j: SimpleNamespace, agen: AddressGen,
+                     coal: Coalescer) -> None:
+        """Register slice (a two-entry skid buffer) between the address generator and the
+        coalescer: the record address's multiply-add and the coalescer's run compare are in
+        different cycles, and the generator's ``ready`` is a register (``~skid_valid``), so no
+        combinational path crosses it either way. A range written in one cycle is at the
+        coalescer the next; the generator may write while fewer than two ranges are held."""
+        lay = range_layout(self._geo)
+        main_v, skid_v = Signal(name="slice_main_valid"), Signal(name="slice_skid_valid")
+        main_d, skid_d = Signal(lay, name="slice_main"), Signal(lay, name="slice_skid")
+        up, down = agen.ranges, coal.ranges
+        m.d.comb += [up.ready.eq(~skid_v), down.valid.eq(main_v), down.payload.eq(main_d)]
+        with m.If(main_v & down.ready):             # the coalescer takes the held range
+            with m.If(skid_v):
+                m.d.sync += [main_d.eq(skid_d), skid_v.eq(0)]
+            with m.Else():
+                m.d.sync += [main_v.eq(up.valid), main_d.eq(up.payload)]
+        with m.Elif(main_v):                        # held: a new range waits in the skid
+            with m.If(up.valid & ~skid_v):
+                m.d.sync += [skid_v.eq(1), skid_d.eq(up.payload)]
+        with m.Else():
+            m.d.sync += [main_v.eq(up.valid), main_d.eq(up.payload)]
+        with m.If(j.start):
+            m.d.sync += [main_v.eq(0), skid_v.eq(0)]
+
     # ------------------------------------------------------------------ data side
     def _data_side(self, m: Module, j: SimpleNamespace, pack: Packer, entries: RowQueue,
                    inflight: RowQueue) -> None:
@@ -206,7 +235,13 @@ class KVLoader(wiring.Component):
         k = Signal(range(g.loader.max_burst_beats))
         last_beat = ueq(k, sub_w(head.beats, 1, len(head.beats)))
         r_fire = ax.rvalid & ax.rready
-        beat_addr = add_w(head.addr[bbl:], k, aw - bbl)
+        # the beat's address: the request's own for its first beat, else the previous beat's
+        # plus one from a register (no adder between the in-flight queue and the packer)
+        next_addr = Signal(aw - bbl, name="r_next_addr")
+        beat_addr = Signal(aw - bbl, name="r_beat_addr")
+        m.d.comb += beat_addr.eq(Mux(is_zero(k), head.addr[bbl:], next_addr))
+        with m.If(r_fire):
+            m.d.sync += next_addr.eq(add_w(beat_addr, 1, aw - bbl))
         m.d.comb += [
             pack.beats.valid.eq(ax.rvalid & inflight.r_valid),
             pack.beats.payload.data.eq(ax.rdata),
@@ -231,13 +266,23 @@ class KVLoader(wiring.Component):
     # ------------------------------------------------------------------ statistics
     def _statistics(self, m: Module, j: SimpleNamespace, inflight: RowQueue) -> None:
         s, ax, cw = self.stats, self.axi, COUNTER_WIDTH
+
+        def late(event, name: str) -> Signal:
+            """The event one cycle later (timing: the AR / R / output handshake logic and the
+            counters' 32-bit carry chains are in different cycles). The last such event of a
+            job is at least two cycles before ``status.done``, so the counts are complete
+            when ``done`` shows."""
+            r = Signal(name=f"stat_{name}")
+            m.d.sync += r.eq(event)
+            return r
+
         counters = [
-            (s.bursts, ax.arvalid & ax.arready, 1),
-            (s.bytes, ax.rvalid & ax.rready, self._geo.beat_bytes),
+            (s.bursts, late(ax.arvalid & ax.arready, "ar"), 1),
+            (s.bytes, late(ax.rvalid & ax.rready, "r"), self._geo.beat_bytes),
             (s.busy_cycles, j.busy, 1),
-            (s.mem_wait_cycles, j.busy & inflight.level.any() & ~ax.rvalid, 1),
-            (s.ar_stall_cycles, ax.arvalid & ~ax.arready, 1),
-            (s.out_stall_cycles, self.o.valid & ~self.o.ready, 1),
+            (s.mem_wait_cycles, late(j.busy & inflight.level.any() & ~ax.rvalid, "wait"), 1),
+            (s.ar_stall_cycles, late(ax.arvalid & ~ax.arready, "ar_stall"), 1),
+            (s.out_stall_cycles, late(self.o.valid & ~self.o.ready, "out_stall"), 1),
         ]
         with m.If(j.cfg_fire):
             m.d.sync += [c.eq(0) for c, _, _ in counters]

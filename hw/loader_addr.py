@@ -274,7 +274,9 @@ class AddressGen(wiring.Component):
         m = Module()
         r = self._registers()
         a = self._addresses(m, r)
+        pages_built = self._geo.channel_pages      # LoaderParams.channel_pages
         is_pages = eq_const(self.mode.as_value(), Mode.PAGES.value)
+
         def state_is(*states: AgenState) -> Value:
             v = r.state.as_value()
             return Cat(*[eq_const(v, s.value) for s in states]).any()
@@ -288,14 +290,18 @@ class AddressGen(wiring.Component):
                              r.skip_last.eq(0), r.r_sent.eq(0), r.e_sent.eq(0),
                              r.state.eq(AgenState.RUN)]
         with m.Elif(state_is(AgenState.RUN)):
-            with m.If(is_pages):
-                self._run_pages(m, r, a)
-            with m.Else():
+            if pages_built:
+                with m.If(is_pages):
+                    self._run_pages(m, r, a)
+                with m.Else():
+                    self._run_records(m, r, a)
+            else:                                   # no page logic: never CLOSE_E / CLOSE_R
                 self._run_records(m, r, a)
-        with m.Elif(state_is(AgenState.CLOSE_E)):
-            self._close_entry(m, r, a)
-        with m.Elif(state_is(AgenState.CLOSE_R)):
-            self._close_ranges(m, r, a)
+        if pages_built:
+            with m.Elif(state_is(AgenState.CLOSE_E)):
+                self._close_entry(m, r, a)
+            with m.Elif(state_is(AgenState.CLOSE_R)):
+                self._close_ranges(m, r, a)
         with m.Elif(state_is(AgenState.FLUSH)):
             self._flush(m, r)
         return m

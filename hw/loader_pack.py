@@ -44,8 +44,8 @@ class Packer(wiring.Component):
     taken from the compacted elements by the prefix count of the mask). A skip entry (a token
     out of order) becomes an output with ``err`` set, zero data and mask. Channel pages: beats
     of the page go to the buffer at their offset in the page; at ``la`` the page's retained
-    tokens leave one per cycle, channels outside ``cmask`` zeroed. Beats after the last entry
-    are dropped.
+    tokens leave one per cycle, channels outside ``cmask`` zeroed (built only with
+    ``LoaderParams.channel_pages``). Beats after the last entry are dropped.
 
     Parameters
     ----------
@@ -250,25 +250,32 @@ class Packer(wiring.Component):
         cur, bt, nxt = s.cur, self.beats.payload, self.entries.payload
         # keep the la beat unless nothing later can start in it
         keep = ~cur.last & ~(self.entries.valid & ~nxt.nodata & ~ueq(nxt.fa, cur.la))
-        with m.If(s.draining):
-            self._page_drain(m, s)
-        with m.Elif(~s.cur_valid):
+        pages = self._geo.channel_pages                 # LoaderParams.channel_pages
+        if pages:
+            with m.If(s.draining):
+                self._page_drain(m, s)
+        with (m.Elif if pages else m.If)(~s.cur_valid):       # the chain's first branch
             m.d.comb += self.beats.ready.eq(s.last_popped)      # trailing padding beats
         with m.Elif(cur.nodata):
-            with m.If(cur.page):
-                m.d.sync += [s.draining.eq(1), s.bmp.eq(cur.bitmap)]
-            with m.Elif(s.b_ready):
-                m.d.comb += [s.a2b.eq(1), s.skip.eq(1), s.retire.eq(1)]
+            if pages:
+                with m.If(cur.page):
+                    m.d.sync += [s.draining.eq(1), s.bmp.eq(cur.bitmap)]
+                with m.Elif(s.b_ready):
+                    m.d.comb += [s.a2b.eq(1), s.skip.eq(1), s.retire.eq(1)]
+            else:
+                with m.If(s.b_ready):
+                    m.d.comb += [s.a2b.eq(1), s.skip.eq(1), s.retire.eq(1)]
         with m.Elif(self.beats.valid):
             with m.If(s.before):
                 m.d.comb += self.beats.ready.eq(1)
             with m.Elif(~s.at_end):
                 m.d.comb += [self.beats.ready.eq(1), s.write.eq(1)]
                 m.d.sync += s.cur_err.eq(s.cur_err | bt.err)
-            with m.Elif(cur.page):
-                m.d.comb += [self.beats.ready.eq(1), s.write.eq(1)]
-                m.d.sync += [s.cur_err.eq(s.cur_err | bt.err), s.draining.eq(1),
-                             s.bmp.eq(cur.bitmap)]
+            if pages:
+                with m.Elif(cur.page):
+                    m.d.comb += [self.beats.ready.eq(1), s.write.eq(1)]
+                    m.d.sync += [s.cur_err.eq(s.cur_err | bt.err), s.draining.eq(1),
+                                 s.bmp.eq(cur.bitmap)]
             with m.Elif(s.b_ready):
                 m.d.comb += [self.beats.ready.eq(~keep), s.a2b.eq(1), s.write.eq(1),
                              s.retire.eq(1)]

@@ -85,15 +85,16 @@ def entry_layout(geo: LoaderGeometry) -> data.StructLayout:
     """Address generator -> packer (through the entry queue): which beats make one record or
     page, and what to emit for it."""
     aw = geo.loader.addr_width - geo.beat_shift
+    pages = geo.channel_pages      # `page` and `bitmap` only with the channel-page path
     return data.StructLayout({
-        "page": 1,        # a channel page (else one row / record)
+        **({"page": 1} if pages else {}),   # a channel page (else one row / record)
         "token": geo.index_width,   # the slot, or the page number
         "fa": aw,         # first beat (beat address) of the record, or the page's first beat
         "la": aw,         # last beat the record / page needs
         "off": max(1, geo.beat_shift),  # byte lane of the record's first byte
         "last": 1,        # last record / page of the job
         "nodata": 1,      # page without selected channels / skipped token: nothing to read
-        "bitmap": geo.layout.page_tokens,  # retained tokens of the page
+        **({"bitmap": geo.layout.page_tokens} if pages else {}),  # retained tokens of a page
     })
 
 

@@ -60,11 +60,11 @@ class LoaderGeometry:
                              f"{lp.beat_bytes} B is not a whole number of bursts "
                              f"(burst_bytes = {lay.burst_bytes}): the loader issues whole "
                              "bursts")
-        if self.page_bytes % lay.burst_bytes:
+        if lp.channel_pages and self.page_bytes % lay.burst_bytes:
             raise ParamError(f"a channel page of {self.page_bytes} B (head_dim * page_tokens * "
                              f"elem_bytes) must be a multiple of burst_bytes = "
                              f"{lay.burst_bytes}")
-        pages = -(-lp.max_tokens // lay.page_tokens)
+        pages = -(-lp.max_tokens // lay.page_tokens) if lp.channel_pages else 0
         region = max(lp.max_tokens * lay.stride(self.record_bytes_max),
                      pages * self.page_bytes)
         if region > 1 << lp.addr_width:
@@ -129,9 +129,17 @@ class LoaderGeometry:
 
     # ------------------------------------------------------------------ buffers
     @property
+    def channel_pages(self) -> bool:
+        """Whether the channel-page (transposed) read path is built
+        (``LoaderParams.channel_pages``)."""
+        return self.loader.channel_pages
+
+    @property
     def buffer_words(self) -> int:
-        """Beat-wide words of the shared record / page buffer (a power of two)."""
-        return _pow2_ceil(max(self.record_words, self.page_words))
+        """Beat-wide words of the record buffer, or of the shared record / page buffer when
+        the channel-page path is built (a power of two)."""
+        pages = self.page_words if self.channel_pages else 0
+        return _pow2_ceil(max(self.record_words, pages))
 
     @property
     def entry_fifo_depth(self) -> int:
@@ -143,7 +151,9 @@ class LoaderGeometry:
         side waits for a request that the address side has not issued yet (that needs
         ``ceil(request / unit) + 2``).
         """
-        unit = min(self.layout.stride(self.layout.mask_bytes), self.page_bytes)
+        unit = self.layout.stride(self.layout.mask_bytes)
+        if self.channel_pages:
+            unit = min(unit, self.page_bytes)
         per_request = -(-self.max_request_bytes // unit) + 1
         return _pow2_ceil((self.loader.max_outstanding + 1) * per_request + 2)
 
@@ -267,8 +277,11 @@ def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 
     handshake and then one beat per cycle while RREADY is high. It replays, in order:
 
     * the address side, one step per cycle (a token, a cycle seeing the next page, a page
-      close, a page block); a step waits while the entry FIFO is full, and a range that does
-      not continue the current run waits until the run's last request is issued;
+      close, a page block); a step waits while the entry FIFO is full, and a range step while
+      the two-entry register slice to the coalescer is full;
+    * the slice: a range reaches the coalescer the cycle after it was written (and after the
+      one before it); one that does not continue the current run waits there until the run's
+      last request is issued;
     * the coalescer: a request is known the cycle after the range that makes it full, or, for
       the tail of a run, the cycle the next range (or the job's end) shows up;
     * AR issue: one per cycle, at most ``outstanding`` in flight (a slot frees the cycle after
@@ -284,6 +297,9 @@ def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 
         raise ParamError(f"latency = {latency} is out of range: allowed >= 1 (cycles from "
                          "the AR handshake to the first R beat)")
     lp = geo.loader
+    if mode == "channel_pages" and not geo.channel_pages:
+        raise ParamError("mode = 'channel_pages' needs a loader built with "
+                         "LoaderParams.channel_pages = True")
     o = lp.max_outstanding if outstanding is None else outstanding
     if not 1 <= o <= lp.max_outstanding:
         raise ParamError(f"outstanding = {o} is out of range: allowed [1, "
@@ -368,20 +384,28 @@ def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 
     addr = run_end = 0
     have = False
     t = FIRST_TOKEN_CYCLE - 1
+    tcs = [-2, -1]          # cycles the coalescer took the ranges out of the register slice
     for kind, arg in steps:
         t += 1
         pushes = kind == "entry" or (kind == "rng" and not pages)
         if pushes and len(push) >= depth:   # the entry FIFO is full until an item leaves
             j = len(push) - depth
             t = max(t, (push[j] + 1 if j == 0 else max(push[j] + 1, retired(j - 1))) + 1)
+        if kind in ("rng", "end"):
+            # the slice (two entries) takes a range while it holds fewer than two at the
+            # start of the cycle; the coalescer sees it the next cycle, after the one before
+            t = max(t, tcs[-2] + 1)
+            show = max(t + 1, tcs[-1] + 1)
         if kind == "end":
             while run_end > addr:
                 n = min(cap(addr), run_end - addr)
                 reqs.append((addr, n // bb))
-                known.append(t + 1)
+                known.append(show + 1)
                 addr += n
+            tcs.append(show)
         elif kind == "rng":
             b0, b1 = arg
+            tc = show
             if have and b0 * burst <= run_end:
                 run_end = max(run_end, (b1 + 1) * burst)
             else:
@@ -389,15 +413,16 @@ def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 
                     while run_end > addr:
                         n = min(cap(addr), run_end - addr)
                         reqs.append((addr, n // bb))
-                        known.append(t)
+                        known.append(show)
                         addr += n
                     issue_upto(len(reqs) - 1)
-                    t = max(t, issue[-1] + 1)   # the range waits for the tail's last AR
+                    tc = max(show, issue[-1] + 1)   # the range waits for the tail's last AR
                 addr, run_end, have = b0 * burst, (b1 + 1) * burst, True
             while run_end - addr >= cap(addr):  # eager: known once the range is registered
                 reqs.append((addr, cap(addr) // bb))
-                known.append(t + 1)
+                known.append(tc + 1)
                 addr += cap(addr)
+            tcs.append(tc)
         if pushes:
             push.append(t)
     if reqs:

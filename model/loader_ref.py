@@ -298,8 +298,13 @@ class LoaderJob:
     def check(self, layout: KVLayout, loader: LoaderParams) -> None:
         """Raise :class:`ParamError` unless the RTL built for ``layout``/``loader`` can run this
         job: 1 to ``max_tokens`` slots below ``max_tokens``, ``kept`` and channels in range,
-        a burst-aligned base and a region inside the address space."""
+        a burst-aligned base, a region inside the address space, and channel pages only on a
+        loader built with ``LoaderParams.channel_pages``."""
         d = layout.head_dim
+        if self.mode is RecordLayout.CHANNEL_PAGES and not loader.channel_pages:
+            raise ParamError("LoaderJob mode 'channel_pages' needs a loader built with "
+                             "LoaderParams.channel_pages = True (the presets build it only "
+                             "when their K Stage II rule selects channels)")
         if not 1 <= len(self.slots) <= loader.max_tokens:
             raise ParamError(f"LoaderJob has {len(self.slots)} slots: allowed "
                              f"[1, {loader.max_tokens}]")

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from hikv.hw.loader_timing import LoaderGeometry
+from hikv.hw.loader_timing import AXI_BOUNDARY, LoaderGeometry
 from hikv.model.layout import burst_bytes
 from hikv.model.loader_ref import (
     LoaderJob,
@@ -33,7 +33,7 @@ from hikv.model.loader_ref import (
 from hikv.params import Config, ParamError, RecordLayout
 
 __all__ = ["Case", "Entry", "expected_entries", "make_case", "make_cases", "make_timing_cases",
-           "make_chain_cases", "vector_bits"]
+           "make_chain_cases", "packed_4k_case", "vector_bits"]
 
 #: AXI RRESP codes.
 SLVERR, DECERR = 2, 3
@@ -158,8 +158,11 @@ def make_case(cfg: Config, rng: random.Random, *, name: str, mode: RecordLayout,
               slot_kind: str = "runs", kept: int | None = None, masks: str = "random",
               channels: list[int] | None = None, base: int | None = None,
               error: int | None = None, max_slots: int | None = None,
-              knobs: dict[str, Any] | None = None, window: int | None = None) -> Case:
+              knobs: dict[str, Any] | None = None, window: int | None = None,
+              slots: list[int] | None = None) -> Case:
     """One job of ``mode`` with its memory and expected results.
+
+    ``slots`` fixes the job's slots (default: drawn as ``slot_kind`` says).
 
     ``error``: RRESP (SLVERR or DECERR) injected on one randomly chosen beat the job reads.
     ``max_slots`` caps the slot range (default ``max_tokens``); ``window`` the address range
@@ -169,7 +172,7 @@ def make_case(cfg: Config, rng: random.Random, *, name: str, mode: RecordLayout,
     geo = LoaderGeometry(lay, lp)
     d = lay.head_dim
     limit = min(max_slots or lp.max_tokens, lp.max_tokens)
-    slots = _slots(rng, limit, slot_kind)
+    slots = _slots(rng, limit, slot_kind) if slots is None else list(slots)
     if kept is None:
         kept = rng.randint(0, d)
     if mode is RecordLayout.MASKED_RECORD and masks == "ones":
@@ -182,6 +185,8 @@ def make_case(cfg: Config, rng: random.Random, *, name: str, mode: RecordLayout,
     r = job_ranges(probe, lay)
     extent = int((r.start + r.length).max()) if len(r) else 0
     extent = max(extent, (slots[-1] + 1) * lay.stride(probe.record_bytes(lay)))
+    if mode is RecordLayout.CHANNEL_PAGES:     # the image holds whole pages
+        extent = max(extent, (slots[-1] // lay.page_tokens + 1) * d * lay.channel_chunk_bytes)
     extent = -(-extent // lay.burst_bytes) * lay.burst_bytes + lay.burst_bytes
     space = min(1 << lp.addr_width, window or max(1 << 20, 2 * extent))
     if base is None:
@@ -209,6 +214,56 @@ def make_case(cfg: Config, rng: random.Random, *, name: str, mode: RecordLayout,
     return Case(name=name, job=job, memory={base: img},
                 requests=[(q.addr, q.beats) for q in reqs], outputs=outputs,
                 bytes_read=nbytes, error_beats=error_beats, knobs=dict(knobs or {}))
+
+
+def packed_4k_case(cfg: Config, rng: random.Random, *, name: str, slot_kind: str = "all",
+                   knobs: dict[str, Any] | None = None) -> Case:
+    """A masked-record job on a packed layout (``align_bytes < burst_bytes``, records back to
+    back as the evicting HiKV stores them) whose records cross burst boundaries mid-record and
+    one of which crosses a 4 KiB line mid-record (the AXI request is cut there).
+
+    The slots are ``slot_kind`` ones plus the crossing slot. Raises :class:`ParamError` if the
+    layout is not packed. For contiguous slots (``"all"``) the byte count is also checked
+    against the closed form of one contiguous run: every burst of ``[first record's start,
+    last record's end)``.
+    """
+    lay, lp = cfg.layout, cfg.loader
+    burst = lay.burst_bytes
+    if lay.align_bytes >= burst:
+        raise ParamError(f"packed_4k_case needs align_bytes < burst_bytes, not "
+                         f"{lay.align_bytes} >= {burst}")
+    for _ in range(10_000):
+        kept = rng.randint(1, lay.head_dim)
+        rec = lay.record_bytes(kept)
+        stride = lay.stride(rec)
+        if stride % burst == 0 or rec <= 1:
+            continue
+        s = rng.randrange(1, lp.max_tokens)
+        # burst-aligned base with base + s*stride < 4096 < base + s*stride + rec
+        lo, hi = AXI_BOUNDARY - rec + 1 - s * stride, AXI_BOUNDARY - 1 - s * stride
+        b = max(0, -(-lo // burst) * burst)
+        if b > hi:
+            continue
+        extent = lp.max_tokens * stride + burst
+        lines = max(1, ((1 << lp.addr_width) - extent - b) // AXI_BOUNDARY)
+        base = b + AXI_BOUNDARY * rng.randrange(min(lines, 16))
+        slots = sorted(set(_slots(rng, lp.max_tokens, slot_kind)) | {s})
+        case = make_case(cfg, rng, name=name, mode=RecordLayout.MASKED_RECORD, kept=kept,
+                         base=base, knobs=knobs, slots=slots)
+        a = base + s * stride
+        if not (a % AXI_BOUNDARY and a // AXI_BOUNDARY != (a + rec - 1) // AXI_BOUNDARY):
+            raise AssertionError(f"{name}: record {s} at {a:#x} does not cross 4 KiB")
+        starts = [base + t * stride for t in slots]
+        if not any(x % burst and x % burst + rec > burst for x in starts):
+            raise AssertionError(f"{name}: no record crosses a burst boundary mid-record")
+        if slot_kind == "all":
+            first, end = starts[0], starts[-1] + rec
+            run = (-(-end // burst) - first // burst) * burst
+            if run != case.bytes_read:
+                raise AssertionError(f"{name}: {case.bytes_read} B read, the contiguous run "
+                                     f"of its records holds {run} B")
+        return case
+    raise ParamError(f"no masked record of layout {lay} can cross a 4 KiB line mid-record")
 
 
 def _group_channels(rng: random.Random, d: int, group: int) -> list[int]:
@@ -264,14 +319,21 @@ def make_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
         ("dense-decerr", dict(mode=D, error=DECERR)),
         ("pages-slverr", dict(mode=P, channels=list(range(d)), error=SLVERR)),
     ]
+    if not lp.channel_pages:      # no channel-page path built (LoaderParams.channel_pages)
+        corners = [(n, kw) for n, kw in corners if kw["mode"] is not P]
+    modes = [D, M, P] if lp.channel_pages else [D, M]
     cases = []
     for name, kw in corners:
         kw.setdefault("knobs", k(rng))
         if kw.get("error") == DECERR:
             kw["knobs"]["memory"] = "pipe"      # the RAM model can only answer SLVERR
         cases.append(make_case(cfg, rng, name=name, **kw))
+    if lay.align_bytes < lay.burst_bytes:       # packed records: mid-record bursts and 4 KiB
+        for kind in ("all", "runs", "sparse"):
+            cases.append(packed_4k_case(cfg, rng, name=f"packed-4k-{kind}", slot_kind=kind,
+                                        knobs=k(rng)))
     while len(cases) < jobs:
-        mode = rng.choice([D, M, P])
+        mode = rng.choice(modes)
         kw = dict(mode=mode, slot_kind=rng.choice(["runs", "runs", "sparse", "one"]),
                   knobs=k(rng))
         if mode is P and rng.random() < 0.3:
@@ -317,7 +379,10 @@ def make_timing_cases(cfg: Config, seed: int, latencies: tuple[int, ...] = (1, 8
                                          knobs=dict(case.knobs, latency=[lat, lat],
                                                     outstanding=lim)))
 
-    for mode, kw in ((D, {}), (M, {"kept": d * 3 // 4}), (P, {"channels": list(range(0, d, 2))})):
+    layouts = [(D, {}), (M, {"kept": d * 3 // 4}), (P, {"channels": list(range(0, d, 2))})]
+    if not lp.channel_pages:      # no channel-page path built (LoaderParams.channel_pages)
+        layouts = layouts[:2]
+    for mode, kw in layouts:
         for kind in ("all", "runs", "sparse"):
             case = make_case(cfg, rng, name=f"timing-{mode.value}-{kind}", mode=mode,
                              slot_kind=kind, knobs=_knobs(rng, quiet=True), max_slots=slots,
@@ -326,14 +391,20 @@ def make_timing_cases(cfg: Config, seed: int, latencies: tuple[int, ...] = (1, 8
                 for lim in limits:
                     add(case, lat, lim)
     for i in range(extra):
-        mode = [D, M, P][i % 3]
+        mode = [m for m, _ in layouts][i % len(layouts)]
         case = make_case(cfg, rng, name=f"timing-random{i}-{mode.value}", mode=mode,
                          slot_kind=rng.choice(["runs", "sparse", "one"]),
                          knobs=_knobs(rng, quiet=True), max_slots=slots)
         add(case, rng.randint(1, 2 * max(latencies)), rng.randint(1, lp.max_outstanding))
-    case = make_case(cfg, rng, name="timing-pages-none", mode=P, channels=[],
-                     knobs=_knobs(rng, quiet=True), max_slots=slots)
-    add(case, latencies[0], lp.max_outstanding)
+    if cfg.layout.align_bytes < cfg.layout.burst_bytes:     # packed records across 4 KiB
+        for kind in ("all", "runs"):
+            case = packed_4k_case(cfg, rng, name=f"timing-packed-4k-{kind}", slot_kind=kind,
+                                  knobs=_knobs(rng, quiet=True))
+            add(case, latencies[-1], lp.max_outstanding)
+    if lp.channel_pages:
+        case = make_case(cfg, rng, name="timing-pages-none", mode=P, channels=[],
+                         knobs=_knobs(rng, quiet=True), max_slots=slots)
+        add(case, latencies[0], lp.max_outstanding)
     return cases
 
 
@@ -393,7 +464,7 @@ def make_chain_cases(cfg: Config, seed: int, jobs: int,
             raise ParamError(f"capture head_dim = {got} but {cfg.name}.layout.head_dim = {d}; "
                              "use chain_variant(cfg, head_dim) (hikv rtl --capture does)")
     r_v = cfg.policy.v_rule.keep if cfg.policy.v_rule.keep else d * 3 // 4
-    kinds = ["v-masked", "k-dense", "k-channels"]
+    kinds = ["v-masked", "k-dense"] + (["k-channels"] if lp.channel_pages else [])
     cases = []
     for i in range(jobs):
         g = torch.Generator().manual_seed(rng.randrange(1 << 62))

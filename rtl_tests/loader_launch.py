@@ -16,6 +16,7 @@ from hikv.params import Config, ParamError
 from .report import RtlReport
 
 __all__ = ["TOPLEVEL", "CHAIN_TOPLEVEL", "DEFAULT_JOBS", "DEFAULT_CHAIN_JOBS", "packed_variant",
+           "pages_variant", "wide_variant",
            "tb_config", "slot_fields", "rtl_cycles_rows", "run_regression", "run_chain_regression"]
 
 TOPLEVEL = "hikv_loader"
@@ -28,16 +29,41 @@ DEFAULT_CHAIN_JOBS = 24
 MEMORY_WINDOW = 1 << 20
 
 
-def packed_variant(cfg: Config) -> Config:
-    """``cfg`` with records packed at element alignment (they start and end inside beats, and
-    neighbours share beats) and channel chunks of two bursts (read per token group): the layout
-    corners a preset with burst-aligned records does not reach."""
+def packed_variant(cfg: Config, align: int | None = None) -> Config:
+    """``cfg`` with records packed at ``align`` bytes (default: one element; they start and end
+    inside beats and bursts, and neighbours share beats) and the channel-page path built
+    (``LoaderParams.channel_pages``). At element alignment the channel chunks are two bursts
+    long (read per token group): the layout corners a preset with burst-aligned records does
+    not reach. Named ``<preset>+packed`` (element alignment) or ``<preset>+packed<align>``."""
     import dataclasses
 
     lay = cfg.layout
-    layout = dataclasses.replace(lay, align_bytes=lay.elem_bytes,
-                                 page_tokens=2 * lay.burst_bytes // lay.elem_bytes)
-    return cfg.replace(name=f"{cfg.name}+packed", layout=layout)
+    a = lay.elem_bytes if align is None else align
+    pt = 2 * lay.burst_bytes // lay.elem_bytes if a == lay.elem_bytes else lay.page_tokens
+    layout = dataclasses.replace(lay, align_bytes=a, page_tokens=pt)
+    loader = dataclasses.replace(cfg.loader, channel_pages=True)
+    suffix = "" if a == lay.elem_bytes else str(a)
+    return cfg.replace(name=f"{cfg.name}+packed{suffix}", layout=layout, loader=loader)
+
+
+def wide_variant(cfg: Config) -> Config:
+    """``cfg`` shaped like the `default` and `paper` loaders: one burst per beat
+    (``data_width = 8 x burst_bytes``), requests of 4 beats, 8 reads in flight; named
+    ``<preset>+wide``."""
+    import dataclasses
+
+    return cfg.replace(name=f"{cfg.name}+wide", loader=dataclasses.replace(
+        cfg.loader, data_width=8 * cfg.layout.burst_bytes, max_burst_beats=4,
+        max_outstanding=8))
+
+
+def pages_variant(cfg: Config) -> Config:
+    """``cfg`` with the channel-page path built (``LoaderParams.channel_pages``), for tests of
+    a layout whose preset does not need it; named ``<preset>+pages``."""
+    import dataclasses
+
+    return cfg.replace(name=f"{cfg.name}+pages",
+                       loader=dataclasses.replace(cfg.loader, channel_pages=True))
 
 
 def chain_variant(cfg: Config, head_dim: int) -> Config:

@@ -1,6 +1,8 @@
 """The loader's RTL checks: Verilator lint, the CLI, the cocotb regression against the golden
-model (tiny preset, and tiny with packed records / two-burst channel chunks), and the sorter ->
-loader chain against the golden Stage I + Stage II."""
+model (tiny preset; tiny with one burst per beat, as default and paper are built; tiny with
+records packed at 2 and 8 bytes -- records crossing bursts and 4 KiB lines mid-record -- and
+the channel-page path), and the sorter -> loader chain against the golden Stage I + Stage
+II."""
 
 from __future__ import annotations
 
@@ -17,12 +19,27 @@ from hikv.rtl_tests.loader_launch import (
     packed_variant,
     run_chain_regression,
     run_regression,
+    wide_variant,
 )
 
 #: Fixed seeds keep CI reproducible; `hikv rtl --block loader --seed N` explores others.
 SEED = 20240611
 
 LINT_FLAGS = ["--lint-only", "-Wall", "-Wno-PROCASSINIT", "-Wno-UNUSEDSIGNAL"]
+
+
+def _variant(name: str):
+    """A preset (``tiny``, ``default``, ...) or a tiny test variant: ``tiny+wide`` (one burst
+    per beat), ``tiny+packed`` (records at element alignment, two-burst channel chunks),
+    ``tiny+packed8`` (records at 8 bytes); the packed ones build the channel-page path."""
+    base, _, var = name.partition("+")
+    cfg = get_preset(base)
+    if var == "wide":
+        return wide_variant(cfg)
+    if var.startswith("packed"):
+        return packed_variant(cfg, int(var.removeprefix("packed") or cfg.layout.elem_bytes))
+    assert not var, f"unknown variant {name}"
+    return cfg
 
 
 def _lint(cfg, tmp_path: Path, chain: bool = False) -> str:
@@ -43,10 +60,9 @@ def _lint(cfg, tmp_path: Path, chain: bool = False) -> str:
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("name", ["tiny", "default", "tiny+packed", "chain-tiny"])
+@pytest.mark.parametrize("name", ["tiny", "default", "tiny+wide", "tiny+packed", "chain-tiny"])
 def test_loader_lints_clean(name: str, tmp_path: Path) -> None:
-    cfg = packed_variant(get_preset("tiny")) if name == "tiny+packed" else \
-        get_preset(name.removeprefix("chain-"))
+    cfg = _variant(name.removeprefix("chain-"))
     log = _lint(cfg, tmp_path, chain=name.startswith("chain-"))
     assert "%Warning" not in log and "%Error" not in log, f"preset {name}:\n{log}"
 
@@ -64,11 +80,10 @@ def test_hikv_verilog_loader(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.rtl
 @pytest.mark.slow
-@pytest.mark.parametrize("variant,jobs", [("tiny", 40), ("tiny+packed", 30)])
+@pytest.mark.parametrize("variant,jobs", [("tiny", 40), ("tiny+wide", 30), ("tiny+packed", 30),
+                                          ("tiny+packed8", 30)])
 def test_loader_cocotb_regression(variant: str, jobs: int) -> None:
-    cfg = get_preset("tiny")
-    if variant == "tiny+packed":
-        cfg = packed_variant(cfg)
+    cfg = _variant(variant)
     rep = run_regression(cfg, seed=SEED, jobs=jobs)
     assert rep.passed, "\n".join(rep.lines)
     timing = rep.metrics.get("timing", [])

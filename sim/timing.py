@@ -99,14 +99,20 @@ def sorter_for_job(params: SorterParams, *, n: int = 0, k: int = 0, d: int = 0
 
 def loader_instances(cfg: Config, bandwidth_bytes_per_s: ArrayLike | None = None
                      ) -> ArrayLike:
-    """Loader copies that sustain the memory bandwidth (``cfg``'s, or an array of them).
+    """Loaders that sustain the memory bandwidth (``cfg``'s, or an array of them).
 
     One loader carries ``steady_bytes_per_cycle`` = ``beat_bytes x min(1, N b / (L + b))``
     (:func:`hikv.hw.loader_timing.steady_bytes_per_cycle`) with requests of ``b =
     max_burst_beats`` beats, ``N = max_outstanding`` reads in flight and ``L`` the memory
     latency in cycles: each outstanding slot carries one request per ``L + b`` cycles (the RTL
     frees a slot the cycle after the request's last beat). So
-    ``ceil(bandwidth / (clock x steady_bytes_per_cycle))`` copies, at least one.
+    ``ceil(bandwidth / (clock x steady_bytes_per_cycle))`` loaders, at least one. The
+    `default` and `paper` loaders read one 64-B burst per beat with enough reads in flight to
+    cover the latency (64 B/cycle each, also for one scattered row per request), so this is a
+    small fixed number, not one copy per
+    16-32 B/cycle: 4 for `default` (256 B/cycle), 8 for `paper` (460 B/cycle); a beat is never
+    wider than a burst, as a wider one would read bytes the burst account does not count
+    (docs/loader.md, section 10).
     """
     a = cfg.accel
     bw = np.asarray(a.mem_bandwidth_bytes_per_s if bandwidth_bytes_per_s is None

@@ -64,8 +64,8 @@ def test_node_and_sram_models():
     assert A.nand2_area_m2("asap7") == pytest.approx(0.087e-12)
     with pytest.raises(ParamError, match="NAND2 reference"):
         A.nand2_area_m2("tsmc5")
-    cfg = get_preset("paper")      # 16 reads of 16 beats in flight cover 100 cycles
-    assert A.loader_instances(cfg) == math.ceil(460e9 / (32 * 1e9))
+    cfg = get_preset("paper")      # 32 reads of 4 beats of 64 B in flight cover 100 cycles
+    assert A.loader_instances(cfg) == math.ceil(460e9 / (64 * 1e9))
 
 
 def test_real_cell_areas_are_the_lef_sizes():

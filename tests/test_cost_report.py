@@ -29,7 +29,7 @@ def test_table_rows_and_ratios():
         assert r.bound in ("memory", "compute")
         assert r.speedup_vs_full <= r.roofline_bound_vs_full * 1.05
     assert rep.timing_model == "rtl" and "nominal" in rep.budgets
-    assert any("sorter_timing" in n and "16 instances" in n for n in rep.notes)
+    assert any("sorter_timing" in n and "4 instances" in n for n in rep.notes)   # 64 B/cycle
     assert not any("PROVISIONAL" in n.upper() for n in rep.notes)
     assert "provisional" not in RR.rows_csv(rep).lower()
 

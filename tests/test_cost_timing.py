@@ -127,8 +127,10 @@ def test_loader_instances_grow_when_latency_is_not_covered():
 
     cfg = get_preset("default")
     few = cfg.replace(loader=dataclasses.replace(cfg.loader, max_outstanding=4))
-    # 4 x 16 beats per 116 cycles: 8.8 of 16 B/cycle, so 29 loaders for 256 B/cycle
-    assert T.loader_instances(few) == 29 and T.loader_instances(cfg) == 16
+    # 4 x 4 beats of 64 B per 104 cycles: 9.8 of 64 B/cycle, so 26 loaders for 256 B/cycle;
+    # 64 in flight cover the latency: 4 loaders of 64 B/cycle
+    assert T.loader_instances(few) == 26 and T.loader_instances(cfg) == 4
+    assert T.loader_instances(get_preset("paper")) == 8   # 460 B/cycle
 
 
 def test_unique_apply_broadcasts():

@@ -3,6 +3,7 @@ loader's geometry / timing module (stdlib), each checked from its definition."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -22,9 +23,15 @@ from hikv.model.loader_ref import (
     request_bytes,
     unpack_masked,
 )
-from hikv.params import KVLayout, LoaderParams, ParamError, RecordLayout
+from hikv.params import (
+    KVLayout,
+    LoaderParams,
+    ParamError,
+    RecordLayout,
+    loader_needs_channel_pages,
+)
 from hikv.presets import PRESETS, get_preset
-from hikv.rtl_tests.loader_launch import packed_variant
+from hikv.rtl_tests.loader_launch import packed_variant, pages_variant, wide_variant
 
 D, M, P = RecordLayout.DENSE, RecordLayout.MASKED_RECORD, RecordLayout.CHANNEL_PAGES
 TINY = get_preset("tiny")
@@ -57,7 +64,10 @@ def test_job_validation() -> None:
     with pytest.raises(ParamError, match="address space"):
         LoaderJob(D, (lp.max_tokens - 1,), base=(1 << lp.addr_width) - lay.burst_bytes
                   ).check(lay, lp)
-    LoaderJob(P, (0, 5), channels=(3, 1, 3)).check(lay, lp)
+    with pytest.raises(ParamError, match="channel_pages"):   # tiny builds no page path
+        LoaderJob(P, (0, 5), channels=(3, 1, 3)).check(lay, lp)
+    LoaderJob(P, (0, 5), channels=(3, 1, 3)).check(lay, dataclasses.replace(
+        lp, channel_pages=True))
     assert LoaderJob(P, (0,), channels=(3, 1, 3)).channels == (1, 3)
 
 
@@ -169,17 +179,21 @@ def test_geometry_rejects_what_the_rtl_cannot_build() -> None:
         geo = LoaderGeometry(get_preset(name).layout, get_preset(name).loader)
         assert geo.lanes * geo.expand_cycles == geo.layout.head_dim
         assert geo.entry_fifo_depth & (geo.entry_fifo_depth - 1) == 0
-        assert geo.buffer_words * geo.beat_bytes >= geo.page_bytes
+        assert geo.buffer_words * geo.beat_bytes >= (geo.page_bytes if geo.channel_pages
+                                                     else geo.record_bytes_max)
+        # presets build the channel-page path exactly when their K Stage II rule needs it
+        assert geo.channel_pages == loader_needs_channel_pages(get_preset(name).policy)
 
 
 # --------------------------------------------------------------------------- timing model
-@pytest.mark.parametrize("name", ["tiny", "tiny+packed", "default", "paper"])
+@pytest.mark.parametrize("name", ["tiny", "tiny+packed", "tiny+wide", "default", "paper"])
 def test_timing_model_requests_are_the_golden_requests(name: str) -> None:
-    cfg = packed_variant(TINY) if name == "tiny+packed" else get_preset(name)
+    cfg = {"tiny+packed": packed_variant(TINY), "tiny+wide": wide_variant(TINY)}.get(name) \
+        or get_preset(name)
     lay, lp = cfg.layout, cfg.loader
     geo = LoaderGeometry(lay, lp)
     rng = random.Random(11)
-    for mode in (D, M, P):
+    for mode in (D, M, P) if lp.channel_pages else (D, M):
         for _ in range(3):
             slots = sorted(rng.sample(range(min(lp.max_tokens, 300)), rng.randint(1, 60)))
             job = LoaderJob(mode, tuple(slots), base=lay.burst_bytes * rng.randrange(200),
@@ -197,7 +211,8 @@ def test_timing_model_requests_are_the_golden_requests(name: str) -> None:
 def test_timing_model_obeys_its_bounds() -> None:
     """Cycles never beat the bus (one beat per cycle) nor the outstanding limit, and more
     latency or fewer outstanding reads never make a job faster."""
-    geo = LoaderGeometry(TINY.layout, TINY.loader)
+    cfg = pages_variant(TINY)
+    geo = LoaderGeometry(cfg.layout, cfg.loader)
     slots = list(range(0, TINY.loader.max_tokens, 2))
     for mode in ("dense", "masked", "channel_pages"):
         prev = None
@@ -219,7 +234,7 @@ def test_timing_model_obeys_its_bounds() -> None:
 def test_steady_formula_matches_the_model_on_long_jobs(name: str) -> None:
     cfg = get_preset(name)
     geo = LoaderGeometry(cfg.layout, cfg.loader)
-    slots = list(range(min(cfg.loader.max_tokens, 1024)))
+    slots = list(range(min(cfg.loader.max_tokens, 4096)))
     for lat in (1, 8, 32, 100):
         for o in sorted({1, cfg.loader.max_outstanding}):
             t = job_timing(geo, mode="dense", slots=slots, latency=lat, outstanding=o)
@@ -236,17 +251,18 @@ def test_timing_model_rejects_bad_arguments() -> None:
         job_timing(geo, mode="dense", slots=[1], outstanding=TINY.loader.max_outstanding + 1)
 
 
-@pytest.mark.parametrize("name", ["tiny", "default", "paper"])
+@pytest.mark.parametrize("name", ["tiny", "tiny+pages", "default", "paper"])
 def test_closed_form_estimate_within_ten_percent_of_the_model(name: str) -> None:
     """estimate_cycles (byte and request counts only) against job_timing (cycle-exact against
     the RTL) for contiguous jobs and runs with gaps, every layout, latencies 1..100."""
     from hikv.hw.loader_timing import estimate_cycles
 
-    cfg = get_preset(name)
+    cfg = pages_variant(TINY) if name == "tiny+pages" else get_preset(name)
     geo = LoaderGeometry(cfg.layout, cfg.loader)
     d, n = cfg.layout.head_dim, min(cfg.loader.max_tokens, 512)
-    for mode, kw in (("dense", {}), ("masked", {"kept": d * 3 // 4}),
-                     ("channel_pages", {"channels": list(range(0, d, 2))})):
+    layouts = [("dense", {}), ("masked", {"kept": d * 3 // 4}),
+               ("channel_pages", {"channels": list(range(0, d, 2))})]
+    for mode, kw in layouts if cfg.loader.channel_pages else layouts[:2]:
         for slots in (list(range(n)), [s for s in range(n) if (s // 7) % 2 == 0]):
             for lat in (1, 8, 32, 100):
                 for o in sorted({1, cfg.loader.max_outstanding}):

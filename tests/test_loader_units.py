@@ -25,13 +25,19 @@ from hikv.model.loader_ref import axi_requests, job_requests
 from hikv.params import RecordLayout
 from hikv.presets import get_preset
 from hikv.rtl_tests.loader_jobs import SLVERR, expected_entries, make_case
-from hikv.rtl_tests.loader_launch import packed_variant
+from hikv.rtl_tests.loader_launch import packed_variant, pages_variant, wide_variant
 
 CFG = get_preset("tiny")
 GEO = LoaderGeometry(CFG.layout, CFG.loader)
 #: records packed at element alignment (sharing beats), channel chunks of two bursts
 PACKED = packed_variant(CFG)
-CONFIGS = {"tiny": CFG, "packed": PACKED}
+#: tiny with the channel-page path; tiny with one burst per beat (as default and paper)
+CONFIGS = {"tiny": pages_variant(CFG), "packed": PACKED, "wide": wide_variant(CFG)}
+
+
+def _needs_pages(cfg, mode: RecordLayout) -> None:
+    if mode is RecordLayout.CHANNEL_PAGES and not cfg.loader.channel_pages:
+        pytest.skip(f"{cfg.name} builds no channel-page path")
 
 
 # --------------------------------------------------------------------------- coalescer
@@ -84,7 +90,7 @@ def test_coalescer_matches_axi_requests(seed: int) -> None:
 
 
 # --------------------------------------------------------------------------- address gen
-@pytest.mark.parametrize("cfg_name", ["tiny", "packed"])
+@pytest.mark.parametrize("cfg_name", ["tiny", "packed", "wide"])
 @pytest.mark.parametrize("seed,mode", [(11, RecordLayout.DENSE),
                                        (12, RecordLayout.MASKED_RECORD),
                                        (13, RecordLayout.CHANNEL_PAGES),
@@ -92,6 +98,7 @@ def test_coalescer_matches_axi_requests(seed: int) -> None:
 def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout, cfg_name: str) -> None:
     rng = random.Random(seed)
     cfg = CONFIGS[cfg_name]
+    _needs_pages(cfg, mode)
     geo = LoaderGeometry(cfg.layout, cfg.loader)
     case = make_case(cfg, rng, name="agen", mode=mode, max_slots=24)
     job = case.job
@@ -141,7 +148,8 @@ def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout, cfg_name:
                            max_beats=cfg.loader.max_burst_beats)
     assert got_req == job_requests(job, lay, cfg.loader), msg
     for i, (g, w) in enumerate(zip(entries, want_entries, strict=True)):
-        got = (bool(g.page), g.token, g.fa, g.bitmap if w.page else 0, bool(g.last),
+        page = bool(g.page) if geo.channel_pages else False
+        got = (page, g.token, g.fa, g.bitmap if w.page else 0, bool(g.last),
                bool(g.nodata) if w.page else False)
         exp = (w.page, w.token, w.fa, w.bitmap, w.last, w.nodata)
         assert got == exp, f"{msg}: entry {i}: expected {w}, got {g}"
@@ -152,7 +160,7 @@ def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout, cfg_name:
 
 
 # --------------------------------------------------------------------------- packer
-@pytest.mark.parametrize("cfg_name", ["tiny", "packed"])
+@pytest.mark.parametrize("cfg_name", ["tiny", "packed", "wide"])
 @pytest.mark.parametrize("seed,mode,error", [(21, RecordLayout.DENSE, None),
                                              (22, RecordLayout.MASKED_RECORD, None),
                                              (23, RecordLayout.MASKED_RECORD, SLVERR),
@@ -163,6 +171,7 @@ def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int 
                                       cfg_name: str) -> None:
     rng = random.Random(seed)
     cfg = CONFIGS[cfg_name]
+    _needs_pages(cfg, mode)
     geo = LoaderGeometry(cfg.layout, cfg.loader)
     kw = {}
     if error == "shared":
@@ -190,10 +199,11 @@ def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int 
         await ctx.tick()
         ctx.set(dut.start, 0)
         for e in expected_entries(job, geo):
-            await stream_put(ctx, dut.entries, {"page": e.page, "token": e.token, "fa": e.fa,
-                                          "la": e.la, "off": e.off,
-                                          "last": e.last, "nodata": e.nodata,
-                                          "bitmap": e.bitmap}, rng, 0.5)
+            ent = {"token": e.token, "fa": e.fa, "la": e.la, "off": e.off, "last": e.last,
+                   "nodata": e.nodata}
+            if geo.channel_pages:
+                ent.update(page=e.page, bitmap=e.bitmap)
+            await stream_put(ctx, dut.entries, ent, rng, 0.5)
 
     async def beat_source(ctx):
         await ctx.tick()
@@ -222,7 +232,7 @@ def test_blocks_reject_a_config_instead_of_a_geometry(block) -> None:
         block(CFG)
 
 
-@pytest.mark.parametrize("cfg_name", ["tiny", "packed"])
+@pytest.mark.parametrize("cfg_name", ["tiny", "packed", "wide"])
 def test_latency_is_the_fixed_part_of_the_timing_contract(cfg_name: str) -> None:
     """A one-request job (one dense row) takes ``latency + L + beats - 1`` cycles at read
     latency ``L``, for every ``L`` (``job_timing``, which the cocotb timing jobs check
