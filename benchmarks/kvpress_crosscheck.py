@@ -94,16 +94,17 @@ def compression_ratio(budget: int, tokens: int) -> float:
 
 @dataclass(frozen=True)
 class Pair:
-    """One row of the cross-check: our method (``hikv.params.Method`` value ``method`` with
-    ``spec`` fields) against a kvpress press (class name, keyword arguments, a ``variant`` the
-    worker applies, the attention implementation it needs). ``matched`` rows carry the
-    agreement target; the others document a known difference of rule."""
+    """One row of the cross-check: our method (its label, ``hikv.params.parse_method``, with
+    ``overrides`` of :class:`~hikv.params.MethodSpec` fields) against a kvpress press (class
+    name, keyword arguments, a ``variant`` the worker applies, the attention implementation it
+    needs). ``matched`` rows carry the agreement target; the others document a known difference
+    of rule."""
 
     name: str
-    method: str
+    label: str
     press: str | None
-    spec: Mapping[str, Any] = field(default_factory=dict)
     press_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    overrides: Mapping[str, Any] = field(default_factory=dict)
     variant: str = ""
     attn: str = "sdpa"
     matched: bool = True
@@ -114,54 +115,79 @@ class Pair:
 def pairs(budget: int, tokens: int, *, window: int = 32, pool_kernel: int | None = None
           ) -> list[Pair]:
     """The settings mapping at ``budget`` kept tokens per (layer, KV head) of a ``tokens``
-    prompt. ``window`` is SnapKV's observation window and H2O's recent window (our
-    ``MethodSpec.recent``); ``pool_kernel`` is our SnapKV's (``hikv.model.baselines.SnapKV``,
-    read from the class when None)."""
+    prompt. ``window`` is the observation window of SnapKV, AdaKV and PyramidKV and H2O's recent
+    window (our ``MethodSpec.recent``); ``pool_kernel`` is our SnapKV's
+    (``hikv.model.baselines.SnapKV.pool_kernel`` when None)."""
     if pool_kernel is None:
         from hikv.model.baselines import SnapKV
 
         pool_kernel = SnapKV.pool_kernel
     cr = compression_ratio(budget, tokens)
-    snap = {"budget": budget, "recent": window}
+    b = budget
+    win = {"recent": window}
+    snap = {"compression_ratio": cr, "window_size": window, "kernel_size": pool_kernel}
+    # AdaKV's safeguard: ours keeps floor(alpha (B - w)) prefix tokens per head on top of the
+    # window; kvpress keeps int(alpha' B) best scores, the window first (scored max + 1)
+    safe = window + (budget - window) // 5
     return [
         Pair("full KV", "full", None, kind="logits",
              note="logits of the prompt's last token and of the teacher-forced decode steps"),
-        Pair("SnapKV, kvpress defaults", "snapkv", "SnapKVPress", snap,
-             {"compression_ratio": cr}, matched=False,
+        Pair("SnapKV, kvpress defaults", f"snapkv@{b}", "SnapKVPress",
+             {"compression_ratio": cr}, win, matched=False,
              note="kvpress defaults: window 64, kernel 5, average pooling, pool then mean "
                   "over the group"),
-        Pair("SnapKV, matched", "snapkv", "SnapKVPress", snap,
-             {"compression_ratio": cr, "window_size": window, "kernel_size": pool_kernel},
+        Pair("SnapKV, matched", f"snapkv@{b}", "SnapKVPress", snap, win,
              variant="max_pool_group_sum",
              note=f"window {window}, kernel {pool_kernel}; kvpress's score with max pooling "
                   "and the group's query heads summed before pooling (ours)"),
-        Pair("H2O vs ObservedAttentionPress", "h2o", "ObservedAttentionPress", snap,
-             {"compression_ratio": cr}, attn="eager", matched=False,
+        Pair("H2O vs ObservedAttentionPress", f"h2o@{b}", "ObservedAttentionPress",
+             {"compression_ratio": cr}, win, attn="eager", matched=False,
              note=f"different rules: ours sums attention and keeps a recent window of "
                   f"{window}; kvpress averages over the queries that see each key, no window"),
-        Pair("H2O, our rule in kvpress", "h2o", "ObservedAttentionPress",
-             {"budget": budget, "recent": 0}, {"compression_ratio": cr}, variant="sum",
-             attn="eager",
+        Pair("H2O, our rule in kvpress", f"h2o@{b}", "ObservedAttentionPress",
+             {"compression_ratio": cr}, {"recent": 0}, variant="sum", attn="eager",
              note="recent window 0 and kvpress's observed attention summed (not averaged): "
                   "checks our accumulated-attention scores, not the rule"),
-        Pair("StreamingLLM", "streamingllm", "StreamingLLMPress", {"budget": budget},
-             {"compression_ratio": cr}),
-        Pair("TOVA", "tova", "TOVAPress", {"budget": budget}, {"compression_ratio": cr}),
-        Pair("AdaKV (SnapKV scores)", "adakv", "AdaKVPress", snap,
-             {"compression_ratio": cr, "window_size": window, "kernel_size": pool_kernel}),
-        Pair("PyramidKV", "pyramidkv", "PyramidKVPress", snap,
-             {"compression_ratio": cr, "window_size": window, "kernel_size": pool_kernel}),
-        Pair("ThinK (key channels)", "think", "ThinKPress", {"budget": budget},
-             {"window_size": window}, kind="channels"),
-        Pair("Knorm", "knorm", "KnormPress", {"budget": budget}, {"compression_ratio": cr}),
+        Pair("H2O averaged", f"h2o@{b}/avg", "ObservedAttentionPress",
+             {"compression_ratio": cr}, attn="eager",
+             note="our averaged variant (no recent window) is kvpress's ObservedAttentionPress"),
+        Pair("StreamingLLM", f"streamingllm@{b}", "StreamingLLMPress",
+             {"compression_ratio": cr, "n_sink": 4}, {"sinks": 4}),
+        Pair("TOVA", f"tova@{b}", "TOVAPress", {"compression_ratio": cr}),
+        Pair("AdaKV (SnapKV scores)", f"adakv@{b}", "AdaKVPress",
+             {**snap, "alpha_safeguard": (safe + 0.5) / budget}, win,
+             variant="max_pool_group_sum",
+             note=f"kvpress's alpha_safeguard set so its safeguard keeps the window and "
+                  f"{safe - window} = floor(0.2 (B - w)) prefix tokens, as ours"),
+        Pair("PyramidKV", f"pyramidkv@{b}", "PyramidKVPress", snap, win,
+             variant="max_pool_group_sum", matched=False,
+             note="kvpress's layer budgets (average B including the window, last layer "
+                  "B/beta) differ from ours (PyramidKV's code: prefix budgets average B - w)"),
+        Pair("ThinK (key channels)", "hikv-none/k:think32", "ThinKPress",
+             {"key_channel_compression_ratio": 0.5, "window_size": window}, kind="channels"),
+        Pair("Knorm", f"knorm@{b}", "KnormPress", {"compression_ratio": cr}),
     ]
 
 
-def available_methods() -> set[str]:
-    """``hikv.params.Method`` values of this checkout."""
-    from hikv.params import Method
+def our_spec(pair: Pair, cfg: Any) -> Any:
+    """Our :class:`~hikv.params.MethodSpec` of ``pair`` under ``cfg`` (``ParamError`` when the
+    kit has no such method)."""
+    import dataclasses
 
-    return {m.value for m in Method}
+    from hikv.params import parse_method
+
+    spec = parse_method(pair.label, cfg.policy, cfg.layout.head_dim)
+    return dataclasses.replace(spec, **dict(pair.overrides)) if pair.overrides else spec
+
+
+def crosscheck_config(head_dim: int = 64) -> Any:
+    """The configuration our side runs under (the ``default`` preset, the model's head dim)."""
+    import dataclasses
+
+    from hikv.presets import get_preset
+
+    cfg = get_preset("default")
+    return dataclasses.replace(cfg, layout=dataclasses.replace(cfg.layout, head_dim=head_dim))
 
 
 # =========================================================================== environment
@@ -214,7 +240,6 @@ def run_ours(lm: Any, wins: list[list[int]], todo: list[Pair], *, tokens: int,
 
     from hikv.model.lm import Sequence as Seq
     from hikv.model.lm import lm_config, prefill, step
-    from hikv.params import Method, MethodSpec
     from hikv.presets import get_preset
 
     cfg = lm_config(get_preset("default"), lm.shape)
@@ -223,7 +248,7 @@ def run_ours(lm: Any, wins: list[list[int]], todo: list[Pair], *, tokens: int,
     for w, ids in enumerate(wins):
         prompt, cont = ids[:tokens], ids[tokens:tokens + decode]
         for pair in todo:
-            spec = MethodSpec(method=Method(pair.method), **dict(pair.spec))
+            spec = our_spec(pair, cfg)
             seq = Seq(lm, spec, cfg)
             first = prefill(lm, [seq], prompt)
             if pair.kind == "logits":
@@ -248,8 +273,8 @@ def _kept_of(cache: Any, kind: str) -> list[list[int]]:
         if ch is None:
             raise RuntimeError(f"{type(cache).__name__} exposes no kept_channels")
         return [sorted(int(c) for c in row) for row in ch]
-    pos = cache.pos
-    return [sorted(int(p) for p in row) for row in pos]
+    pos = cache.pos                      # padded entries (per-head budgets) are negative
+    return [sorted(int(p) for p in row if int(p) >= 0) for row in pos]
 
 
 # =========================================================================== the worker
@@ -303,9 +328,9 @@ def worker(inp: Path, outp: Path) -> None:
     def make(p: dict) -> Any:
         kw = dict(p["press_kwargs"])
         if p["press"] == "AdaKVPress":
-            inner = kw.pop("inner", "SnapKVPress")
             alpha = kw.pop("alpha_safeguard", 0.20)
-            return AdaKVPress(press=classes[inner](**kw), alpha_safeguard=alpha)
+            inner = variants.get(p["variant"]) or SnapKVPress
+            return AdaKVPress(press=inner(**kw), alpha_safeguard=alpha)
         cls = variants.get(p["variant"]) or classes[p["press"]]
         return cls(**kw)
 
@@ -360,9 +385,9 @@ def worker(inp: Path, outp: Path) -> None:
                     got[f"{w},{layer},{h}"] = sel
         result["kept"][p["name"]] = got
         result["seconds"][p["name"]] = time.perf_counter() - t0
-    import transformers
-
     from importlib.metadata import version
+
+    import transformers
 
     result["versions"] = {"kvpress": version("kvpress"),
                           "transformers": str(transformers.__version__),
@@ -410,14 +435,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    have = available_methods()
+    from hikv.params import ParamError
+
+    cfg = crosscheck_config()
     todo, skipped = [], []
     for p in pairs(args.budget, args.tokens, window=args.window):
-        if args.methods and p.method not in args.methods:
+        if args.methods and not any(m in p.label for m in args.methods):
             continue
-        if p.method not in have:
-            skipped.append(f"skipped {p.name}: the kit has no method {p.method!r} "
-                           f"(hikv.params.Method has {sorted(have)})")
+        try:
+            our_spec(p, cfg)
+        except (ParamError, TypeError) as e:
+            skipped.append(f"skipped {p.name}: the kit has no {p.label!r} ({e})")
         else:
             todo.append(p)
     for line in skipped:
@@ -440,9 +468,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     theirs = torch.load(res, weights_only=True)
     rows = []
     for p in todo:
-        row: dict[str, Any] = {"name": p.name, "ours": p.method, "kvpress": p.press,
+        row: dict[str, Any] = {"name": p.name, "ours": p.label, "kvpress": p.press,
                                "variant": p.variant, "matched": p.matched, "note": p.note,
-                               "settings": {"ours": dict(p.spec),
+                               "settings": {"ours": {"label": p.label, **dict(p.overrides)},
                                             "kvpress": dict(p.press_kwargs)}}
         if p.kind == "logits":
             d = (ours["logits"] - theirs["logits"]).abs().max().item()
@@ -509,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="teacher-forced decode steps for the full-KV logits (default 8)")
     ap.add_argument("--windows", type=int, default=2, help="essay windows (default 2)")
     ap.add_argument("--methods", nargs="*", default=None,
-                    help="our method values to check (default: every pair)")
+                    help="check only pairs whose label contains one of these (default: all)")
     args = ap.parse_args(argv)
     for name, lo in (("tokens", 2), ("budget", 1), ("decode", 0), ("windows", 1),
                      ("window", 1)):

@@ -69,27 +69,35 @@ def test_compression_ratio_rejects_impossible_budgets() -> None:
 
 def test_pairs_map_our_settings() -> None:
     from hikv.model.baselines import SnapKV
-    from hikv.params import Method, MethodSpec
+    from hikv.params import ParamError
 
     ps = {p.name: p for p in kc.pairs(256, 1024, window=32)}
     cr = kc.compression_ratio(256, 1024)
     snap = ps["SnapKV, matched"]
-    assert snap.matched and snap.press == "SnapKVPress"
+    assert snap.matched and snap.press == "SnapKVPress" and snap.label == "snapkv@256"
     assert snap.press_kwargs == {"compression_ratio": cr, "window_size": 32,
                                  "kernel_size": SnapKV.pool_kernel}
     assert not ps["SnapKV, kvpress defaults"].matched
     assert not ps["H2O vs ObservedAttentionPress"].matched
     assert ps["H2O vs ObservedAttentionPress"].attn == "eager"   # kvpress needs attentions
     assert ps["full KV"].kind == "logits" and ps["full KV"].press is None
-    have = {m.value for m in Method}
+    ada = ps["AdaKV (SnapKV scores)"].press_kwargs
+    # kvpress's safeguard int(alpha' B) = window + floor(0.2 (B - window)), ours
+    assert int(256 * ada["alpha_safeguard"]) == 32 + (256 - 32) // 5
+    cfg = kc.crosscheck_config()
+    checked = 0
     for p in ps.values():
-        # every pair whose method the kit has builds a valid MethodSpec from its settings
-        if p.method in have:
-            spec = MethodSpec(method=Method(p.method), **dict(p.spec))
-            if "budget" in p.spec:
-                assert spec.budget == 256
         if "compression_ratio" in p.press_kwargs:
-            assert kc.kvpress_n_kept(1024, p.press_kwargs["compression_ratio"]) == 256
+            assert kc.kvpress_n_kept(1024, p.press_kwargs["compression_ratio"]) == 256, p.name
+        try:
+            spec = kc.our_spec(p, cfg)
+        except ParamError:
+            continue                    # a method this checkout lacks: the script skips it
+        checked += 1
+        if p.kind == "tokens" and p.label.split("@")[0] in ("snapkv", "h2o"):
+            assert spec.budget == 256, p.name
+            assert spec.recent == dict(p.overrides).get("recent", spec.recent), p.name
+    assert checked >= 5
 
 
 def test_render_marks_targets() -> None:
