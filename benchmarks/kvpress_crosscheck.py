@@ -112,12 +112,13 @@ class Pair:
     note: str = ""
 
 
-def pairs(budget: int, tokens: int, *, window: int = 32, pool_kernel: int | None = None
-          ) -> list[Pair]:
+def pairs(budget: int, tokens: int, *, window: int = 32, pool_kernel: int | None = None,
+          layers: int | None = None) -> list[Pair]:
     """The settings mapping at ``budget`` kept tokens per (layer, KV head) of a ``tokens``
     prompt. ``window`` is the observation window of SnapKV, AdaKV and PyramidKV and H2O's recent
     window (our ``MethodSpec.recent``); ``pool_kernel`` is our SnapKV's
-    (``hikv.model.baselines.SnapKV.pool_kernel`` when None)."""
+    (``hikv.model.baselines.SnapKV.pool_kernel`` when None); with ``layers`` (the model's) and
+    our PyramidKV schedule present, a PyramidKV row runs kvpress with our layer budgets."""
     if pool_kernel is None:
         from hikv.model.baselines import SnapKV
 
@@ -163,10 +164,26 @@ def pairs(budget: int, tokens: int, *, window: int = 32, pool_kernel: int | None
              variant="max_pool_group_sum", matched=False,
              note="kvpress's layer budgets (average B including the window, last layer "
                   "B/beta) differ from ours (PyramidKV's code: prefix budgets average B - w)"),
+        *_pyramid_ours(budget, tokens, window, layers, snap, win),
         Pair("ThinK (key channels)", "hikv-none/k:think32", "ThinKPress",
              {"key_channel_compression_ratio": 0.5, "window_size": window}, kind="channels"),
         Pair("Knorm", f"knorm@{b}", "KnormPress", {"compression_ratio": cr}),
     ]
+
+
+def _pyramid_ours(budget: int, tokens: int, window: int, layers: int | None,
+                  snap: Mapping[str, Any], win: Mapping[str, Any]) -> list[Pair]:
+    try:
+        from hikv.model.baselines_adaptive import pyramid_budgets
+    except ImportError:
+        return []
+    if layers is None:
+        return []
+    sched = [int(x) for x in pyramid_budgets(layers, budget, window, tokens)]
+    return [Pair("PyramidKV, our layer budgets", f"pyramidkv@{budget}", "PyramidKVPress",
+                 {**snap, "layer_budgets": sched}, win, variant="max_pool_group_sum",
+                 note=f"kvpress's PyramidKV with our per-layer budgets ({sched[0]} .. "
+                      f"{sched[-1]}) and scoring: checks scores and per-layer selection")]
 
 
 def our_spec(pair: Pair, cfg: Any) -> Any:
@@ -298,19 +315,25 @@ def worker(inp: Path, outp: Path) -> None:
     job = torch.load(inp, weights_only=True)
     torch.manual_seed(0)
 
-    class MaxPoolGroupSumSnapKV(SnapKVPress):
+    def group_sum_max_pool(self, module, hidden_states, keys, values, attentions, kwargs):
         """kvpress's SnapKV score with our pooling: the window's attention summed over its
         queries and the group's query heads, then max-pooled (hikv SnapKV)."""
+        bsz, hkv, k_len, _ = keys.shape
+        g = module.config.num_attention_heads // hkv
+        attn = SnapKVPress.compute_window_attention(module, hidden_states, keys,
+                                                    self.window_size,
+                                                    kwargs["position_embeddings"])
+        s = attn.sum(dim=-2).view(bsz, hkv, g, k_len - self.window_size).sum(2)
+        s = F.max_pool1d(s, kernel_size=self.kernel_size, padding=self.kernel_size // 2,
+                         stride=1)
+        return F.pad(s, (0, self.window_size), value=s.max().item() + 1)
 
-        def score(self, module, hidden_states, keys, values, attentions, kwargs):
-            bsz, hkv, k_len, _ = keys.shape
-            g = module.config.num_attention_heads // hkv
-            attn = self.compute_window_attention(module, hidden_states, keys, self.window_size,
-                                                 kwargs["position_embeddings"])
-            s = attn.sum(dim=-2).view(bsz, hkv, g, k_len - self.window_size).sum(2)
-            s = F.max_pool1d(s, kernel_size=self.kernel_size, padding=self.kernel_size // 2,
-                             stride=1)
-            return F.pad(s, (0, self.window_size), value=s.max().item() + 1)
+    def matched(base: type, layer_budgets: list[int] | None = None) -> type:
+        attrs: dict[str, Any] = {"score": group_sum_max_pool}
+        if layer_budgets is not None:
+            attrs["get_layer_budget"] = lambda self, module, q_len: \
+                int(layer_budgets[module.layer_idx])
+        return type(f"Matched{base.__name__}", (base,), attrs)
 
     class SumObservedAttention(ObservedAttentionPress):
         """Observed attention summed over queries and the group (H2O's accumulated score)."""
@@ -323,16 +346,21 @@ def worker(inp: Path, outp: Path) -> None:
                "StreamingLLMPress": StreamingLLMPress, "TOVAPress": TOVAPress,
                "PyramidKVPress": PyramidKVPress, "ThinKPress": ThinKPress,
                "KnormPress": KnormPress}
-    variants = {"max_pool_group_sum": MaxPoolGroupSumSnapKV, "sum": SumObservedAttention}
 
     def make(p: dict) -> Any:
         kw = dict(p["press_kwargs"])
+        budgets = kw.pop("layer_budgets", None)
         if p["press"] == "AdaKVPress":
             alpha = kw.pop("alpha_safeguard", 0.20)
-            inner = variants.get(p["variant"]) or SnapKVPress
+            inner = matched(SnapKVPress) if p["variant"] == "max_pool_group_sum" \
+                else SnapKVPress
             return AdaKVPress(press=inner(**kw), alpha_safeguard=alpha)
-        cls = variants.get(p["variant"]) or classes[p["press"]]
-        return cls(**kw)
+        base = classes[p["press"]]
+        if p["variant"] == "max_pool_group_sum":
+            return matched(base, budgets)(**kw)
+        if p["variant"] == "sum":
+            return SumObservedAttention(**kw)
+        return base(**kw)
 
     saved = torch.load(job["model"], weights_only=True)
     conf = dict(saved["config"])
@@ -344,7 +372,8 @@ def worker(inp: Path, outp: Path) -> None:
                                                  dtype=torch.float32)
         missing, unexpected = model.load_state_dict(saved["state"], strict=False)
         if unexpected or [m for m in missing if "rotary" not in m]:
-            raise RuntimeError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
+            raise RuntimeError(f"weights do not fit: missing {missing}, unexpected "
+                               f"{unexpected}")
         return model.eval()
 
     models: dict[str, Any] = {}
@@ -439,7 +468,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     cfg = crosscheck_config()
     todo, skipped = [], []
-    for p in pairs(args.budget, args.tokens, window=args.window):
+    from hikv.presets import MODEL_SHAPES
+
+    shape = MODEL_SHAPES.get(args.model)
+    for p in pairs(args.budget, args.tokens, window=args.window,
+                   layers=shape.layers if shape else None):
         if args.methods and not any(m in p.label for m in args.methods):
             continue
         try:
@@ -500,8 +533,7 @@ def render(report: Mapping[str, Any]) -> str:
              f"tokens per (layer, KV head); kvpress environment: {report.get('versions')}", "",
              "| ours | kvpress | settings | agreement | target |", "|---|---|---|---:|---|"]
     for r in report["rows"]:
-        kw = ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
-                       for k, v in r["settings"]["kvpress"].items())
+        kw = ", ".join(_setting(k, v) for k, v in r["settings"]["kvpress"].items())
         if "logits_max_abs_diff" in r:
             agree = f"logits max abs diff {r['logits_max_abs_diff']:.2e}"
             target = f"<= {LOGITS_TARGET:g}: {'met' if r['passed'] else 'MISSED'}"
@@ -515,6 +547,14 @@ def render(report: Mapping[str, Any]) -> str:
         lines.append(f"| {r['name']} | {press} | {kw} | {agree} | {target} |")
     lines += [f"* {s}" for s in report["skipped"]]
     return "\n".join(lines) + "\n"
+
+
+def _setting(name: str, value: Any) -> str:
+    if isinstance(value, float):
+        return f"{name}={value:.6g}"
+    if isinstance(value, list) and len(value) > 3:
+        return f"{name}=[{value[0]} .. {value[-1]}]"
+    return f"{name}={value}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
