@@ -478,7 +478,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             our_spec(p, cfg)
         except (ParamError, TypeError) as e:
-            skipped.append(f"skipped {p.name}: the kit has no {p.label!r} ({e})")
+            why = str(e).split(": use ")[0]
+            skipped.append(f"skipped {p.name}: the kit has no {p.label!r} ({why})")
         else:
             todo.append(p)
     for line in skipped:
