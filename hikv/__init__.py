@@ -6,9 +6,13 @@ accuracy study), :mod:`hikv.sim` (cost, energy, area and serving models), :mod:`
 
 Modules here (standard library only):
 
-* :mod:`hikv.params`    frozen, validated parameter dataclasses; method specs and their labels
-* :mod:`hikv.presets`   named configurations and the operating point (:func:`method_specs`)
-* :mod:`hikv.toolchain` the external tools (Verilator, Yosys) and the build cache
+* :mod:`hikv.params`       frozen, validated parameter dataclasses (hardware, model, workload,
+  serving, :class:`~hikv.params.Config`); re-exports the two modules below
+* :mod:`hikv.method_spec`  KV methods: HiKV's policy, :class:`~hikv.method_spec.MethodSpec` and
+  the label grammar (:func:`~hikv.method_spec.parse_method`)
+* :mod:`hikv.param_checks` :class:`~hikv.param_checks.ParamError` and the range checks
+* :mod:`hikv.presets`      named configurations and the operating point (:func:`method_specs`)
+* :mod:`hikv.toolchain`    the external tools (Verilator, Yosys) and the build cache
 """
 
 __version__ = "0.1.0"
