@@ -286,10 +286,10 @@ def run_ours(lm: Any, wins: list[list[int]], todo: list[Pair], *, tokens: int,
 def _kept_of(cache: Any, kind: str) -> list[list[int]]:
     """Kept token positions (or key channels) per KV head of one of our layer caches."""
     if kind == "channels":
-        ch = getattr(cache, "kept_channels", None)
-        if ch is None:
-            raise RuntimeError(f"{type(cache).__name__} exposes no kept_channels")
-        return [sorted(int(c) for c in row) for row in ch]
+        mask = getattr(cache, "think_mask", None)       # HiKV's ThinK: [Hkv, d] kept channels
+        if mask is None:
+            raise RuntimeError(f"{type(cache).__name__} has chosen no key channels")
+        return [[int(c) for c in row.nonzero().flatten()] for row in mask]
     pos = cache.pos                      # padded entries (per-head budgets) are negative
     return [sorted(int(p) for p in row if int(p) >= 0) for row in pos]
 
