@@ -216,8 +216,8 @@ THINK_METHODS = ("think", "think-evict")
 
 #: method names of :func:`method_specs` (``hikv serve --method`` accepts them and ``all``);
 #: ``h2o-avg`` is H2O with kvpress's averaged score (``h2o@B/avg``)
-METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query", "h2o-avg",
-                *THINK_METHODS)
+METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query", *THINK_METHODS,
+                "h2o-avg")
 
 
 def baselines_at(budget: int, policy: HiKVPolicy, head_dim: int, *,
@@ -250,10 +250,10 @@ def method_specs(cfg: Config) -> dict[str, MethodSpec]:
         "hikv-evict": MethodSpec.for_hikv(dataclasses.replace(p, stage1=Stage1Variant.EVICT)),
         "hikv-query": MethodSpec.for_hikv(
             dataclasses.replace(p, stage1=Stage1Variant.QUERY_AWARE)),
-        "h2o-avg": parse_method(f"h2o@{p.budget}/avg", p, cfg.layout.head_dim),
         "think": parse_method(f"hikv-none/k:think{cfg.layout.head_dim // 2}", p,
                               cfg.layout.head_dim),
         "think-evict": parse_method(f"think@{p.budget}", p, cfg.layout.head_dim),
+        "h2o-avg": parse_method(f"h2o@{p.budget}/avg", p, cfg.layout.head_dim),
     }
 
 
