@@ -229,8 +229,8 @@ THINK_METHODS = ("think", "think-evict")
 
 #: method names of :func:`method_specs` (``hikv serve --method`` accepts them and ``all``);
 #: ``h2o-avg`` is H2O with kvpress's averaged score (``h2o@B/avg``)
-METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query", "h2o-avg",
-                *THINK_METHODS)
+METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query", *THINK_METHODS,
+                "h2o-avg")
 
 
 def baselines_at(budget: int, policy: HiKVPolicy, head_dim: int, *,
