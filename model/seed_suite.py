@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -38,8 +39,10 @@ class SeedSuite:
 
     Cells: for every length, one perplexity cell (``ppl_windows`` windows of ``length``
     tokens, the last ``ppl_decode`` decoded) and one task cell per (protocol, task) with
-    ``trials`` cases; every cell runs every method of :func:`suite_specs` (full KV, each
-    family at each budget rule resolved at the length) on the same cases.
+    ``trials`` cases; the methods are :func:`suite_specs` (full KV, each family at each
+    budget rule resolved at the length) on the same cases. ``families`` are method labels
+    without ``@B`` (data: a new method is one more string). With ``adaptive`` a task cell
+    runs full KV first and only the work the iso decision can use (:func:`run_cell`).
     """
 
     name: str
@@ -50,13 +53,14 @@ class SeedSuite:
                               "vt")
     trials: int = 20
     families: tuple[str, ...] = ("h2o", "snapkv", "quest", "sparq", "ds", "hikv-evict",
-                                 "hikv-qa", "hikv-qa/lowbit4")
+                                 "hikv-qa/lowbit4")
     budgets: tuple[str, ...] = ("N/32", "N/16", "N/8", "N/4", "128", "256", "512")
     ppl_windows: int = 2
     ppl_decode: int = 256
     keep_min: float = 0.8        # a task is kept where full KV scores at least this
     acc_tol: float = 0.01        # iso: task accuracy at least full KV's minus one point
     ppl_tol: float = 0.01        # iso: perplexity within 1 % of full KV's
+    adaptive: bool = True        # prune task work the iso decision cannot use (see run_cell)
 
     def __post_init__(self) -> None:
         from .tasks import TASKS
@@ -182,37 +186,230 @@ def _setup(model: str, cache: Path | None, preset: str, device: str, threads: in
     return _WORKER
 
 
+def _ppl_fail(suite: SeedSuite, ppl_rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Labels whose perplexity is more than ``suite.ppl_tol`` above full KV's, with why."""
+    full = [r for r in ppl_rows if r["label"] == "full"]
+    if not full:
+        return {}
+    ref = full[0]["ppl"]
+    return {r["label"]: f"perplexity {100 * (r['ppl'] / ref - 1):+.2f} % > "
+            f"{100 * suite.ppl_tol:g} % of full KV's"
+            for r in ppl_rows if r["label"] != "full" and r["ppl"] > ref * (1 + suite.ppl_tol)}
+
+
+def _ladder(specs: list[MethodSpec]) -> dict[str, list[MethodSpec]]:
+    """Per family, its specs from the largest budget to the smallest."""
+    fams: dict[str, list[MethodSpec]] = {}
+    for sp in specs:
+        fams.setdefault(A.family(sp), []).append(sp)
+    return {f: sorted(v, key=lambda sp: -(sp.budget or 0)) for f, v in fams.items()}
+
+
+def _task_row(spec: MethodSpec, cell: Cell, scores: list[float], planned: int, sample: str,
+              n_prompt: int, seed: int, status: str) -> dict[str, Any]:
+    k = len(scores)
+    tot = sum(scores)
+    lo, hi = A.wilson(tot, k)
+    return {**A._spec_row(spec), "task": cell.task, "protocol": cell.protocol,
+            "length": cell.length, "trials": k, "trials_planned": planned, "score_sum": tot,
+            "correct": sum(1 for x in scores if x >= 1.0), "accuracy": tot / k,
+            "ci_low": lo, "ci_high": hi, "prompt_tokens": n_prompt / k, "scores": scores,
+            "sample": sample, "seed": seed, "status": status}
+
+
+def _adaptive_task(cell: Cell, suite: SeedSuite, env: dict[str, Any],
+                   specs: list[MethodSpec], have: dict[str, dict[str, Any]],
+                   ppl_rows: list[dict[str, Any]], *, seed: int, batch: int,
+                   progress: Callable[[int], None] | None,
+                   skipped: dict[str, str]) -> list[dict[str, Any]]:
+    """Rows of one task cell, running only what the iso decision can use.
+
+    1. Full KV alone over the trials (one prompt pass per trial); it stops once it cannot
+       reach ``suite.keep_min`` (``status: stopped``): the cell is then dropped by the task
+       filter and no method runs.
+    2. The other methods side by side, trial by trial (one shared prompt pass per trial):
+       a method stops (``status: stopped``, the trials run so far) once even perfect scores on
+       the remaining trials cannot bring it within ``suite.acc_tol`` of full KV's total; the
+       family's smaller budgets are then not run (``skipped``), nor are budgets whose
+       perplexity, or a larger budget's, is over ``suite.ppl_tol`` (the iso budget is the
+       smallest one with every larger budget passing, so none of these can be it).
+    Rows already in ``have`` are kept (resume per method); ``skipped`` gains label -> reason.
+    """
+    from .tasks import make_case, score
+
+    lm, cfg = env["lm"], env["cfg"]
+    T_ = suite.trials
+    cases: dict[int, tuple[Any, list[int], list[int]]] = {}
+
+    def case(i: int) -> tuple[Any, list[int], list[int]]:
+        if i not in cases:
+            c = make_case(lm, cell.task, cell.length,
+                          random.Random(f"{seed}/{cell.task}/{cell.length}/{i}"),
+                          words=env["words"])
+            ctx, feed = A.split_prompt(c.context, c.question, cell.protocol)
+            cases.clear()
+            cases[i] = (c, ctx, feed)
+        return cases[i]
+
+    rows = dict(have)
+    full = next(sp for sp in specs if sp.label == "full")
+    if "full" not in rows:
+        sc: list[float] = []
+        n_prompt, sample, status = 0, "", "complete"
+        for i in range(T_):
+            c, ctx, feed = case(i)
+            out = A._generate(lm, [full], cfg, ctx, feed, c.references, c.max_new, batch)[0]
+            text = lm.decode(out)
+            sc.append(score(text, c.references))
+            n_prompt += c.length
+            sample = sample or text
+            if progress is not None:
+                progress(1)
+            if sum(sc) + (T_ - i - 1) < suite.keep_min * T_ - 1e-9:
+                status = "stopped"
+                break
+        if progress is not None:
+            progress(T_ - len(sc))
+        rows["full"] = _task_row(full, cell, sc, T_, sample, n_prompt, seed, status)
+    f = rows["full"]
+    if f["status"] != "complete" or f["accuracy"] < suite.keep_min - 1e-12:
+        for sp in specs:
+            if sp.label not in rows:
+                skipped[sp.label] = "task dropped: full KV below the filter"
+        if progress is not None:
+            progress(T_)
+        return [rows[sp.label] for sp in specs if sp.label in rows]
+    target = f["score_sum"] - suite.acc_tol * T_ - 1e-9
+    bad_ppl = _ppl_fail(suite, ppl_rows)
+    active: list[MethodSpec] = []
+    for ladder in _ladder([sp for sp in specs if sp.label != "full"]).values():
+        why = ""
+        for sp in ladder:
+            r = rows.get(sp.label)
+            if why:
+                skipped[sp.label] = why
+                continue
+            if sp.label in bad_ppl:
+                why = f"{sp.label}: {bad_ppl[sp.label]}"
+                skipped[sp.label] = bad_ppl[sp.label]
+            elif r is not None:
+                if r.get("status") == "stopped" or r["score_sum"] < target:
+                    why = f"larger budget {sp.label} fails the task criterion"
+            else:
+                active.append(sp)
+    sc_of: dict[str, list[float]] = {sp.label: [] for sp in active}
+    smp: dict[str, str] = {}
+    n_prompt = 0
+    for i in range(T_):
+        if not active:
+            break
+        c, ctx, feed = case(i)
+        n_prompt += c.length
+        outs = A._generate(lm, active, cfg, ctx, feed, c.references, c.max_new, batch)
+        for sp, o in zip(active, outs, strict=True):
+            text = lm.decode(o)
+            sc_of[sp.label].append(score(text, c.references))
+            smp.setdefault(sp.label, text)
+        if progress is not None:
+            progress(1)
+        dead: set[str] = set()
+        for sp in active:
+            if sp.label in dead:
+                continue
+            if sum(sc_of[sp.label]) + (T_ - i - 1) < target:
+                dead.add(sp.label)
+                rows[sp.label] = _task_row(sp, cell, sc_of[sp.label], T_, smp[sp.label],
+                                           n_prompt, seed, "stopped")
+                for o in active:
+                    if (A.family(o) == A.family(sp) and (o.budget or 0) < (sp.budget or 0)
+                            and o.label not in dead):
+                        dead.add(o.label)
+                        skipped[o.label] = f"larger budget {sp.label} fails the task criterion"
+        active = [sp for sp in active if sp.label not in dead]
+    if progress is not None:
+        progress(T_ - min(T_, max((len(v) for v in sc_of.values()), default=T_)))
+    for sp in active:
+        rows[sp.label] = _task_row(sp, cell, sc_of[sp.label], T_, smp[sp.label], n_prompt,
+                                   seed, "complete")
+    return [rows[sp.label] for sp in specs if sp.label in rows]
+
+
 def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0,
-             batch: int = 64, progress: Callable[[int], None] | None = None
-             ) -> list[dict[str, Any]]:
-    """Rows of one cell for every method of :func:`suite_specs` (``env``: ``lm``, ``cfg``,
-    ``text``, ``words`` of a loaded model); each row gains ``budget_rule`` and ``cell``."""
+             batch: int = 64, progress: Callable[[int], None] | None = None,
+             have: list[dict[str, Any]] | None = None,
+             ppl_rows: list[dict[str, Any]] | None = None,
+             skipped: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Rows of one cell for the methods of :func:`suite_specs` (``env``: ``lm``, ``cfg``,
+    ``text``, ``words`` of a loaded model); each row gains ``budget_rule`` and ``cell``.
+
+    ``have``: rows of this cell already on disk; only the methods missing from them run (a
+    new family adds work without redoing the old). A perplexity cell runs every missing
+    method; a task cell with ``suite.adaptive`` runs full KV first and then only what the iso
+    decision can use (:func:`_adaptive_task`, given the length's perplexity rows
+    ``ppl_rows``; ``skipped`` gains each method not run and why), else every method on every
+    trial."""
     lm, cfg = env["lm"], env["cfg"]
     pairs = suite_specs(suite, cfg, cell.length)
-    specs = [p[0] for p in pairs]
-    if cell.kind == "ppl":
-        wins = A.text_windows(lm, env["text"], cell.length, suite.ppl_windows)
-        rows = A.perplexity(lm, specs, cfg, wins, cell.length - suite.ppl_decode, batch=batch)
-        if progress is not None:
-            progress(suite.ppl_windows)
-    else:
-        rows = A.task_accuracy(lm, specs, cfg, task=cell.task, length=cell.length,
-                               trials=suite.trials, protocol=cell.protocol, seed=seed,
-                               words=env["words"], batch=batch, progress=progress)
     rules = {sp.label: r for sp, r in pairs}
+    done = {r["label"]: r for r in (have or []) if r["label"] in rules}
+    specs = [p[0] for p in pairs]
+    need = [sp for sp in specs if sp.label not in done]
+    if cell.kind == "ppl":
+        rows: list[dict[str, Any]] = []
+        if need:
+            wins = A.text_windows(lm, env["text"], cell.length, suite.ppl_windows)
+            rows = A.perplexity(lm, need, cfg, wins, cell.length - suite.ppl_decode,
+                                batch=batch)
+        if progress is not None:
+            progress(_cell_units(cell, suite))
+        got = {**done, **{r["label"]: r for r in rows}}
+        rows = [got[sp.label] for sp in specs]
+    elif suite.adaptive:
+        rows = _adaptive_task(cell, suite, env, specs, done, ppl_rows or [], seed=seed,
+                              batch=batch, progress=progress,
+                              skipped=skipped if skipped is not None else {})
+    else:
+        new = A.task_accuracy(lm, need, cfg, task=cell.task, length=cell.length,
+                              trials=suite.trials, protocol=cell.protocol, seed=seed,
+                              words=env["words"], batch=batch,
+                              progress=progress) if need else []
+        got = {**done, **{r["label"]: r for r in new}}
+        rows = [got[sp.label] for sp in specs]
     return [{**r, "budget_rule": rules[r["label"]], "cell": cell.key} for r in rows]
 
 
 def _cell_units(cell: Cell, suite: SeedSuite) -> int:
-    return suite.ppl_windows if cell.kind == "ppl" else suite.trials
+    if cell.kind == "ppl":
+        return suite.ppl_windows
+    return 2 * suite.trials if suite.adaptive else suite.trials
 
 
-def _pool_cell(args: tuple[Cell, SeedSuite, dict[str, Any]]
-               ) -> tuple[str, list[dict], dict[str, Any]]:
-    cell, suite, kw = args
+def _pool_cell(args: tuple[Cell, SeedSuite, dict[str, Any], list[dict], list[dict]]
+               ) -> tuple[str, list[dict], dict[str, Any], dict[str, str]]:
+    cell, suite, kw, have, ppl_rows = args
     env = _setup(kw["model"], kw["cache"], kw["preset"], kw["device"], kw["threads"])
-    rows = run_cell(cell, suite, env, seed=kw["seed"], batch=kw["batch"])
-    return cell.key, rows, dataclasses.asdict(env["lm"].shape)
+    skipped: dict[str, str] = {}
+    rows = run_cell(cell, suite, env, seed=kw["seed"], batch=kw["batch"], have=have,
+                    ppl_rows=ppl_rows, skipped=skipped)
+    return cell.key, rows, dataclasses.asdict(env["lm"].shape), skipped
+
+
+def _cell_state(cells_dir: Path, cell: Cell, suite: SeedSuite, redo: bool
+                ) -> tuple[list[dict[str, Any]], bool]:
+    """(rows on disk, whether the cell is complete: every method of the suite run or
+    skipped by the file's own record)."""
+    path = cells_dir / f"{cell.key}.json"
+    if redo or not path.is_file():
+        return [], False
+    rows, meta = read_rows(path)
+    return rows, meta.get("suite_key") == _suite_key(suite)
+
+
+def _suite_key(suite: SeedSuite) -> list[Any]:
+    """What a cell's methods and trials depend on: a cell file written under another key
+    (e.g. before a family was added) is resumed, running only its missing methods."""
+    return [list(suite.families), list(suite.budgets), suite.trials, suite.ppl_windows,
+            suite.ppl_decode, suite.adaptive, suite.keep_min, suite.acc_tol, suite.ppl_tol]
 
 
 def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
@@ -220,15 +417,17 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                    batch: int = 64, workers: int = 1, executor: str = "local",
                    device: str = "cpu", threads: int = 1, redo: bool = False,
                    log: Log = print, argv: list[str] | None = None) -> dict[str, Any]:
-    """Run every cell of ``suite`` not yet in ``out/cells/`` (resumable: a cell's rows are
-    written when it finishes; ``redo`` reruns all), then the tables: the task filter
-    (``filter.json``), one iso table per protocol and length (``iso_<protocol>_<N>``, with
-    ``iso_points_<protocol>_<N>.json`` for ``hikv report --iso`` and HiKV's byte reduction
-    against every baseline, ``reductions_<protocol>_<N>``) and ``seed_table.md``.
+    """Run every cell of ``suite`` not yet complete in ``out/cells/`` (resumable per cell
+    and per method: a cell's rows are written when it finishes, a cell whose file lacks some
+    of the suite's methods runs just those; ``redo`` reruns all), then the tables: the task
+    filter (``filter.json``), one iso table per protocol and length (``iso_<protocol>_<N>``,
+    with ``iso_points_<protocol>_<N>.json`` for ``hikv report --iso`` and HiKV's byte
+    reduction against every baseline, ``reductions_<protocol>_<N>``) and ``seed_table.md``.
 
-    ``workers`` > 1 runs cells in that many processes (each loads the model once);
-    ``executor="ray"`` spreads them over a Ray cluster (``ray.init()`` joins the one in
-    ``RAY_ADDRESS`` or starts a local one). A progress bar goes to stderr.
+    Perplexity cells run first (adaptive task cells use them). ``workers`` > 1 runs cells in
+    that many processes (each loads the model once); ``executor="ray"`` spreads them over a
+    Ray cluster (``ray.init()`` joins the one in ``RAY_ADDRESS`` or starts a local one). A
+    progress bar goes to stderr.
     """
     from hikv.params import to_dict
     from hikv.presets import get_preset
@@ -249,47 +448,74 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
             "code_version": code_version(), "device": device,
             "config": to_dict(get_preset(preset))}
     cells = suite_cells(suite)
-    todo = [c for c in cells if redo or not (cells_dir / f"{c.key}.json").is_file()]
+    state = {c.key: _cell_state(cells_dir, c, suite, redo) for c in cells}
+    todo = [c for c in cells if not state[c.key][1]]
     log(f"suite {suite.name}: {len(cells)} cells, {len(cells) - len(todo)} done, "
         f"{len(todo)} to run ({executor}, {workers} worker(s)) -> {out}")
     bar = _Bar(sum(_cell_units(c, suite) for c in todo), f"{suite.name}")
     t0 = time.perf_counter()
 
-    def save(key: str, rows: list[dict[str, Any]], shape: dict[str, Any], wall: float
-             ) -> None:
-        write_rows(cells_dir, key, rows, {**meta, "cell": key, "shape": shape, "wall_s": wall})
+    def save(key: str, rows: list[dict[str, Any]], shape: dict[str, Any], wall: float,
+             skipped: dict[str, str]) -> None:
+        write_rows(cells_dir, key, rows, {**meta, "cell": key, "shape": shape, "wall_s": wall,
+                                          "suite_key": _suite_key(suite), "skipped": skipped})
 
-    if todo and executor == "ray":
-        _run_ray(todo, suite, kw, save, bar)
-    elif todo and workers > 1:
-        import concurrent.futures as cf
-        import multiprocessing as mp
+    def ppl_of(c: Cell) -> list[dict[str, Any]]:
+        p = cells_dir / f"ppl_{c.length}.json"
+        return read_rows(p)[0] if c.kind == "task" and p.is_file() else []
 
-        with cf.ProcessPoolExecutor(max_workers=workers,
-                                    mp_context=mp.get_context("spawn")) as pool:
-            futs = {pool.submit(_pool_cell, (c, suite, kw)): c for c in todo}
-            for f in cf.as_completed(futs):
-                key, rows, shape = f.result()
-                save(key, rows, shape, time.perf_counter() - t0)
-                bar(_cell_units(futs[f], suite))
+    phases = [[c for c in todo if c.kind == "ppl"], [c for c in todo if c.kind == "task"]]
+    if todo and (executor == "ray" or workers > 1):
+        for phase in phases:
+            args = [(c, suite, kw, state[c.key][0], ppl_of(c)) for c in phase]
+            for c, (key, rows, shape, skipped) in zip(
+                    phase, _run_parallel(args, executor, workers, kw), strict=True):
+                save(key, rows, shape, time.perf_counter() - t0, skipped)
+                bar(_cell_units(c, suite))
     elif todo:
         env = _setup(model, cache, preset, device, threads)
-        for c in todo:
+        for c in phases[0] + phases[1]:
             tc = time.perf_counter()
-            rows = run_cell(c, suite, env, seed=seed, batch=batch,
-                            progress=bar if c.kind == "task" else None)
-            if c.kind == "ppl":
-                bar(suite.ppl_windows)
-            save(c.key, rows, dataclasses.asdict(env["lm"].shape), time.perf_counter() - tc)
+            skipped: dict[str, str] = {}
+            rows = run_cell(c, suite, env, seed=seed, batch=batch, progress=bar,
+                            have=state[c.key][0], ppl_rows=ppl_of(c), skipped=skipped)
+            save(c.key, rows, dataclasses.asdict(env["lm"].shape), time.perf_counter() - tc,
+                 skipped)
     rows: list[dict[str, Any]] = []
+    m: dict[str, Any] = {}
+    missing = []
     for c in cells:
-        r, m = read_rows(cells_dir / f"{c.key}.json")
+        p = cells_dir / f"{c.key}.json"
+        if not p.is_file():
+            missing.append(c.key)
+            continue
+        r, m = read_rows(p)
         rows += r
-    return seed_tables(suite, rows, out, {**meta, "shape": m["shape"]}, log=log)
+    if not m:
+        raise ParamError(f"{cells_dir}: no finished cell to build tables from")
+    if missing:
+        log(f"cells missing (not in the tables): {missing}")
+    return seed_tables(suite, rows, out, {**meta, "shape": m["shape"], "missing": missing},
+                       log=log)
 
 
-def _run_ray(todo: list[Cell], suite: SeedSuite, kw: dict[str, Any],
-             save: Callable[..., None], bar: _Bar) -> None:
+def _run_parallel(args: list[tuple], executor: str, workers: int, kw: dict[str, Any]
+                  ) -> list[tuple[str, list[dict], dict[str, Any], dict[str, str]]]:
+    """:func:`_pool_cell` of each argument tuple, in order, on a process pool or Ray."""
+    if not args:
+        return []
+    if executor == "ray":
+        return _run_ray(args, kw)
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(max_workers=workers,
+                                mp_context=mp.get_context("spawn")) as pool:
+        return list(pool.map(_pool_cell, args))
+
+
+def _run_ray(args: list[tuple], kw: dict[str, Any]
+             ) -> list[tuple[str, list[dict], dict[str, Any], dict[str, str]]]:
     try:
         import ray
     except ImportError:
@@ -299,14 +525,7 @@ def _run_ray(todo: list[Cell], suite: SeedSuite, kw: dict[str, Any],
         ray.init(ignore_reinit_error=True, log_to_driver=False)
     try:
         remote = ray.remote(num_cpus=kw["threads"])(_pool_cell)
-        t0 = time.perf_counter()
-        refs = {remote.remote((c, suite, kw)): c for c in todo}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            key, rows, shape = ray.get(done[0])
-            save(key, rows, shape, time.perf_counter() - t0)
-            bar(_cell_units(refs[done[0]], suite))
+        return list(ray.get([remote.remote(a) for a in args]))
     finally:
         if started:
             ray.shutdown()
