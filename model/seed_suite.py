@@ -82,7 +82,8 @@ class SeedSuite:
 
 
 SEED_SUITES: dict[str, SeedSuite] = {s.name: s for s in (
-    SeedSuite(name="seed-smollm2", model="smollm2-135m", lengths=(2048, 4096, 8192)),
+    SeedSuite(name="seed-smollm2", model="smollm2-135m", lengths=(2048, 4096, 8192),
+              ppl_decode=64),
     SeedSuite(name="seed-gemma", model="gemma3-270m", lengths=(8192, 16384),
               budgets=("N/32", "N/16", "N/8", "N/4", "256", "512")),
     # CI: the tiny random model of the tests (every code path, minutes -> seconds)
@@ -224,87 +225,60 @@ def _adaptive_task(cell: Cell, suite: SeedSuite, env: dict[str, Any],
                    skipped: dict[str, str]) -> list[dict[str, Any]]:
     """Rows of one task cell, running only what the iso decision can use.
 
-    1. Full KV alone over the trials (one prompt pass per trial); it stops once it cannot
-       reach ``suite.keep_min`` (``status: stopped``): the cell is then dropped by the task
-       filter and no method runs.
-    2. The other methods side by side, trial by trial (one shared prompt pass per trial):
-       a method stops (``status: stopped``, the trials run so far) once even perfect scores on
-       the remaining trials cannot bring it within ``suite.acc_tol`` of full KV's total; the
-       family's smaller budgets are then not run (``skipped``), nor are budgets whose
-       perplexity, or a larger budget's, is over ``suite.ppl_tol`` (the iso budget is the
-       smallest one with every larger budget passing, so none of these can be it).
-    Rows already in ``have`` are kept (resume per method); ``skipped`` gains label -> reason.
+    Trial by trial, full KV and the methods still undecided share one prompt pass
+    (:func:`hikv.model.accuracy._generate`). Full KV stops once it cannot reach
+    ``suite.keep_min`` (``status: stopped``): the task filter drops the cell, the methods
+    stop with it. A method stops (``status: stopped``, its trials so far) once even perfect
+    scores on the remaining trials cannot bring it within ``suite.acc_tol`` of full KV's
+    total (full KV's score so far, a lower bound of its total, or its total when its row is on
+    disk); the family's smaller budgets then stop too (``skipped``), and budgets whose
+    perplexity, or a larger budget's, is over ``suite.ppl_tol`` are not run: the iso budget
+    is the smallest with every larger budget passing, so none of these can be it. Rows in
+    ``have`` are kept (resume per method); ``skipped`` gains label -> reason.
     """
     from .tasks import make_case, score
 
     lm, cfg = env["lm"], env["cfg"]
     T_ = suite.trials
-    cases: dict[int, tuple[Any, list[int], list[int]]] = {}
-
-    def case(i: int) -> tuple[Any, list[int], list[int]]:
-        if i not in cases:
-            c = make_case(lm, cell.task, cell.length,
-                          random.Random(f"{seed}/{cell.task}/{cell.length}/{i}"),
-                          words=env["words"])
-            ctx, feed = A.split_prompt(c.context, c.question, cell.protocol)
-            cases.clear()
-            cases[i] = (c, ctx, feed)
-        return cases[i]
-
     rows = dict(have)
     full = next(sp for sp in specs if sp.label == "full")
-    if "full" not in rows:
-        sc: list[float] = []
-        n_prompt, sample, status = 0, "", "complete"
-        for i in range(T_):
-            c, ctx, feed = case(i)
-            out = A._generate(lm, [full], cfg, ctx, feed, c.references, c.max_new, batch)[0]
-            text = lm.decode(out)
-            sc.append(score(text, c.references))
-            n_prompt += c.length
-            sample = sample or text
-            if progress is not None:
-                progress(1)
-            if sum(sc) + (T_ - i - 1) < suite.keep_min * T_ - 1e-9:
-                status = "stopped"
-                break
+    f = rows.get("full")
+    if f is not None and (f.get("status") == "stopped"
+                          or f["accuracy"] < suite.keep_min - 1e-12):
+        skipped.update({sp.label: "task dropped: full KV below the filter" for sp in specs
+                        if sp.label not in rows})
         if progress is not None:
-            progress(T_ - len(sc))
-        rows["full"] = _task_row(full, cell, sc, T_, sample, n_prompt, seed, status)
-    f = rows["full"]
-    if f["status"] != "complete" or f["accuracy"] < suite.keep_min - 1e-12:
-        for sp in specs:
-            if sp.label not in rows:
-                skipped[sp.label] = "task dropped: full KV below the filter"
-        if progress is not None:
-            progress(T_)
+            progress(_cell_units(cell, suite))
         return [rows[sp.label] for sp in specs if sp.label in rows]
-    target = f["score_sum"] - suite.acc_tol * T_ - 1e-9
     bad_ppl = _ppl_fail(suite, ppl_rows)
-    active: list[MethodSpec] = []
+    active: list[MethodSpec] = [] if f is not None else [full]
     for ladder in _ladder([sp for sp in specs if sp.label != "full"]).values():
         why = ""
         for sp in ladder:
             r = rows.get(sp.label)
             if why:
                 skipped[sp.label] = why
-                continue
-            if sp.label in bad_ppl:
+            elif sp.label in bad_ppl:
                 why = f"{sp.label}: {bad_ppl[sp.label]}"
                 skipped[sp.label] = bad_ppl[sp.label]
             elif r is not None:
-                if r.get("status") == "stopped" or r["score_sum"] < target:
+                if r.get("status") == "stopped" or (
+                        f is not None and r["score_sum"] < f["score_sum"] - suite.acc_tol * T_):
                     why = f"larger budget {sp.label} fails the task criterion"
             else:
                 active.append(sp)
     sc_of: dict[str, list[float]] = {sp.label: [] for sp in active}
     smp: dict[str, str] = {}
     n_prompt = 0
+    ran = 0
     for i in range(T_):
-        if not active:
+        if not active or active == [full]:
             break
-        c, ctx, feed = case(i)
+        c = make_case(lm, cell.task, cell.length,
+                      random.Random(f"{seed}/{cell.task}/{cell.length}/{i}"), words=env["words"])
+        ctx, feed = A.split_prompt(c.context, c.question, cell.protocol)
         n_prompt += c.length
+        ran += 1
         outs = A._generate(lm, active, cfg, ctx, feed, c.references, c.max_new, batch)
         for sp, o in zip(active, outs, strict=True):
             text = lm.decode(o)
@@ -312,22 +286,50 @@ def _adaptive_task(cell: Cell, suite: SeedSuite, env: dict[str, Any],
             smp.setdefault(sp.label, text)
         if progress is not None:
             progress(1)
+        rem = T_ - i - 1
+        if f is None and sum(sc_of["full"]) + rem < suite.keep_min * T_ - 1e-9:
+            rows["full"] = _task_row(full, cell, sc_of["full"], T_, smp["full"], n_prompt,
+                                     seed, "stopped")
+            skipped.update({sp.label: "task dropped: full KV below the filter"
+                            for sp in active if sp is not full})
+            active = []
+            break
+        target = (f["score_sum"] if f is not None else sum(sc_of["full"])) \
+            - suite.acc_tol * T_ - 1e-9
         dead: set[str] = set()
         for sp in active:
-            if sp.label in dead:
+            if sp is full or sp.label in dead:
                 continue
-            if sum(sc_of[sp.label]) + (T_ - i - 1) < target:
+            if sum(sc_of[sp.label]) + rem < target:
                 dead.add(sp.label)
                 rows[sp.label] = _task_row(sp, cell, sc_of[sp.label], T_, smp[sp.label],
                                            n_prompt, seed, "stopped")
                 for o in active:
-                    if (A.family(o) == A.family(sp) and (o.budget or 0) < (sp.budget or 0)
-                            and o.label not in dead):
+                    if (A.family(o) == A.family(sp) and o is not full
+                            and (o.budget or 0) < (sp.budget or 0) and o.label not in dead):
                         dead.add(o.label)
                         skipped[o.label] = f"larger budget {sp.label} fails the task criterion"
         active = [sp for sp in active if sp.label not in dead]
+    if active == [full] and ran < T_:
+        # every method decided: full KV's remaining trials only serve the filter
+        for i in range(ran, T_):
+            c = make_case(lm, cell.task, cell.length,
+                          random.Random(f"{seed}/{cell.task}/{cell.length}/{i}"),
+                          words=env["words"])
+            ctx, feed = A.split_prompt(c.context, c.question, cell.protocol)
+            n_prompt += c.length
+            o = A._generate(lm, [full], cfg, ctx, feed, c.references, c.max_new, batch)[0]
+            sc_of["full"].append(score(lm.decode(o), c.references))
+            ran += 1
+            if progress is not None:
+                progress(1)
+            if sum(sc_of["full"]) + (T_ - i - 1) < suite.keep_min * T_ - 1e-9:
+                rows["full"] = _task_row(full, cell, sc_of["full"], T_, smp["full"], n_prompt,
+                                         seed, "stopped")
+                active = []
+                break
     if progress is not None:
-        progress(T_ - min(T_, max((len(v) for v in sc_of.values()), default=T_)))
+        progress(_cell_units(cell, suite) - ran)
     for sp in active:
         rows[sp.label] = _task_row(sp, cell, sc_of[sp.label], T_, smp[sp.label], n_prompt,
                                    seed, "complete")
@@ -379,9 +381,7 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
 
 
 def _cell_units(cell: Cell, suite: SeedSuite) -> int:
-    if cell.kind == "ppl":
-        return suite.ppl_windows
-    return 2 * suite.trials if suite.adaptive else suite.trials
+    return suite.ppl_windows if cell.kind == "ppl" else suite.trials
 
 
 def _pool_cell(args: tuple[Cell, SeedSuite, dict[str, Any], list[dict], list[dict]]
@@ -474,7 +474,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                 bar(_cell_units(c, suite))
     elif todo:
         env = _setup(model, cache, preset, device, threads)
-        for c in phases[0] + phases[1]:
+        for c in todo:                  # per length: perplexity, then its task cells
             tc = time.perf_counter()
             skipped: dict[str, str] = {}
             rows = run_cell(c, suite, env, seed=seed, batch=batch, progress=bar,
