@@ -416,7 +416,8 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                    preset: str = "default", cache: Path | None = None, seed: int = 0,
                    batch: int = 64, workers: int = 1, executor: str = "local",
                    device: str = "cpu", threads: int = 1, redo: bool = False,
-                   log: Log = print, argv: list[str] | None = None) -> dict[str, Any]:
+                   tables_only: bool = False, log: Log = print, argv: list[str] | None = None
+                   ) -> dict[str, Any]:
     """Run every cell of ``suite`` not yet complete in ``out/cells/`` (resumable per cell
     and per method: a cell's rows are written when it finishes, a cell whose file lacks some
     of the suite's methods runs just those; ``redo`` reruns all), then the tables: the task
@@ -424,7 +425,9 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     with ``iso_points_<protocol>_<N>.json`` for ``hikv report --iso`` and HiKV's byte
     reduction against every baseline, ``reductions_<protocol>_<N>``) and ``seed_table.md``.
 
-    Perplexity cells run first (adaptive task cells use them). ``workers`` > 1 runs cells in
+    ``tables_only``: run nothing, build the tables from the cells on disk (the missing ones
+    are listed in ``seed_table.md``). Perplexity cells run first (adaptive task cells use
+    them). ``workers`` > 1 runs cells in
     that many processes (each loads the model once); ``executor="ray"`` spreads them over a
     Ray cluster (``ray.init()`` joins the one in ``RAY_ADDRESS`` or starts a local one). A
     progress bar goes to stderr.
@@ -449,7 +452,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
             "config": to_dict(get_preset(preset))}
     cells = suite_cells(suite)
     state = {c.key: _cell_state(cells_dir, c, suite, redo) for c in cells}
-    todo = [c for c in cells if not state[c.key][1]]
+    todo = [] if tables_only else [c for c in cells if not state[c.key][1]]
     log(f"suite {suite.name}: {len(cells)} cells, {len(cells) - len(todo)} done, "
         f"{len(todo)} to run ({executor}, {workers} worker(s)) -> {out}")
     bar = _Bar(sum(_cell_units(c, suite) for c in todo), f"{suite.name}")
@@ -484,6 +487,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     rows: list[dict[str, Any]] = []
     m: dict[str, Any] = {}
     missing = []
+    info: dict[str, dict[str, Any]] = {}
     for c in cells:
         p = cells_dir / f"{c.key}.json"
         if not p.is_file():
@@ -491,12 +495,13 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
             continue
         r, m = read_rows(p)
         rows += r
+        info[c.key] = {"skipped": m.get("skipped", {}), "wall_s": m.get("wall_s")}
     if not m:
         raise ParamError(f"{cells_dir}: no finished cell to build tables from")
     if missing:
         log(f"cells missing (not in the tables): {missing}")
-    return seed_tables(suite, rows, out, {**meta, "shape": m["shape"], "missing": missing},
-                       log=log)
+    return seed_tables(suite, rows, out, {**meta, "shape": m["shape"], "missing": missing,
+                                          "cells": info}, log=log)
 
 
 def _run_parallel(args: list[tuple], executor: str, workers: int, kw: dict[str, Any]
@@ -537,13 +542,17 @@ def task_filter(suite: SeedSuite, rows: list[dict[str, Any]]) -> list[dict[str, 
     out = []
     for r in rows:
         if r.get("task") and r["label"] == "full":
-            kept = r["accuracy"] >= suite.keep_min - 1e-12
+            stopped = r.get("status") == "stopped"
+            kept = r["accuracy"] >= suite.keep_min - 1e-12 and not stopped
+            why = (f"full KV scores {100 * r['accuracy']:.0f} % < "
+                   f"{100 * suite.keep_min:.0f} %: the task does not discriminate")
+            if stopped:
+                why = (f"full KV stopped after {r['trials']} trials (score "
+                       f"{r['score_sum']:g}): it cannot reach {100 * suite.keep_min:.0f} %")
             out.append({"protocol": r["protocol"], "length": r["length"], "task": r["task"],
                         "full_score": r["score_sum"], "trials": r["trials"],
                         "full_acc": r["accuracy"], "kept": kept,
-                        "reason": "" if kept else
-                        f"full KV scores {100 * r['accuracy']:.0f} % < "
-                        f"{100 * suite.keep_min:.0f} %: the task does not discriminate"})
+                        "reason": "" if kept else why})
     return out
 
 
@@ -571,10 +580,23 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
                                    ("task", "task", ""), ("full_acc", "full KV", ".2f"),
                                    ("trials", "trials", ""), ("kept", "kept", ""),
                                    ("reason", "why dropped", "")])]
-    summary: dict[str, Any] = {"suite": suite.name, "iso": {}}
+    missing = meta.get("missing", [])
+    lines += ["", "## Cells", "", "Missing (not run yet, not in the tables): "
+              + (", ".join(missing) if missing else "none") + ".", "",
+              "Work per cell (adaptive: methods run on every trial, stopped early once they "
+              "cannot pass, or not run; see `hikv.model.seed_suite.run_cell`):", "",
+              markdown_table(_work_rows(rows, meta.get("cells", {})), [
+                  ("cell", "cell", ""), ("complete", "methods on every trial", ""),
+                  ("stopped", "stopped early", ""), ("skipped", "not run", ""),
+                  ("trials", "full KV trials", ""), ("wall_s", "wall s", ".0f")])]
+    summary: dict[str, Any] = {"suite": suite.name, "iso": {}, "missing": missing}
     for n in suite.lengths:
         for p in suite.protocols:
             p = A.protocol_name(p)
+            if not any(r["label"] == "full" and int(r["length"]) == n for r in ppl):
+                lines += ["", f"## Iso-accuracy: protocol `{p}`, N = {n}", "",
+                          "No perplexity cell at this length yet: no iso table."]
+                continue
             use = [r for r in tasks if (r["protocol"], r["length"], r["task"]) in kept]
             iso = A.iso_table_tasks(ppl, use, protocol=p, length=n, ppl_tol=suite.ppl_tol,
                                     acc_tol=suite.acc_tol)
@@ -616,6 +638,21 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
     atomic_write_text(out / "seed_summary.json", json.dumps(summary, indent=1, default=str))
     log(f"tables -> {out / 'seed_table.md'}")
     return summary
+
+
+def _work_rows(rows: list[dict[str, Any]], cells: dict[str, dict[str, Any]]
+               ) -> list[dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        w = out.setdefault(r["cell"], {"cell": r["cell"], "complete": 0, "stopped": 0,
+                                       "skipped": len(cells.get(r["cell"], {})
+                                                      .get("skipped", {})),
+                                       "trials": "", "wall_s": cells.get(r["cell"], {})
+                                       .get("wall_s")})
+        w["stopped" if r.get("status") == "stopped" else "complete"] += 1
+        if r["label"] == "full" and r.get("task"):
+            w["trials"] = r["trials"]
+    return list(out.values())
 
 
 def _acc_cell(r: dict[str, Any]) -> str:

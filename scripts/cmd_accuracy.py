@@ -200,6 +200,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "joins RAY_ADDRESS or starts a local instance)")
     f.add_argument("--ppl-tol", type=float, default=0.01)
     f.add_argument("--passkey-tol", type=float, default=0.0)
+    f.add_argument("--tables-only", action="store_true",
+                   help="seed suites: run no cell, build the tables from the cells on disk")
     f.add_argument("--suite-lengths", type=int, nargs="+", default=None, metavar="N",
                    help="seed suites: run only these of the suite's lengths (the same --out "
                         "resumes with more later)")
@@ -279,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
                            preset=args.preset, cache=args.cache,
                            seed=args.seed, batch=args.batch, workers=args.workers,
                            executor=args.executor, device=args.device, threads=args.threads,
-                           redo=args.redo, argv=sys.argv)
+                           redo=args.redo, tables_only=args.tables_only, argv=sys.argv)
             return 0
         args.model = args.model or _MODEL
         if args.workers != 1 or args.executor != "local":
