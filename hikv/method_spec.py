@@ -39,6 +39,7 @@ class Stage2Kind(enum.Enum):
     STATIC = "static"                  # top-r by |x| per vector, chosen at write time
     QUERY_CHANNELS = "query_channels"  # top-r channels of |q| per head and step (K only)
     CHANNEL_GROUPS = "channel_groups"  # query-aware, groups of burst-aligned channels (K only)
+    THINK = "think"                    # ThinK: top-r K channels per head, fixed after prefill
 
 
 # --------------------------------------------------------------------------- policy
@@ -244,6 +245,10 @@ _BASE_RE = re.compile(rf"^(?P<m>{'|'.join(_BASELINE_METHODS)})@(?P<b>\d+)(?:/p(?
 #: Stage I names in HiKV labels; ``qa`` and ``query`` are old spellings of ``query_aware``
 _S1_ALIASES = {"qa": "query_aware", "query": "query_aware", "query_aware": "query_aware",
                "evict": "evict", "none": "none"}
+#: ThinK's readable alias: ``think@B/rR`` is ThinK on the evicting (SnapKV-seeded) Stage I at
+#: budget ``B`` (``hikv-evict@B/k:thinkR``; ``B`` omitted: the policy's budget, ``R`` omitted:
+#: ``head_dim / 2``). ThinK alone (every token kept) has no alias: ``hikv-none/k:thinkR``
+_THINK_RE = re.compile(r"^think(?:@(?P<b>\d+))?(?:/r(?P<r>\d+))?$")
 
 
 def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
@@ -251,7 +256,10 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
     ``full``, ``h2o@256``, ``sparq@256/r16``, ``ds@256/r16/b4``, ``quest@256/p4``,
     ``hikv-evict@256``, ``hikv-qa@256/v:static48``, ``hikv-query_aware@256/lowbit4``
     (query-aware Stage I scored by 4-bit keys instead of page bounds) or
-    ``hikv-none/k:channel_groups32g8``.
+    ``hikv-none/k:channel_groups32g8``. ThinK (key channels chosen once after prefill,
+    docs/accuracy.md) is the Stage II kind ``think``: ``hikv-none/k:think32`` (ThinK alone),
+    ``hikv-evict@256/k:think32`` (on the SnapKV-seeded evicting Stage I), which the alias
+    ``think@256/r32`` names too (``/rR`` omitted: ``head_dim / 2``).
 
     The accuracy study's settings for what a label does not name: SparQ's and Double
     Sparsity's ``r`` default to ``head_dim / 4``, Double Sparsity's labels to 16 bits, Quest's
@@ -264,6 +272,11 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
     t = text.strip()
     if t == "full":
         return MethodSpec()
+    m = _THINK_RE.match(t)
+    if m:
+        r = int(m["r"]) if m["r"] else max(1, head_dim // 2)
+        b = f"@{m['b']}" if m["b"] else ""
+        return parse_method(f"hikv-evict{b}/k:{Stage2Kind.THINK.value}{r}", policy, head_dim)
     m = _BASE_RE.match(t)
     if m:
         method = _BASELINE_METHODS[m["m"]]
@@ -303,4 +316,5 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
     raise ParamError(f"method {text!r} is not a method label: use full, h2o@B, snapkv@B, "
                      "quest@B[/pP], sparq@B[/rR], ds@B[/rR][/bBITS], "
                      "hikv-{evict,query_aware,none}@B[/lowbitN]"
-                     "[/k:{static,query_channels,channel_groups}N[gG]][/v:staticN]")
+                     "[/k:{static,query_channels,channel_groups,think}N[gG]][/v:staticN], "
+                     "think[@B][/rR]")

@@ -32,7 +32,7 @@ from .params import (
 
 __all__ = ["MODEL_SHAPES", "PRESETS", "get_preset", "get_model_shape", "with_overrides",
            "BASELINES", "METHOD_NAMES", "baselines_at", "method_specs", "baseline_specs",
-           "resolve_methods"]
+           "resolve_methods", "seed_hikv", "SEED_ALIGN_BYTES", "THINK_METHODS"]
 
 #: Transformer shapes. Real LMs used by the accuracy study, and a serving-scale model.
 MODEL_SHAPES: dict[str, ModelShape] = {
@@ -208,8 +208,14 @@ def with_overrides(cfg: Config, items: list[str] | tuple[str, ...]) -> Config:
 #: :class:`~hikv.params.Method` but full KV and HiKV
 BASELINES = tuple(m.value for m in Method if m not in (Method.FULL, Method.HIKV))
 
+#: ThinK as a baseline (a HiKV Stage II kind, docs/accuracy.md): ``think`` keeps every token and
+#: prunes K channels (``hikv-none/k:thinkR``), ``think-evict`` does so on the SnapKV-seeded
+#: evicting Stage I at the budget (``hikv-evict@B/k:thinkR``); ``R = head_dim / 2`` (ThinK's
+#: 50 % pruning)
+THINK_METHODS = ("think", "think-evict")
+
 #: method names of :func:`method_specs` (``hikv serve --method`` accepts them and ``all``)
-METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query")
+METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query", *THINK_METHODS)
 
 
 def baselines_at(budget: int, policy: HiKVPolicy, head_dim: int, *,
@@ -230,7 +236,8 @@ def method_specs(cfg: Config) -> dict[str, MethodSpec]:
     specs from. Baselines at HiKV's budget ``cfg.policy.budget`` (:func:`baselines_at`, Quest
     on the layout's pages); ``full`` is full KV; ``hikv`` is ``cfg.policy`` as given;
     ``hikv-evict`` and ``hikv-query`` the same policy with the evicting or the query-aware
-    Stage I. Each spec's :attr:`~hikv.params.MethodSpec.label` names it:
+    Stage I; ``think`` and ``think-evict`` ThinK (:data:`THINK_METHODS`). Each spec's
+    :attr:`~hikv.params.MethodSpec.label` names it:
     ``MethodSpec.from_label(spec.label, cfg.policy, cfg.layout.head_dim) == spec``.
     """
     p = cfg.policy
@@ -241,6 +248,9 @@ def method_specs(cfg: Config) -> dict[str, MethodSpec]:
         "hikv-evict": MethodSpec.for_hikv(dataclasses.replace(p, stage1=Stage1Variant.EVICT)),
         "hikv-query": MethodSpec.for_hikv(
             dataclasses.replace(p, stage1=Stage1Variant.QUERY_AWARE)),
+        "think": parse_method(f"hikv-none/k:think{cfg.layout.head_dim // 2}", p,
+                              cfg.layout.head_dim),
+        "think-evict": parse_method(f"think@{p.budget}", p, cfg.layout.head_dim),
     }
 
 
@@ -274,3 +284,39 @@ def resolve_methods(cfg: Config, names: str | list[str] | tuple[str, ...]
     if not out:
         raise ParamError("method: give at least one method name")
     return out
+
+
+# --------------------------------------------------------------------------- the seed's HiKV
+#: record alignment of the seed's packed layout: masked records back to back on 8-byte
+#: boundaries (the loader's packed-record jobs take 2 or 8)
+SEED_ALIGN_BYTES = 8
+
+
+def seed_hikv(cfg: Config, *, k_kind: Stage2Kind = Stage2Kind.THINK, keep_k: int | None = None,
+              keep_v: int | None = None, align_bytes: int = SEED_ALIGN_BYTES) -> Config:
+    """``cfg`` with the seed's HiKV (issue 11): evicting Stage I at ``cfg.policy.budget``
+    (SnapKV seeding at the end of prefill, H2O accumulation, compaction every Δ) and packed
+    Stage II records, named ``NAME+seed``.
+
+    V: static top-``keep_v`` of |V| at write time (masked records). K: ``k_kind`` with
+    ``keep_k`` channels: ``think`` (ThinK's channels, fixed after prefill: rows of ``keep_k``
+    elements), ``static`` (top |K| masked records), ``query_channels`` (|q| per head and step,
+    channel-major pages: that layout does not pack) or ``none``. Both keeps default to
+    ``3/4 head_dim``. Records are packed: ``layout.align_bytes = align_bytes`` (2 or 8), so the
+    compacted cache streams as one contiguous run per region.
+
+    The defaults are not switched (issue 11 item 6 decides from the accuracy numbers); doing so
+    is ``PRESETS["default"] = seed_hikv(PRESETS["default"])``, or the same change to the
+    preset's policy and layout.
+    """
+    d = cfg.layout.head_dim
+    if align_bytes not in (2, 8):
+        raise ParamError(f"seed_hikv: align_bytes = {align_bytes!r} is not one of (2, 8)")
+    kk = 3 * d // 4 if keep_k is None else keep_k
+    kv = 3 * d // 4 if keep_v is None else keep_v
+    k_rule = Stage2Rule() if k_kind is Stage2Kind.NONE else Stage2Rule(k_kind, kk)
+    policy = dataclasses.replace(cfg.policy, stage1=Stage1Variant.EVICT, k_rule=k_rule,
+                                 v_rule=Stage2Rule(Stage2Kind.STATIC, kv))
+    policy.check_head_dim(d)
+    layout = dataclasses.replace(cfg.layout, align_bytes=align_bytes)
+    return dataclasses.replace(cfg, name=f"{cfg.name}+seed", policy=policy, layout=layout)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from hikv.params import HiKVPolicy, KVLayout, Stage1Scorer, Stage1Variant
+from hikv.params import HiKVPolicy, KVLayout, Stage1Scorer, Stage1Variant, Stage2Kind
 
 __all__ = [
     "SCORE_BYTES",
@@ -21,6 +21,7 @@ __all__ = [
     "lowbit_row_bytes",
     "bounds_row_bytes",
     "stage1_meta_bytes",
+    "stage2_meta_bytes",
 ]
 
 #: bytes of one stored importance score (fp16): H2O's and HiKV's evicting Stage I accumulators
@@ -96,3 +97,10 @@ def stage1_meta_bytes(p: HiKVPolicy, layout: KVLayout, n: int) -> int:
             return _cdiv(n, layout.page_tokens) * bounds_row_bytes(layout)
         return n * lowbit_row_bytes(layout.head_dim, p.lowbit_bits, layout.elem_bytes)
     return 0
+
+
+def stage2_meta_bytes(p: HiKVPolicy, head_dim: Num) -> Num:
+    """Bytes HiKV's Stage II keeps as metadata per (layer, KV head), whatever the tokens:
+    ThinK's K-channel mask (``head_dim`` bits, one per head, fixed after prefill; its records
+    then carry no per-token mask). Read once per decode step (its own region)."""
+    return head_dim // 8 if p.k_rule.kind is Stage2Kind.THINK else 0 * head_dim

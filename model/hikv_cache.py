@@ -24,8 +24,9 @@ from .account import (
     bounds_row_bytes,
     lowbit_row_bytes,
     stage1_meta_bytes,
+    stage2_meta_bytes,
 )
-from .attention import attend
+from .attention import attend, group_queries
 from .cache import Evicting, quest_scores, snap_scores, static_mask
 from .keys import float_to_key
 from .layout import (
@@ -39,7 +40,22 @@ from .layout import (
 )
 from .sorter_ref import topk_indices
 
-__all__ = ["HiKV", "hikv_resident_bytes"]
+__all__ = ["HiKV", "hikv_resident_bytes", "think_channel_scores"]
+
+
+def think_channel_scores(q_obs: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """ThinK's key-channel importance per KV head: ``[Hkv, d]``.
+
+    ThinK (Xu et al. 2024) scores channel ``c`` of a head by ``||Q_obs[:, c]|| * ||K[:, c]||``,
+    ``Q_obs`` the observation window's queries, ``K`` the cached keys. With GQA, ``q_obs``
+    ``[Hkv, M, d]`` stacks the window queries of the KV head's query heads (as kvpress averages
+    their squares over the group). Returned as the root mean squares, ``||Q_obs[:, c]|| /
+    sqrt(M) * ||K[:, c]|| / sqrt(n)``: the same order within a head, and in fp16 range for the
+    sorter keys where the plain product of norms of long prompts would overflow.
+    """
+    qs = q_obs.float().pow(2).mean(1).sqrt()
+    ks = k.float().pow(2).mean(1).sqrt() if k.shape[1] else torch.zeros_like(qs)
+    return qs * ks
 
 
 def _lowbit(k: torch.Tensor, bits: int) -> torch.Tensor:
@@ -66,7 +82,12 @@ class HiKV(Evicting):
     vector at write time, stored as masked records. ``query_channels``: per step and KV head the
     top-``r`` channels of |q| (summed over the group) form the logits, with SparQ's temperature
     rescale; K is stored in channel-major pages. ``channel_groups``: the same with groups of
-    ``group`` contiguous channels.
+    ``group`` contiguous channels. ``think`` (K only): ThinK's criterion
+    (:func:`think_channel_scores`) on the observation window's queries and the keys retained
+    after Stage I chooses ``r`` channels per KV head once, at the end of prefill (one sorter
+    job of ``d``); they stay fixed, so every key, prompt or decoded, is stored as its ``r``
+    channels (rows of ``r`` elements, no per-token mask; the head's ``d``-bit channel mask is
+    metadata read once per step), and ``q . k`` uses those channels only (no rescale).
     """
 
     method = Method.HIKV
@@ -77,6 +98,7 @@ class HiKV(Evicting):
         self.policy: HiKVPolicy = spec.hikv
         self.policy.check_head_dim(layout.head_dim)
         self.imp: torch.Tensor | None = None   # [Hkv, n] importance (evicting)
+        self.think_mask: torch.Tensor | None = None   # [Hkv, d] ThinK's kept K channels
 
     # ----------------------------------------------------------------- keys
     def _keys(self, x: torch.Tensor, signed: bool = False) -> torch.Tensor:
@@ -92,7 +114,18 @@ class HiKV(Evicting):
         return x * static_mask(x, rule.keep, self.key_format, self.key_width)
 
     def _store(self, k: torch.Tensor) -> torch.Tensor:
+        if self.policy.k_rule.kind is Stage2Kind.THINK:
+            return k if self.think_mask is None else k * self.think_mask.unsqueeze(1)
         return self._static(k, self.policy.k_rule)
+
+    def _think(self, q_obs: torch.Tensor) -> None:
+        """ThinK: choose the K channels from the grouped window queries ``q_obs`` [Hkv, M, d]
+        and the resident keys (one sorter job per head), and prune the resident keys."""
+        assert self.k is not None
+        idx = self._topk(think_channel_scores(q_obs, self.k), self.policy.k_rule.keep)
+        self.think_mask = torch.zeros(self.kv_heads, self.d, dtype=torch.bool).scatter(
+            1, idx, True)
+        self.k = self.k * self.think_mask.unsqueeze(1)
 
     def _store_v(self, v: torch.Tensor) -> torch.Tensor:
         return self._static(v, self.policy.v_rule)
@@ -105,12 +138,15 @@ class HiKV(Evicting):
         return self.policy.obs_window if self.policy.stage1 is Stage1Variant.EVICT else 0
 
     def _after_prefill(self, q, k, sums, obs) -> None:
-        if self.policy.stage1 is not Stage1Variant.EVICT:
-            return
-        assert obs is not None
-        n = self.resident_tokens
-        self.imp = snap_scores(obs, n, self.policy.pool_kernel).float()
-        self._compact(self.policy.budget)
+        p = self.policy
+        if p.stage1 is Stage1Variant.EVICT:
+            assert obs is not None
+            n = self.resident_tokens
+            self.imp = snap_scores(obs, n, p.pool_kernel).float()
+            self._compact(p.budget)
+        if p.k_rule.kind is Stage2Kind.THINK and q.shape[1]:
+            # after Stage I, as kvpress composes SnapKV then ThinK: the retained keys
+            self._think(group_queries(q[:, -p.obs_window:], self.kv_heads))
 
     def _keep_state(self, idx: torch.Tensor) -> None:
         if self.imp is not None:
@@ -185,6 +221,8 @@ class HiKV(Evicting):
         assert self.k is not None and self.v is not None
         p = self.policy
         n = self.resident_tokens
+        if p.k_rule.kind is Stage2Kind.THINK and self.think_mask is None:
+            self._think(qg)     # no prompt: the first decoded token is the observation window
         if p.stage1 is Stage1Variant.QUERY_AWARE:
             sel = self._select_query_aware(qg)
         else:
@@ -223,6 +261,9 @@ class HiKV(Evicting):
             reads.append(Read("k", "k", dense_rows(cached, lay)))
         elif kr.kind is Stage2Kind.STATIC:
             reads.append(Read("k", "k", masked_records(cached, lay, kr.keep)))
+        elif kr.kind is Stage2Kind.THINK:
+            reads.append(Read("k", "k", dense_rows(cached, lay, kr.keep * lay.elem_bytes)))
+            reads.append(Read("meta", "think", contiguous(0, stage2_meta_bytes(p, lay.head_dim))))
         else:
             assert ch is not None
             reads.append(Read("k", "k", page_channel_runs(cached, ch, lay)))
@@ -265,8 +306,11 @@ def hikv_resident_bytes(p: HiKVPolicy, lay: KVLayout, n: int) -> int:
             return n * lay.stride(lay.row_bytes)
         if rule.kind is Stage2Kind.STATIC:
             return n * lay.stride(lay.record_bytes(rule.keep))
+        if rule.kind is Stage2Kind.THINK:
+            return n * lay.stride(rule.keep * lay.elem_bytes)
         return -(-n // lay.page_tokens) * lay.head_dim * lay.channel_chunk_bytes
 
-    return region(p.k_rule) + region(p.v_rule) + stage1_meta_bytes(p, lay, n)
+    return (region(p.k_rule) + region(p.v_rule) + stage1_meta_bytes(p, lay, n)
+            + stage2_meta_bytes(p, lay.head_dim))
 
 

@@ -1,6 +1,7 @@
 """Closed form of HiKV (golden class :class:`hikv.model.methods.HiKV`): Stage I (none,
 evicting, query-aware by page bounds or low-bit keys) and Stage II (whole vectors, static masked
-records, query-aware K channels in channel-major pages).
+records, query-aware K channels in channel-major pages, ThinK's fixed K channels as rows of
+``r`` elements plus one channel mask per head).
 
 Exactness of the operating point (:meth:`HiKVBytes.step`): exact with no Stage I; evicting:
 the average over one compaction cycle of ``Δ`` steps (the phase of the cycle is the
@@ -15,11 +16,18 @@ whole pages and whole page chunks where the golden count depends on the data (up
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
-from hikv.model.account import SCORE_BYTES, bounds_row_bytes, lowbit_row_bytes, stage1_meta_bytes
+from hikv.model.account import (
+    SCORE_BYTES,
+    bounds_row_bytes,
+    lowbit_row_bytes,
+    stage1_meta_bytes,
+    stage2_meta_bytes,
+)
 from hikv.params import HiKVPolicy, Method, Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
 
 from .bursts import (
@@ -70,9 +78,12 @@ class HiKVBytes(ClosedForm):
                 return r * g.stride(g.row_bytes)
             if rule.kind is Stage2Kind.STATIC:
                 return r * g.stride(g.record_bytes(rule.keep if keep is None else keep))
+            if rule.kind is Stage2Kind.THINK:
+                return r * g.stride((rule.keep if keep is None else keep) * g.elem_bytes)
             return cdiv(r, g.page_tokens) * g.head_dim * g.page_tokens * g.elem_bytes
 
-        return region(p.k_rule, keep_k) + region(p.v_rule, keep_v) + stage1_meta_bytes(p, g, r)
+        return (region(p.k_rule, keep_k) + region(p.v_rule, keep_v) + stage1_meta_bytes(p, g, r)
+                + stage2_meta_bytes(p, g.head_dim))
 
     # ----------------------------------------------------------------- residency
     def resident_after_step(self, prompt: ArrayLike, step: ArrayLike) -> np.ndarray:
@@ -99,6 +110,19 @@ class HiKVBytes(ClosedForm):
     def step(self, g: Geometry, n: ArrayLike, B: ArrayLike, zero: ArrayLike, *,
              keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None,
              prompt: ArrayLike | None = None) -> StepAccount:
+        sa = self._step(g, n, B, zero, keep_k=keep_k, keep_v=keep_v)
+        mask = stage2_meta_bytes(self.policy, g.head_dim)
+        if not np.any(mask):
+            return sa
+        # ThinK's channel mask: its own region, read whole every step
+        m = contiguous(g, mask)
+        return dataclasses.replace(sa, meta_ideal=sa.meta_ideal + mask,
+                                   meta_burst=sa.meta_burst + m.burst,
+                                   requests=sa.requests + m.requests)
+
+    def _step(self, g: Geometry, n: ArrayLike, B: ArrayLike, zero: ArrayLike, *,
+              keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None
+              ) -> StepAccount:
         p = self.policy
         kr, vr = p.k_rule, p.v_rule
         kk = g.head_dim if kr.kind is Stage2Kind.NONE else np.asarray(
@@ -108,7 +132,8 @@ class HiKVBytes(ClosedForm):
         S, R, delta, pt = p.sinks, p.recent, p.compact_interval, g.page_tokens
         eb = g.elem_bytes
         qc = kr.kind in _QUERY_CHANNELS
-        rec_k = g.record_bytes(kk) if kr.kind is Stage2Kind.STATIC else g.row_bytes
+        rec_k = (g.record_bytes(kk) if kr.kind is Stage2Kind.STATIC
+                 else kk * eb if kr.kind is Stage2Kind.THINK else g.row_bytes)
         rec_v = g.record_bytes(kv_) if vr.kind is Stage2Kind.STATIC else g.row_bytes
         ideal_k_tok = kk * eb if qc else rec_k
         ideal_v_tok = rec_v
@@ -206,6 +231,8 @@ class HiKVBytes(ClosedForm):
             gr = kr.group if kr.kind is Stage2Kind.CHANNEL_GROUPS else 1
             qk = kk
             sorts.append(SortJob("stage2", d=d // gr, k=kk // gr, count=1))
+        if kr.kind is Stage2Kind.THINK:        # ThinK's fixed channels (chosen at prefill)
+            qk = kk
         if kr.kind is Stage2Kind.STATIC:       # the new token's K at write time
             sorts.append(SortJob("stage2", d=d, k=kk, count=1))
         if vr.kind is Stage2Kind.STATIC:       # the new token's V at write time
@@ -264,6 +291,7 @@ class HiKVBytes(ClosedForm):
 
         def rows(rule: Stage2Rule) -> tuple[np.ndarray, np.ndarray]:
             payload = (lay.row_bytes if rule.kind is Stage2Kind.NONE
+                       else rule.keep * lay.elem_bytes if rule.kind is Stage2Kind.THINK
                        else lay.record_bytes(rule.keep))
             rr = Rows(lay, payload)
             if pattern == "prefix":
@@ -279,7 +307,7 @@ class HiKVBytes(ClosedForm):
             return toks * payload, np.where(few, rr.prefix(n - 1), sel_b)
 
         kr = p.k_rule
-        if kr.kind in (Stage2Kind.NONE, Stage2Kind.STATIC):
+        if kr.kind in (Stage2Kind.NONE, Stage2Kind.STATIC, Stage2Kind.THINK):
             k_ideal, k_burst = rows(kr)
         else:
             all_pages = cdiv(np.maximum(n - 1, 0), pt)
@@ -301,8 +329,10 @@ class HiKVBytes(ClosedForm):
         else:
             meta = np.where(few, 0, (n - 1) * lowbit_row_bytes(lay.head_dim, p.lowbit_bits,
                                                                lay.elem_bytes))
-        return read_account(k_ideal, v_ideal, meta, k_burst, v_burst, contig_burst(meta, burst),
-                            toks)
+        # ThinK's channel mask: its own region, read whole every step
+        mask = stage2_meta_bytes(p, lay.head_dim)
+        return read_account(k_ideal, v_ideal, meta + mask, k_burst, v_burst,
+                            contig_burst(meta, burst) + contig_burst(mask, burst), toks)
 
     def _scoring_macs(self, n: np.ndarray, group: int) -> np.ndarray:
         p = self.policy

@@ -36,14 +36,14 @@ def _cfg(layout: str):
     return base
 
 
-def _golden(spec, cfg, steps=1):
+def _golden(spec, cfg, steps=1, n=N, seed=SEED):
     """Mean over ``steps`` decode steps and the KV heads of the golden byte accounts."""
-    g = torch.Generator().manual_seed(SEED)
+    g = torch.Generator().manual_seed(seed)
     m, d = cfg.model, cfg.layout.head_dim
     c = make_cache(spec, cfg)
-    c.prefill(torch.randn(m.q_heads, N, d, generator=g), torch.randn(m.kv_heads, N, d,
+    c.prefill(torch.randn(m.q_heads, n, d, generator=g), torch.randn(m.kv_heads, n, d,
                                                                        generator=g),
-              torch.randn(m.kv_heads, N, d, generator=g))
+              torch.randn(m.kv_heads, n, d, generator=g))
     acc = {f: 0.0 for f in FIELDS}
     for _ in range(steps):
         _, accounts = c.decode(torch.randn(m.q_heads, 1, d, generator=g),
@@ -79,7 +79,10 @@ def test_baselines_exact(layout, method, budget):
 
 
 K_EXACT = [Stage2Rule(), Stage2Rule(Stage2Kind.STATIC, 12), Stage2Rule(Stage2Kind.CHANNEL_GROUPS,
-                                                                        8, 4)]
+                                                                        8, 4),
+           Stage2Rule(Stage2Kind.THINK, 10)]
+#: K rules stored per token (rows or records): exact with scattered burst-aligned tokens
+K_ROWS = [K_EXACT[0], K_EXACT[1], K_EXACT[3]]
 V_RULES = [Stage2Rule(), Stage2Rule(Stage2Kind.STATIC, 12)]
 
 
@@ -99,7 +102,7 @@ def test_hikv_exact(layout, kr, vr, stage1):
     assert g == pytest.approx(c), _msg(spec, layout, g, c)
 
 
-@pytest.mark.parametrize("kr", K_EXACT[:2], ids=lambda r: f"k{r.kind.value}")
+@pytest.mark.parametrize("kr", K_ROWS, ids=lambda r: f"k{r.kind.value}")
 @pytest.mark.parametrize("vr", V_RULES, ids=lambda r: f"v{r.kind.value}")
 def test_hikv_lowbit_exact_when_records_are_burst_aligned(kr, vr):
     spec, cfg = _hikv(_cfg("aligned"), Stage1Variant.QUERY_AWARE, Stage1Scorer.LOWBIT_KEYS, kr,
@@ -108,7 +111,7 @@ def test_hikv_lowbit_exact_when_records_are_burst_aligned(kr, vr):
     assert g == pytest.approx(c), _msg(spec, "aligned", g, c)
 
 
-@pytest.mark.parametrize("kr", K_EXACT[:2], ids=lambda r: f"k{r.kind.value}")
+@pytest.mark.parametrize("kr", K_ROWS, ids=lambda r: f"k{r.kind.value}")
 @pytest.mark.parametrize("vr", V_RULES, ids=lambda r: f"v{r.kind.value}")
 def test_hikv_lowbit_packed_scattered_is_an_expectation(kr, vr):
     """Packed records: neighbours share bursts; the closed form is the expectation over a
@@ -168,3 +171,32 @@ def test_requests_of_a_contiguous_read():
     cfg = get_preset("default")   # 16 beats x 16 B = 256 B per request, rows of 128 B
     sb = step_bytes(MethodSpec(Method.FULL), cfg.layout, 1000, loader=cfg.loader)
     assert sb.k_burst == 1000 * 128 and sb.requests == 2 * 1000 * 128 / 256
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_packed_evicting_operating_point_is_exact(seed):
+    """The seed's packed layout at the operating point: evicting Stage I, masked V records,
+    K as rows, masked records or ThinK rows; records 2- or 8-byte aligned; random burst size,
+    budget, Δ, keeps and prompt length. The golden mean over one compaction cycle equals
+    step_bytes."""
+    rng = np.random.default_rng(seed)
+    base = get_preset("tiny")
+    d = base.layout.head_dim
+    layout = dataclasses.replace(base.layout, burst_bytes=int(rng.choice([16, 32, 64])),
+                                 align_bytes=int(rng.choice([2, 8])))
+    budget = int(rng.integers(8, 40))
+    k_kind = (Stage2Kind.NONE, Stage2Kind.STATIC, Stage2Kind.THINK)[seed % 3]
+    kr = Stage2Rule() if k_kind is Stage2Kind.NONE else Stage2Rule(k_kind,
+                                                                    int(rng.integers(1, d + 1)))
+    p = dataclasses.replace(base.policy, budget=budget, stage1=Stage1Variant.EVICT,
+                            recent=min(base.policy.recent, budget - base.policy.sinks),
+                            compact_interval=int(rng.integers(1, 7)), k_rule=kr,
+                            v_rule=Stage2Rule(Stage2Kind.STATIC, int(rng.integers(1, d + 1))))
+    cfg = dataclasses.replace(base, policy=p, layout=layout,
+                              sorter=dataclasses.replace(base.sorter, max_k=64))
+    spec = MethodSpec.for_hikv(p)
+    n = int(rng.integers(budget + 1, 3 * budget))
+    g = _golden(spec, cfg, p.compact_interval, n=n, seed=seed)
+    c = step_bytes(spec, cfg.layout, n, loader=cfg.loader).as_dict()
+    c = {f: float(c[f]) for f in FIELDS}
+    assert g == pytest.approx(c), f"{spec.label} {layout} N={n} seed={seed}: {g} != {c}"

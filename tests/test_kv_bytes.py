@@ -227,7 +227,8 @@ def test_serving_and_cost_model_views_agree(preset: str) -> None:
     ns = np.array([1, 3, b // 2, b - 1, b, b + 1, 2 * b + 5, 4 * b + 17])
     for name, spec in method_specs(cfg).items():
         model = closed_form(spec, cfg.layout)
-        if name == "hikv-evict":
+        hikv_evicts = spec.hikv is not None and spec.hikv.stage1 is Stage1Variant.EVICT
+        if hikv_evicts:
             ns_e = np.array([1, b - 3, b])             # no eviction yet: a prefix of n tokens
             got = model.decode_read(ns_e, np.ones_like(ns_e))
             want = step_bytes(spec, g, ns_e)
@@ -239,6 +240,51 @@ def test_serving_and_cost_model_views_agree(preset: str) -> None:
                                           np.asarray(getattr(want, f), dtype=float),
                                           err_msg=f"{preset} {name} {f}")
         r = model.storage_bytes(ns + 1)
-        if spec.hikv is not None and name != "hikv-evict":
+        if spec.hikv is not None and not hikv_evicts:
             np.testing.assert_array_equal(r, step_bytes(spec, g, ns).resident,
                                           err_msg=f"{preset} {name} resident")
+
+
+# --------------------------------------------------------------------------- packed layout
+def _packed_case(seed: int):
+    """A random case of the seed's packed layout: evicting Stage I (compacted cache), masked V
+    records (or whole rows) and K as whole rows, masked records or ThinK rows, records 2- or
+    8-byte aligned so neighbours share 64-byte bursts; random budget, windows, Δ, keeps and
+    prompt length."""
+    rng = np.random.default_rng(seed)
+    cfg = get_preset("default")
+    d = cfg.layout.head_dim
+    budget = int(rng.integers(12, 64))
+    sinks = int(rng.integers(0, 5))
+    recent = int(rng.integers(0, min(16, budget - sinks) + 1))
+    k_kind = (Stage2Kind.NONE, Stage2Kind.STATIC, Stage2Kind.THINK)[seed % 3]
+    keep_k, keep_v = (int(x) for x in rng.integers(1, d + 1, 2))
+    k_rule = Stage2Rule() if k_kind is Stage2Kind.NONE else Stage2Rule(k_kind, keep_k)
+    v_rule = Stage2Rule(Stage2Kind.STATIC, keep_v) if rng.random() < 0.75 else Stage2Rule()
+    policy = HiKVPolicy(budget=budget, sinks=sinks, recent=recent, obs_window=8, pool_kernel=3,
+                        compact_interval=int(rng.integers(1, 7)), stage1=Stage1Variant.EVICT,
+                        k_rule=k_rule, v_rule=v_rule)
+    layout = dataclasses.replace(cfg.layout, align_bytes=int(rng.choice([2, 8])))
+    return cfg.replace(policy=policy, layout=layout), int(rng.integers(1, 3 * budget))
+
+
+@pytest.mark.parametrize("seed", range(9))
+def test_packed_evicting_records_match_golden(seed: int) -> None:
+    """The compacted evicting cache with packed records: the closed form's sequence state
+    equals the golden accounts exactly at every step (one contiguous run per region, a burst
+    shared by two records counted once, masks and ThinK's channel mask counted)."""
+    cfg, n_prompt = _packed_case(seed)
+    spec = MethodSpec.for_hikv(cfg.policy)
+    model = closed_form(spec, cfg.layout)
+    assert model.exact, spec.label
+    _check(f"packed seed={seed}", spec, cfg, n_prompt, seed=6000 + seed)
+
+
+def test_packed_evicting_query_channels_are_bounded() -> None:
+    """K channels by |q| per step keep the channel-major page layout (its masks are per step,
+    so there are no per-token records to pack): with packed V records the closed form bounds
+    the golden count."""
+    cfg, _ = _packed_case(1)
+    p = dataclasses.replace(cfg.policy, k_rule=Stage2Rule(Stage2Kind.QUERY_CHANNELS, 24))
+    cfg = cfg.replace(policy=p)
+    _check("packed query channels", MethodSpec.for_hikv(p), cfg, 90, seed=6100)
