@@ -146,6 +146,11 @@ class Method(enum.Enum):
     QUEST = "quest"
     SPARQ = "sparq"
     DOUBLE_SPARSITY = "ds"
+    STREAMING_LLM = "streamingllm"   # attention sinks + recent window
+    TOVA = "tova"                    # evict the lowest attention of the current query
+    ADAKV = "adakv"                  # per-head adaptive budgets under a layer budget
+    G_ADAKV = "gadakv"               # one budget over all layers and KV heads
+    PYRAMIDKV = "pyramidkv"          # per-layer budgets decreasing with depth
     HIKV = "hikv"
 
 
@@ -156,8 +161,12 @@ class MethodSpec:
     ``budget`` is the number of cached tokens attended per decode step (H2O, SnapKV: resident
     tokens; Quest: tokens in the selected pages; SparQ and Double Sparsity: rows fetched). For
     HiKV the budget and everything else come from ``hikv`` (use :meth:`for_hikv`).
-    ``recent`` is H2O's recent window and SnapKV's observation window (both kept, so at most
-    ``budget``). ``channels`` is SparQ's ``r`` and Double Sparsity's label channels.
+    ``recent`` is H2O's recent window and the observation window of SnapKV, AdaKV, G-AdaKV and
+    PyramidKV (all kept, so at most ``budget``). ``channels`` is SparQ's ``r`` and Double
+    Sparsity's label channels. ``sinks`` is StreamingLLM's attention sinks (its recent window
+    is ``budget - sinks``). ``averaged`` (H2O only) scores a token by its attention averaged
+    over the queries that saw it, with no recent window (kvpress's ``ObservedAttentionPress``)
+    instead of the accumulated sum.
     """
 
     method: Method = Method.FULL
@@ -167,13 +176,22 @@ class MethodSpec:
     page_tokens: int = 16
     label_bits: int = 16
     hikv: HiKVPolicy | None = None
+    sinks: int = 4
+    averaged: bool = False
 
     def __post_init__(self) -> None:
         o = "MethodSpec"
         _enum(o, "method", self.method, Method)
         _int(o, "budget", self.budget, 1)
         _int(o, "recent", self.recent, 0,
-             self.budget if self.method in (Method.H2O, Method.SNAPKV) else None)
+             self.budget if self.method.value in _WINDOWED else None)
+        _int(o, "sinks", self.sinks, 0,
+             self.budget if self.method is Method.STREAMING_LLM else None)
+        if not isinstance(self.averaged, bool):
+            raise ParamError(f"{o}.averaged = {self.averaged!r} must be a bool")
+        if self.averaged and self.method is not Method.H2O:
+            raise ParamError(f"{o}.averaged is only allowed for method 'h2o', "
+                             f"not {self.method.value!r}")
         _int(o, "channels", self.channels, 1, 1024)
         _int(o, "page_tokens", self.page_tokens, 1, 1024)
         _pow2(o, "page_tokens", self.page_tokens)
@@ -200,7 +218,9 @@ class MethodSpec:
         e.g. ``full``, ``h2o@256``, ``quest@256/p4`` (pages of 4 tokens; 16 unnamed),
         ``ds@256/r16/b4`` (16 label channels of 4 bits; 16 bits unnamed),
         ``hikv-query_aware@256/lowbit4`` (query-aware Stage I scored by 4-bit keys),
-        ``.../k:channel_groups32g8`` (32 channels kept in groups of 8).
+        ``.../k:channel_groups32g8`` (32 channels kept in groups of 8), ``h2o@256/avg``
+        (H2O's averaged score), ``streamingllm@256``, ``tova@256``, ``adakv@256``,
+        ``gadakv@256``, ``pyramidkv@256``.
 
         Fields the label does not name are those :func:`parse_method` derives from a policy
         (recent and observation windows, HiKV's sinks, pooling, compaction interval), so two
@@ -225,6 +245,8 @@ class MethodSpec:
             extra += f"/r{self.channels}"
         if self.method is Method.DOUBLE_SPARSITY and self.label_bits != _FULL_LABEL_BITS:
             extra += f"/b{self.label_bits}"
+        if self.averaged:
+            extra += "/avg"
         return f"{self.method.value}@{self.budget}{extra}"
 
     @classmethod
@@ -233,6 +255,9 @@ class MethodSpec:
         return parse_method(text, policy, head_dim)
 
 
+#: methods whose ``recent`` is a window kept whatever the scores (H2O's recent window, the
+#: observation window of SnapKV and its adaptive-budget relatives)
+_WINDOWED = frozenset({"h2o", "snapkv", "adakv", "gadakv", "pyramidkv"})
 _DEFAULT_PAGE_TOKENS = 16
 _FULL_LABEL_BITS = 16
 _HIKV_RE = re.compile(r"^hikv-(?P<s1>[a-z_]+)(?:@(?P<b>\d+))?(?:/lowbit(?P<lb>\d+))?"
@@ -241,7 +266,7 @@ _RULE_RE = re.compile(r"/(?P<t>[kv]):(?P<kind>[a-z_]+?)(?P<keep>\d+)(?:g(?P<g>\d
 #: the baselines by label name: every method but full KV and HiKV
 _BASELINE_METHODS = {m.value: m for m in Method if m not in (Method.FULL, Method.HIKV)}
 _BASE_RE = re.compile(rf"^(?P<m>{'|'.join(_BASELINE_METHODS)})@(?P<b>\d+)(?:/p(?P<p>\d+))?"
-                      r"(?:/r(?P<r>\d+))?(?:/b(?P<bits>\d+))?$")
+                      r"(?:/r(?P<r>\d+))?(?:/b(?P<bits>\d+))?(?P<avg>/avg)?$")
 #: Stage I names in HiKV labels; ``qa`` and ``query`` are old spellings of ``query_aware``
 _S1_ALIASES = {"qa": "query_aware", "query": "query_aware", "query_aware": "query_aware",
                "evict": "evict", "none": "none"}
@@ -253,7 +278,9 @@ _THINK_RE = re.compile(r"^think(?:@(?P<b>\d+))?(?:/r(?P<r>\d+))?$")
 
 def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
     """A :class:`MethodSpec` from its :attr:`MethodSpec.label` (or an old spelling), such as
-    ``full``, ``h2o@256``, ``sparq@256/r16``, ``ds@256/r16/b4``, ``quest@256/p4``,
+    ``full``, ``h2o@256``, ``h2o@256/avg``, ``sparq@256/r16``, ``ds@256/r16/b4``,
+    ``quest@256/p4``, ``streamingllm@256``, ``tova@256``, ``adakv@256``, ``gadakv@256``,
+    ``pyramidkv@256``,
     ``hikv-evict@256``, ``hikv-qa@256/v:static48``, ``hikv-query_aware@256/lowbit4``
     (query-aware Stage I scored by 4-bit keys instead of page bounds) or
     ``hikv-none/k:channel_groups32g8``. ThinK (key channels chosen once after prefill,
@@ -263,11 +290,12 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
 
     The accuracy study's settings for what a label does not name: SparQ's and Double
     Sparsity's ``r`` default to ``head_dim / 4``, Double Sparsity's labels to 16 bits, Quest's
-    pages to 16 tokens; H2O's recent window and SnapKV's observation window are
-    ``policy.recent`` (at most half the budget). HiKV labels take sinks, recent window,
-    observation window, pooling and compaction interval from ``policy`` (and scorer and
-    low-bit width when Stage I is not query-aware); Stage II rules come only from the label
-    (absent = whole vectors).
+    pages to 16 tokens; H2O's recent window and the observation window of SnapKV, AdaKV,
+    G-AdaKV and PyramidKV are ``policy.recent`` (at most half the budget; H2O's averaged
+    variant has none); StreamingLLM's sinks are ``policy.sinks`` (at most the budget). HiKV
+    labels take sinks, recent window, observation window, pooling and compaction interval from
+    ``policy`` (and scorer and low-bit width when Stage I is not query-aware); Stage II rules
+    come only from the label (absent = whole vectors).
     """
     t = text.strip()
     if t == "full":
@@ -282,8 +310,13 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
         method = _BASELINE_METHODS[m["m"]]
         r = int(m["r"]) if m["r"] else max(1, head_dim // 4)
         b = int(m["b"])
+        if m["avg"] and method is not Method.H2O:
+            raise ParamError(f"method {text!r}: '/avg' (averaged score) is only allowed for h2o")
         return MethodSpec(method=method, budget=b, channels=r,
-                          recent=min(policy.recent, b // 2),
+                          recent=0 if m["avg"] else min(policy.recent, b // 2),
+                          sinks=(min(policy.sinks, b) if method is Method.STREAMING_LLM
+                                 else MethodSpec.sinks),
+                          averaged=bool(m["avg"]),
                           page_tokens=int(m["p"]) if m["p"] else _DEFAULT_PAGE_TOKENS,
                           label_bits=int(m["bits"]) if m["bits"] else _FULL_LABEL_BITS)
     m = _HIKV_RE.match(t)
@@ -313,8 +346,9 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
                                   v_rule=rules["v"], scorer=scorer, lowbit_bits=bits)
         pol.check_head_dim(head_dim)
         return MethodSpec.for_hikv(pol)
-    raise ParamError(f"method {text!r} is not a method label: use full, h2o@B, snapkv@B, "
-                     "quest@B[/pP], sparq@B[/rR], ds@B[/rR][/bBITS], "
+    raise ParamError(f"method {text!r} is not a method label: use full, h2o@B[/avg], snapkv@B, "
+                     "quest@B[/pP], sparq@B[/rR], ds@B[/rR][/bBITS], streamingllm@B, tova@B, "
+                     "adakv@B, gadakv@B, pyramidkv@B, "
                      "hikv-{evict,query_aware,none}@B[/lowbitN]"
                      "[/k:{static,query_channels,channel_groups,think}N[gG]][/v:staticN], "
                      "think[@B][/rR]")

@@ -215,7 +215,9 @@ BASELINES = tuple(m.value for m in Method if m not in (Method.FULL, Method.HIKV)
 THINK_METHODS = ("think", "think-evict")
 
 #: method names of :func:`method_specs` (``hikv serve --method`` accepts them and ``all``)
-METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query", *THINK_METHODS)
+#: (``h2o-avg`` is H2O with kvpress's averaged score, ``h2o@B/avg``)
+METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query", *THINK_METHODS,
+                "h2o-avg")
 
 
 def baselines_at(budget: int, policy: HiKVPolicy, head_dim: int, *,
@@ -251,6 +253,7 @@ def method_specs(cfg: Config) -> dict[str, MethodSpec]:
         "think": parse_method(f"hikv-none/k:think{cfg.layout.head_dim // 2}", p,
                               cfg.layout.head_dim),
         "think-evict": parse_method(f"think@{p.budget}", p, cfg.layout.head_dim),
+        "h2o-avg": parse_method(f"h2o@{p.budget}/avg", p, cfg.layout.head_dim),
     }
 
 
@@ -266,7 +269,9 @@ def resolve_methods(cfg: Config, names: str | list[str] | tuple[str, ...]
     """Names (or ``"all"``, or a comma-separated string) -> ``{name: spec}`` in order.
 
     ``all`` is every name of :data:`METHOD_NAMES` whose spec differs from an earlier one
-    (``hikv-query`` is dropped when ``hikv`` already is query-aware).
+    (``hikv-query`` is dropped when ``hikv`` already is query-aware). A method label
+    (``h2o@128/avg``, ``tova@64``: anything with ``@``, :func:`~hikv.params.parse_method`) is
+    taken as that spec, under its label.
     """
     specs = method_specs(cfg)
     if isinstance(names, str):
@@ -279,8 +284,11 @@ def resolve_methods(cfg: Config, names: str | list[str] | tuple[str, ...]
                     out[n] = specs[n]
         elif name in specs:
             out[name] = specs[name]
+        elif "@" in name:
+            out[name] = parse_method(name, cfg.policy, cfg.layout.head_dim)
         else:
-            raise ParamError(f"method = {name!r} is not one of: all, {', '.join(METHOD_NAMES)}")
+            raise ParamError(f"method = {name!r} is not one of: all, {', '.join(METHOD_NAMES)} "
+                             "(or a method label such as h2o@256/avg)")
     if not out:
         raise ParamError("method: give at least one method name")
     return out

@@ -313,3 +313,35 @@ def sorter_compares(params: SorterParams, mode: str, *, n: int = 0, k: int = 0, 
                     count: int = 0) -> int:
     """Comparator evaluations of one job, same convention as :func:`sorter_cycles`."""
     return _job(params, mode, n, k, d, count, "stage1_compares", "stage2_compares")
+
+
+# --------------------------------------------------------------------------- G-AdaKV
+def global_topk_cycles(params: SorterParams, *, segments: int, length: int,
+                       k: int) -> dict[str, int | bool]:
+    """Sorter cycles of G-AdaKV's global top ``k`` over ``segments`` score vectors of
+    ``length`` tokens each (one per (layer, KV head)), run as the Stage I jobs of
+    :func:`hikv.model.global_select.sorter_schedule` (docs/sorter.md, "G-AdaKV").
+
+    Returns ``rounds`` (``ceil(k / min(max_k, max_n // 2))``), ``jobs``, ``scan_jobs``,
+    ``merge_jobs`` and ``cycles``: the sum of :meth:`SorterTiming.stage1_cycles` over the jobs
+    (the sorter runs one job at a time; the few idle cycles between jobs are not counted).
+    With one round the plan depends on the sizes only and ``exact`` is true; later rounds
+    stream only the items not yet selected, so their plan depends on the data and is priced
+    here with whole segments, an upper bound (``exact`` false): ``stage1_cycles`` does not
+    decrease with ``n``.
+    """
+    from hikv.model.global_select import plan_round, round_budgets
+
+    _int("segments", segments, 1, 1 << 40)
+    _int("length", length, 1, 1 << 40)
+    _int("k (global budget)", k, 0, segments * length)
+    t = SorterTiming.from_params(params)
+    budgets = round_budgets(segments * length, k, t.max_n, t.max_k)
+    scan = merge = cycles = 0
+    for m in budgets:
+        for phase, n, kk in plan_round([length] * segments, m, t.max_n):
+            cycles += t.stage1_cycles(n, kk)
+            scan += phase == "scan"
+            merge += phase == "merge"
+    return {"rounds": len(budgets), "jobs": scan + merge, "scan_jobs": scan,
+            "merge_jobs": merge, "cycles": cycles, "exact": len(budgets) <= 1}

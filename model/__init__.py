@@ -14,7 +14,10 @@ Modules (import what you need; this package imports nothing heavy by itself):
 * :mod:`hikv.model.attention`       dense attention helpers
 * :mod:`hikv.model.cache`           the per-layer cache interface (:class:`KVCache`) and shared
   selection helpers
-* :mod:`hikv.model.baselines`       full KV, H2O, SnapKV, Quest, SparQ, Double Sparsity
+* :mod:`hikv.model.baselines`       full KV, H2O, SnapKV, Quest, SparQ, Double Sparsity,
+  StreamingLLM, TOVA
+* :mod:`hikv.model.baselines_adaptive` AdaKV, G-AdaKV, PyramidKV (budgets shared across heads
+  or layers)
 * :mod:`hikv.model.hikv_cache`      HiKV (Stage I and Stage II through the sorter reference)
 * :mod:`hikv.model.methods`         the registry ``METHODS`` and :func:`make_cache`
 * :mod:`hikv.model.lm`              a Hugging Face LM whose attention runs through the caches

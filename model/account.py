@@ -16,6 +16,7 @@ from hikv.params import HiKVPolicy, KVLayout, Stage1Scorer, Stage1Variant, Stage
 
 __all__ = [
     "SCORE_BYTES",
+    "h2o_meta_bytes",
     "ByteAccount",
     "label_row_bytes",
     "lowbit_row_bytes",
@@ -28,6 +29,13 @@ __all__ = [
 SCORE_BYTES = 2
 
 Num = Any   # a Python int or a numpy array of integers
+
+
+def h2o_meta_bytes(averaged: bool) -> int:
+    """Bytes H2O stores (and reads every step) per resident token: its accumulated score, and
+    for the averaged variant (``MethodSpec.averaged``) also the count of queries that saw it
+    (a 16-bit counter, ``SCORE_BYTES`` wide), the divisor of the average."""
+    return 2 * SCORE_BYTES if averaged else SCORE_BYTES
 
 
 @dataclass(frozen=True)

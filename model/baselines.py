@@ -1,4 +1,6 @@
-"""Golden baselines: full KV, H2O, SnapKV, Quest, SparQ and Double Sparsity.
+"""Golden baselines: full KV, H2O (summed or averaged score), SnapKV, Quest, SparQ, Double
+Sparsity, StreamingLLM and TOVA (the adaptive-budget relatives of SnapKV, AdaKV, G-AdaKV and
+PyramidKV, are in :mod:`hikv.model.baselines_adaptive`).
 
 Software methods: they select on exact float scores (:func:`~hikv.model.cache.float_topk`).
 Conventions in :mod:`hikv.model.methods`; their closed forms in
@@ -14,8 +16,8 @@ from hikv.params import (
 )
 
 from .account import (
-    SCORE_BYTES,
     bounds_row_bytes,
+    h2o_meta_bytes,
     label_row_bytes,
 )
 from .attention import attend, ungroup
@@ -25,6 +27,7 @@ from .cache import (
     float_topk,
     quest_scores,
     snap_scores,
+    stable_topk,
 )
 from .layout import (
     ByteAccount,
@@ -32,7 +35,8 @@ from .layout import (
     contiguous,
 )
 
-__all__ = ["FullKV", "H2O", "SnapKV", "Quest", "SparQ", "DoubleSparsity"]
+__all__ = ["FullKV", "H2O", "SnapKV", "Quest", "SparQ", "DoubleSparsity", "StreamingLLM",
+           "TOVA"]
 
 
 class FullKV(KVCache):
@@ -54,18 +58,33 @@ class H2O(Evicting):
     """Heavy hitters (accumulated attention) + a recent window; evicts one token per step.
 
     The accumulated score of every resident token is stored (``SCORE_BYTES`` each, as HiKV's
-    evicting Stage I stores it) and read every step: it is metadata of the step."""
+    evicting Stage I stores it) and read every step: it is metadata of the step.
+
+    ``spec.averaged`` (label ``h2o@B/avg``): kvpress's ``ObservedAttentionPress`` rule, a
+    token's score is its accumulated attention divided by the number of queries that could see
+    it (causal: the tokens from it to the newest), and no recent window (``spec.recent = 0``).
+    The count is stored beside the score (:func:`~hikv.model.account.h2o_meta_bytes`). kvpress
+    applies the rule once, to the prompt; here it also evicts one token per decode step, as
+    H2O does. Group heads are summed (kvpress averages them: the same order)."""
 
     method = Method.H2O
     _wants_col_sums = True
 
     def _after_prefill(self, q, k, sums, obs) -> None:
         assert sums is not None
+        n = self.resident_tokens
         self.acc = sums
+        # queries that saw key i during the prompt: i, i+1, ..., n-1
+        self.cnt = torch.arange(n, 0, -1, dtype=torch.float32).expand(self.kv_heads, n).clone()
         self._evict_to(self.spec.budget)
 
     def _keep_state(self, idx: torch.Tensor) -> None:
         self.acc = torch.gather(self.acc, 1, idx)
+        self.cnt = torch.gather(self.cnt, 1, idx)
+
+    def scores(self) -> torch.Tensor:
+        """The eviction score of every resident token, [Hkv, n]."""
+        return self.acc / self.cnt if self.spec.averaged else self.acc
 
     def _evict_to(self, budget: int) -> None:
         n = self.resident_tokens
@@ -74,20 +93,22 @@ class H2O(Evicting):
         r = min(self.spec.recent, budget)
         heavy = budget - r
         old = n - r
-        top = float_topk(self.acc[:, :old], heavy)
+        top = float_topk(self.scores()[:, :old], heavy)
         recent = torch.arange(old, n).expand(self.kv_heads, r)
         self._keep(torch.cat([top, recent], dim=1))
 
     def _decode(self, qg: torch.Tensor) -> tuple[torch.Tensor, list[ByteAccount]]:
         assert self.k is not None and self.v is not None
         self.acc = torch.cat([self.acc, torch.zeros(self.kv_heads, 1)], dim=1)
+        self.cnt = torch.cat([self.cnt, torch.zeros(self.kv_heads, 1)], dim=1) + 1
         out, probs = attend(qg, self.k, self.v, self.scale)
         self.acc += probs.float().sum(1)
         n = self.resident_tokens
+        meta = h2o_meta_bytes(self.spec.averaged)
         reads = self._dense_reads(torch.arange(n - 1))
-        reads.append(Read("meta", "scores", contiguous(0, (n - 1) * SCORE_BYTES)))
+        reads.append(Read("meta", "scores", contiguous(0, (n - 1) * meta)))
         self._evict_to(self.spec.budget)
-        res = self.resident_tokens * (2 * self._row_stride() + SCORE_BYTES)
+        res = self.resident_tokens * (2 * self._row_stride() + meta)
         return out, self._accounts([reads] * self.kv_heads, res, [n - 1] * self.kv_heads)
 
 
@@ -263,3 +284,70 @@ class DoubleSparsity(KVCache):
         return out, self._accounts(reads, res, counts)
 
 
+
+
+class StreamingLLM(Evicting):
+    """StreamingLLM (Xiao et al., 2024): the first ``spec.sinks`` tokens (attention sinks) and
+    the most recent ``budget - sinks`` tokens; the prompt is cut to that after prefill and one
+    token is evicted per decode step. No scores: every resident token is read, nothing else."""
+
+    method = Method.STREAMING_LLM
+
+    def _after_prefill(self, q, k, sums, obs) -> None:
+        self._evict_to(self.spec.budget)
+
+    def kept_positions(self, seen: int) -> torch.Tensor:
+        """Token positions resident after ``seen`` tokens: sinks, then the recent window."""
+        b, s = self.spec.budget, min(self.spec.sinks, self.spec.budget)
+        if seen <= b:
+            return torch.arange(seen)
+        return torch.cat([torch.arange(s), torch.arange(seen - (b - s), seen)])
+
+    def _evict_to(self, budget: int) -> None:
+        n = self.resident_tokens
+        if n <= budget:
+            return
+        s = min(self.spec.sinks, budget)
+        idx = torch.cat([torch.arange(s), torch.arange(n - (budget - s), n)])
+        self._keep(idx.expand(self.kv_heads, budget))
+
+    def _decode(self, qg: torch.Tensor) -> tuple[torch.Tensor, list[ByteAccount]]:
+        assert self.k is not None and self.v is not None
+        out, _ = attend(qg, self.k, self.v, self.scale)
+        n = self.resident_tokens
+        reads = self._dense_reads(torch.arange(n - 1))
+        self._evict_to(self.spec.budget)
+        res = self.resident_tokens * 2 * self._row_stride()
+        return out, self._accounts([reads] * self.kv_heads, res, [n - 1] * self.kv_heads)
+
+
+class TOVA(Evicting):
+    """TOVA (Oren et al., 2024): attend every resident token, then, over budget, evict the
+    token with the lowest attention of the current query, averaged over all query heads of the
+    layer (the paper's layer-wise rule, also kvpress's ``TOVAPress``): every KV head drops the
+    same token. After prefill the prompt is cut to the ``budget`` tokens the last prompt query
+    attends most. Ties are kept by the lower position. The current token may be evicted (as in
+    the paper; kvpress always keeps the prompt's last token). No stored scores."""
+
+    method = Method.TOVA
+    _obs_window = 1          # the last prompt query's attention
+
+    def _after_prefill(self, q, k, sums, obs) -> None:
+        assert obs is not None
+        if self.resident_tokens > self.spec.budget:
+            self._keep_top(obs.sum(0))
+
+    def _keep_top(self, score: torch.Tensor) -> None:
+        """Keep the ``budget`` highest layer-wide scores ``[n]`` in every KV head."""
+        self.last_score = score
+        self._keep(stable_topk(score, self.spec.budget).expand(self.kv_heads, -1))
+
+    def _decode(self, qg: torch.Tensor) -> tuple[torch.Tensor, list[ByteAccount]]:
+        assert self.k is not None and self.v is not None
+        out, probs = attend(qg, self.k, self.v, self.scale)
+        n = self.resident_tokens
+        reads = self._dense_reads(torch.arange(n - 1))
+        if n > self.spec.budget:
+            self._keep_top(probs.float().mean((0, 1)))
+        res = self.resident_tokens * 2 * self._row_stride()
+        return out, self._accounts([reads] * self.kv_heads, res, [n - 1] * self.kv_heads)

@@ -9,6 +9,7 @@ machinery of methods that keep a subset of tokens, and the selection helpers the
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -31,14 +32,22 @@ from .layout import (
 )
 from .sorter_ref import topk_indices
 
-__all__ = ["KVCache", "Evicting", "static_mask", "float_topk", "gather", "page_bounds",
-           "quest_scores", "snap_scores"]
+__all__ = ["KVCache", "Evicting", "static_mask", "float_topk", "stable_topk", "gather",
+           "page_bounds", "quest_scores", "snap_scores"]
 
 
 def float_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Positions of the ``k`` largest scores along the last dim, ascending (baselines)."""
     k = min(k, scores.shape[-1])
     return torch.sort(torch.topk(scores, k, dim=-1, sorted=True).indices, dim=-1).values
+
+
+def stable_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Positions of the ``k`` largest scores along the last dim, ascending; among equal scores
+    the lower position is kept (a stable sort, so the choice is deterministic)."""
+    k = min(k, scores.shape[-1])
+    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
+    return torch.sort(order[..., :k], dim=-1).values
 
 
 def gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -91,7 +100,16 @@ class KVCache(ABC):
         out, sums, obs = causal_prefill(q, k, v, self.scale, col_sums=self._wants_col_sums,
                                         window=self._obs_window)
         self.adopt_prefill(q, k, v, sums, obs)
+        type(self).end_prefill([self])       # a cache prefilled on its own: a one-layer model
         return out
+
+    @classmethod  # noqa: B027 (optional hook)
+    def end_prefill(cls, caches: Sequence[KVCache]) -> None:
+        """Called once per sequence after the prompt has been prefilled in every layer, with
+        the method layers' caches in depth order (:mod:`hikv.model.lm`): the hook of methods
+        that choose across layers (G-AdaKV's global budget, PyramidKV's per-layer budgets).
+        :meth:`prefill` of a cache alone calls it with ``[self]`` (a model of one layer); a
+        method must also work when it is never called (:meth:`adopt_prefill` alone)."""
 
     @property
     def prefill_stats(self) -> tuple[bool, int]:

@@ -412,6 +412,12 @@ class Sequence:
                 out.reshape(1, -1), ref.reshape(1, -1))))
         return out
 
+    def _end_prefill(self) -> None:
+        """Let the method see every layer once the prompt is in (KVCache.end_prefill)."""
+        caches = [c for c in self.caches if isinstance(c, KVCache)]
+        if caches:
+            type(caches[0]).end_prefill(caches)
+
     def _end_step(self) -> None:
         self.accounts.append(self._step_acc)
         self._step_acc = ByteAccount()
@@ -577,6 +583,7 @@ def prefill(lm: LM, seqs: Seq[Sequence], ids: Seq[int], *,
         _ACTIVE.reset(token)
     for s in seqs:
         s.pos = len(ids)
+        s._end_prefill()
     if rec is not None:
         rec.logits = logits
     lm.last_prefill = rec
@@ -610,6 +617,7 @@ def adopt_prefill(lm: LM, seqs: Seq[Sequence], record: PrefillRecord) -> torch.T
             c.adopt_prefill(q, k, v, sums if ws else None, obs if w > 0 else None)
     for s in seqs:
         s.pos = record.tokens
+        s._end_prefill()
     return record.logits
 
 

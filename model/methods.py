@@ -1,4 +1,5 @@
-"""KV-cache methods: full KV, H2O, SnapKV, Quest, SparQ, Double Sparsity and HiKV.
+"""KV-cache methods: full KV, H2O, SnapKV, Quest, SparQ, Double Sparsity, StreamingLLM, TOVA,
+AdaKV, G-AdaKV, PyramidKV and HiKV.
 
 One :class:`KVCache` per (layer, sequence). ``prefill(q, k, v)`` runs causal attention over the
 prompt (every method attends the whole prompt during prefill) and sets the method's state;
@@ -11,7 +12,9 @@ Conventions shared by all methods (see also :mod:`hikv.model.layout`):
 * the current token is always attended; its K and V were just computed on chip, so they are not
   counted as read. Every other attended token is read from external memory;
 * selection is per KV head and shared by its query heads (GQA): scores of the query heads of a
-  group are summed (probabilities) or their bounds summed (Quest);
+  group are summed (probabilities) or their bounds summed (Quest); TOVA is the exception: as
+  its paper, it averages over all query heads of the layer and every KV head drops the same
+  token;
 * evicting methods keep resident tokens in token order; a token's slot is its rank among them.
 
 HiKV's selections go through the sorter reference (:func:`hikv.model.sorter_ref.topk_indices`
@@ -24,7 +27,8 @@ from __future__ import annotations
 from hikv.params import Config, Method, MethodSpec
 
 from .account import SCORE_BYTES
-from .baselines import H2O, DoubleSparsity, FullKV, Quest, SnapKV, SparQ
+from .baselines import H2O, TOVA, DoubleSparsity, FullKV, Quest, SnapKV, SparQ, StreamingLLM
+from .baselines_adaptive import AdaKV, GAdaKV, PyramidKV
 from .cache import KVCache, static_mask
 from .hikv_cache import HiKV, hikv_resident_bytes
 
@@ -36,6 +40,11 @@ __all__ = [
     "Quest",
     "SparQ",
     "DoubleSparsity",
+    "StreamingLLM",
+    "TOVA",
+    "AdaKV",
+    "GAdaKV",
+    "PyramidKV",
     "HiKV",
     "hikv_resident_bytes",
     "make_cache",
@@ -52,6 +61,11 @@ METHODS: dict[Method, type[KVCache]] = {
     Method.QUEST: Quest,
     Method.SPARQ: SparQ,
     Method.DOUBLE_SPARSITY: DoubleSparsity,
+    Method.STREAMING_LLM: StreamingLLM,
+    Method.TOVA: TOVA,
+    Method.ADAKV: AdaKV,
+    Method.G_ADAKV: GAdaKV,
+    Method.PYRAMIDKV: PyramidKV,
     Method.HIKV: HiKV,
 }
 

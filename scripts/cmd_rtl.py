@@ -22,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capture", default=None, metavar="FILE",
                    help="sorter_loader only: real attention heads from `hikv accuracy capture` "
                         "(the preset is adapted to their head size)")
+    p.add_argument("--traffic", default=None, choices=("random", "gadakv"),
+                   help="sorter only: random jobs (default) or G-AdaKV's global top-k as "
+                        "Stage I jobs (--jobs = problems)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
         if args.block != "sorter_loader":
             raise ParamError(f"--capture is for --block sorter_loader, not {args.block!r}")
         extra["capture"] = load_capture(args.capture)
+    if args.traffic is not None:
+        if args.block != "sorter":
+            raise ParamError(f"--traffic is for --block sorter, not {args.block!r}")
+        extra["traffic"] = args.traffic
     rep = regression(cfg, seed=seed, jobs=args.jobs, waves=args.waves, simulator=args.sim,
                      **extra)
     status = "PASS" if rep.passed else "FAIL"

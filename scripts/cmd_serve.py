@@ -34,9 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a preset parameter, e.g. policy.scorer=page_bounds "
                         "(repeatable)")
+    from hikv.presets import METHOD_NAMES
+
     p.add_argument("--method", default="hikv",
-                   help="KV method(s), comma-separated, or 'all': full, h2o, snapkv, quest, "
-                        "sparq, ds, hikv, hikv-evict, hikv-query (default: hikv)")
+                   help=f"KV method(s), comma-separated, or 'all': {', '.join(METHOD_NAMES)}, "
+                        "or method labels such as tova@128, h2o@256/avg (default: hikv)")
     p.add_argument("--trace", metavar="FILE",
                    help="Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,"
                         "GeneratedTokens)")

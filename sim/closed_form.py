@@ -21,12 +21,17 @@ from hikv.params import KVLayout, LoaderParams, Method, MethodSpec, ParamError
 from .bursts import Geometry
 from .closed_form_base import ClosedForm, StepAccount
 from .closed_form_baselines import (
+    AdaKVBytes,
     DSBytes,
     FullBytes,
+    GAdaKVBytes,
     H2OBytes,
+    PyramidKVBytes,
     QuestBytes,
     SnapKVBytes,
     SparQBytes,
+    StreamingLLMBytes,
+    TOVABytes,
 )
 from .closed_form_hikv import HiKVBytes
 
@@ -42,6 +47,11 @@ CLOSED_FORMS: dict[Method, type[ClosedForm]] = {
     Method.QUEST: QuestBytes,
     Method.SPARQ: SparQBytes,
     Method.DOUBLE_SPARSITY: DSBytes,
+    Method.STREAMING_LLM: StreamingLLMBytes,
+    Method.TOVA: TOVABytes,
+    Method.ADAKV: AdaKVBytes,
+    Method.G_ADAKV: GAdaKVBytes,
+    Method.PYRAMIDKV: PyramidKVBytes,
     Method.HIKV: HiKVBytes,
 }
 

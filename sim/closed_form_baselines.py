@@ -1,4 +1,5 @@
-"""Closed forms of the baselines: full KV, H2O, SnapKV, Quest, SparQ and Double Sparsity.
+"""Closed forms of the baselines: full KV, H2O, SnapKV, Quest, SparQ, Double Sparsity,
+StreamingLLM, TOVA, AdaKV, G-AdaKV and PyramidKV.
 
 One :class:`~hikv.sim.closed_form_base.ClosedForm` per golden class of
 :mod:`hikv.model.methods` (same conventions; see there and :mod:`hikv.sim.closed_form_base`).
@@ -17,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from hikv.model.account import SCORE_BYTES, label_row_bytes
+from hikv.model.account import h2o_meta_bytes, label_row_bytes
 from hikv.params import Method
 
 from .bursts import Geometry, Rows, cdiv, contig_burst, contiguous, rows, run, zero_piece
 from .closed_form_base import ClosedForm, SortJob, StepAccount, Work, account_of, read_account
 
-__all__ = ["FullBytes", "H2OBytes", "SnapKVBytes", "QuestBytes", "SparQBytes", "DSBytes"]
+__all__ = ["FullBytes", "H2OBytes", "SnapKVBytes", "QuestBytes", "SparQBytes", "DSBytes",
+           "StreamingLLMBytes", "TOVABytes", "AdaKVBytes", "GAdaKVBytes", "PyramidKVBytes"]
 
 ArrayLike = Any
 
@@ -68,18 +70,17 @@ class FullBytes(ClosedForm):
                             contig_burst(meta, lay.burst_bytes), cached)
 
 
-class H2OBytes(FullBytes):
-    """Heavy hitters + recent window, one eviction per step: ``min(n, B)`` cached tokens read,
-    with their accumulated scores (``SCORE_BYTES`` each)."""
+class _CappedBytes(FullBytes):
+    """Shared by the methods that keep at most ``B`` tokens and evict one per step (H2O,
+    StreamingLLM, TOVA): ``min(n, B)`` cached tokens read, ``_meta_per_token`` bytes of stored
+    score each."""
 
-    method = Method.H2O
     evicts = True
     evicts_during_prefill = True
-    _meta_per_token = SCORE_BYTES
 
     def storage(self, g: Geometry, r: ArrayLike, keep_k: ArrayLike | None = None,
                 keep_v: ArrayLike | None = None) -> ArrayLike:
-        return r * 2 * g.stride(g.row_bytes) + r * SCORE_BYTES
+        return r * 2 * g.stride(g.row_bytes) + r * self._meta_per_token
 
     def _cached(self, n: ArrayLike, B: ArrayLike, prompt: ArrayLike | None) -> ArrayLike:
         return np.minimum(n, B)
@@ -90,11 +91,43 @@ class H2OBytes(FullBytes):
     def resident_after_step(self, prompt: ArrayLike, step: ArrayLike) -> np.ndarray:
         return np.minimum(np.asarray(prompt) + np.asarray(step), self.spec.budget)
 
+
+class H2OBytes(_CappedBytes):
+    """Heavy hitters + recent window, one eviction per step, with the stored scores of the
+    cached tokens read (:func:`~hikv.model.account.h2o_meta_bytes` each: the accumulated score,
+    and the count of observing queries for the averaged variant)."""
+
+    method = Method.H2O
+
+    @property
+    def _meta_per_token(self) -> int:  # type: ignore[override]
+        return h2o_meta_bytes(self.spec.averaged)
+
     def work(self, g: Geometry, n: ArrayLike, B: ArrayLike, sb: StepAccount, group: int, *,
              keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None) -> Work:
         R = min(self.spec.recent, self.spec.budget)
         return Work(sorts=(SortJob("stage1", n=B + 1 - R, k=B - R,
                                    per_step=np.where(n >= B, 1, 0)),))
+
+
+class StreamingLLMBytes(_CappedBytes):
+    """Attention sinks + recent window: every resident token read, no scores, no sorting (the
+    evicted token is always the oldest after the sinks)."""
+
+    method = Method.STREAMING_LLM
+
+
+class TOVABytes(_CappedBytes):
+    """TOVA: every resident token read (the current query's attention, computed anyway, is
+    the score; nothing stored); over budget, the layer's lowest score is evicted: a top-``B``
+    of ``B + 1`` per step on the layer-wide scores (counted per (layer, KV head) like every
+    job, although the KV heads of a layer share it)."""
+
+    method = Method.TOVA
+
+    def work(self, g: Geometry, n: ArrayLike, B: ArrayLike, sb: StepAccount, group: int, *,
+             keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None) -> Work:
+        return Work(sorts=(SortJob("stage1", n=B + 1, k=B, per_step=np.where(n >= B, 1, 0)),))
 
 
 class SnapKVBytes(FullBytes):
@@ -114,6 +147,37 @@ class SnapKVBytes(FullBytes):
 
     def resident_after_step(self, prompt: ArrayLike, step: ArrayLike) -> np.ndarray:
         return np.minimum(np.asarray(prompt), self.spec.budget) + np.asarray(step)
+
+
+class _AdaptiveBytes(SnapKVBytes):
+    """SnapKV's relatives with adaptive budgets (AdaKV, G-AdaKV, PyramidKV): chosen once after
+    prefill, every resident token read. Per (layer, KV head) on average ``min(P, B)`` tokens
+    are kept (the budgets are shared out, their sum is fixed), so the mean account is
+    SnapKV's. Exact for that mean when every row starts a burst (bytes are then linear in
+    the tokens of each head); otherwise the heads' reads of ``B`` rows on average cost at most
+    one burst more each."""
+
+    @property
+    def exact(self) -> bool:
+        return self.layout.align_bytes >= self.layout.burst_bytes
+
+
+class AdaKVBytes(_AdaptiveBytes):
+    """AdaKV: per-head budgets under the layer budget."""
+
+    method = Method.ADAKV
+
+
+class GAdaKVBytes(_AdaptiveBytes):
+    """G-AdaKV: one budget over all layers and KV heads."""
+
+    method = Method.G_ADAKV
+
+
+class PyramidKVBytes(_AdaptiveBytes):
+    """PyramidKV: per-layer budgets decreasing with depth, average ``B``."""
+
+    method = Method.PYRAMIDKV
 
 
 class QuestBytes(ClosedForm):

@@ -9,7 +9,7 @@ import pytest
 from _hikv_cost_helpers import cells_or_skip
 
 from hikv.params import Method, MethodSpec, ParamError, to_dict
-from hikv.presets import get_preset
+from hikv.presets import BASELINES, get_preset
 from hikv.scripts.cli import main
 from hikv.sim import report as R
 from hikv.sim import report_render as RR
@@ -18,8 +18,8 @@ from hikv.sim import report_render as RR
 def test_table_rows_and_ratios():
     cfg = get_preset("default")
     rep = R.build_report(cfg, area=False)
-    assert [r.method for r in rep.rows] == ["full", "h2o", "snapkv", "quest", "sparq", "ds",
-                                            "hikv"]
+    assert [r.method for r in rep.rows] == ["full", *BASELINES, "hikv"]
+    assert BASELINES[:5] == ("h2o", "snapkv", "quest", "sparq", "ds")
     full, hikv = rep.row(Method.FULL), rep.row(Method.HIKV)
     assert full.speedup_vs_full == 1.0 and hikv.hikv_speedup_vs_this == 1.0
     for r in rep.rows:
@@ -136,11 +136,11 @@ def test_cli_writes_all_outputs(tmp_path, capsys, monkeypatch):
                  "speedup_vs_context.png"):
         assert (out / name).stat().st_size > 0, name
     data = json.loads((out / "report.json").read_text())
-    assert data["preset"] == "default" and len(data["rows"]) == 7
+    assert data["preset"] == "default" and len(data["rows"]) == len(BASELINES) + 2
     assert [r["role"] for r in data["sections"][0]["rows"]] == ["full KV", "best baseline",
                                                                   "HiKV"]
     lines = (out / "report.csv").read_text().splitlines()
-    assert len(lines) == 8 and "speedup_vs_full" in lines[0]
+    assert len(lines) == len(BASELINES) + 3 and "speedup_vs_full" in lines[0]
     assert main(["report", "--preset", "tiny", "--no-area", "--no-serving", "--out",
                  str(out)]) == 2          # an earlier report's files: refused without --force
     assert main(["report", "--preset", "tiny", "--no-area", "--no-serving", "--out",

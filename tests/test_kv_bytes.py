@@ -18,13 +18,14 @@ from hikv.model.methods import hikv_resident_bytes, make_cache
 from hikv.params import (
     HiKVPolicy,
     KVLayout,
+    Method,
     MethodSpec,
     Stage1Scorer,
     Stage1Variant,
     Stage2Kind,
     Stage2Rule,
 )
-from hikv.presets import METHOD_NAMES, get_preset, method_specs, resolve_methods
+from hikv.presets import BASELINES, METHOD_NAMES, get_preset, method_specs, resolve_methods
 from hikv.sim.closed_form import closed_form
 
 STEPS = 24
@@ -79,9 +80,24 @@ FIELDS = ("k_ideal", "v_ideal", "meta_ideal", "k_burst", "v_burst", "meta_burst"
           "tokens")
 
 
+#: methods whose KV heads keep different numbers of tokens: the closed form is their mean
+PER_HEAD_BUDGETS = (Method.ADAKV, Method.G_ADAKV)
+
+
+def _head_mean(acc: list) -> list:
+    """One account, the mean over the KV heads (fields may be fractional)."""
+    total = acc[0]
+    for a in acc[1:]:
+        total = total + a
+    return [dataclasses.replace(total, **{f.name: getattr(total, f.name) / len(acc)
+                                          for f in dataclasses.fields(total)})]
+
+
 def _check(name: str, spec: MethodSpec, cfg, n_prompt: int, seed: int) -> None:
     model = closed_form(spec, cfg.layout)
     accounts, resident = _run_golden(spec, cfg, n_prompt, seed)
+    if spec.method in PER_HEAD_BUDGETS:
+        accounts = [_head_mean(acc) for acc in accounts]
     steps = np.arange(1, STEPS + 1)
     closed = model.decode_read(np.full(STEPS, n_prompt), steps)
     res_tok = model.resident_after_step(np.full(STEPS + 1, n_prompt), np.arange(STEPS + 1))
@@ -93,7 +109,7 @@ def _check(name: str, spec: MethodSpec, cfg, n_prompt: int, seed: int) -> None:
         for h, a in enumerate(acc):
             where = f"{ctx} step={j + 1} head={h}"
             assert a.resident == res_bytes[j], f"{where}: resident {a.resident} != {res_bytes[j]}"
-            got = {f: int(getattr(closed, f)[j]) for f in FIELDS}
+            got = {f: float(getattr(closed, f)[j]) for f in FIELDS}
             want = {f: getattr(a, f) for f in FIELDS}
             if exact:
                 assert got == want, f"{where}: closed form {got} != golden {want}"
@@ -167,9 +183,14 @@ def test_resolve_methods_rejects_unknown_names() -> None:
     with pytest.raises(ValueError, match="not one of"):
         resolve_methods(cfg, "fullkv")
     names = list(resolve_methods(cfg, "all"))
-    assert names[:7] == ["full", "h2o", "snapkv", "quest", "sparq", "ds", "hikv"]
+    assert names[:8] == ["full", "h2o", "snapkv", "quest", "sparq", "ds", "streamingllm", "tova"]
+    assert names[len(BASELINES) + 1] == "hikv" and names[-1] == "h2o-avg"
     assert "hikv-query" not in names     # the preset's hikv already is query-aware
     assert list(resolve_methods(cfg, "hikv,full")) == ["hikv", "full"]
+    by_label = resolve_methods(cfg, "tova@64,h2o@128/avg")
+    assert [s.label for s in by_label.values()] == ["tova@64", "h2o@128/avg"]
+    with pytest.raises(ValueError, match="only allowed for h2o"):
+        resolve_methods(cfg, "tova@64/avg")
 
 
 def test_layout_defaults_are_aligned() -> None:

@@ -97,6 +97,8 @@ REJECTED = [
     (MethodSpec, "page_tokens", 12, ["page_tokens", "power of two"]),
     (MethodSpec, "label_bits", 3, ["label_bits", "(2, 4, 8, 16)"]),
     (MethodSpec, "hikv", HiKVPolicy(), ["hikv", "only allowed"]),
+    (MethodSpec, "sinks", -1, ["sinks", "-1", ">= 0"]),
+    (MethodSpec, "averaged", "yes", ["averaged", "bool"]),
     (Config, "key_format", "fp16", ["key_format"]),
     (Config, "context", 0, ["context"]),
 ]

@@ -1,0 +1,161 @@
+"""G-AdaKV's global top-k (hikv.model.global_select): the definition, the exactness of its
+mapping to Stage I sorter jobs (per-chunk top-k, then merges), and the cycle count of that plan
+(hikv.hw.sorter_timing.global_topk_cycles)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from hikv.hw.sorter_timing import SorterTiming, global_topk_cycles
+from hikv.model.global_select import (
+    global_topk,
+    plan_round,
+    round_budgets,
+    run_schedule,
+    sorter_schedule,
+    stage1_runner,
+)
+from hikv.model.sorter_ref import stage1_topk
+from hikv.params import ParamError
+from hikv.presets import get_preset
+
+
+def _brute(scores: list[list[float]], k: int) -> list[list[int]]:
+    """Rank every (score, flat index) by hand: the slow, obvious reading of the definition."""
+    flat = []
+    base = 0
+    for s, seg in enumerate(scores):
+        for i, v in enumerate(seg):
+            flat.append((v, base + i, s, i))
+        base += len(seg)
+    chosen = set()
+    for _ in range(min(k, len(flat))):
+        best = None
+        for item in flat:
+            if item[1] in chosen:
+                continue
+            if best is None or item[0] > best[0] or (item[0] == best[0] and item[1] < best[1]):
+                best = item
+        chosen.add(best[1])
+    return [[i for v, f, ss, i in flat if ss == s and f in chosen] for s in range(len(scores))]
+
+
+def _random_scores(rng: random.Random, ties: bool) -> list[list[int]]:
+    hi = rng.choice([1, 3]) if ties else 1000
+    return [[rng.randint(0, hi) for _ in range(rng.randint(0, 40))]
+            for _ in range(rng.randint(1, 6))]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_global_topk_is_the_definition(seed: int) -> None:
+    rng = random.Random(seed)
+    for case in range(60):
+        scores = _random_scores(rng, ties=case % 2 == 0)
+        k = rng.randint(0, 1 + sum(map(len, scores)))
+        got = global_topk(scores, k)
+        assert got == _brute(scores, k), f"seed={seed} case={case} k={k} scores={scores}"
+        assert sum(map(len, got)) == min(k, sum(map(len, scores)))
+
+
+def test_global_topk_takes_numpy_and_torch_and_floats() -> None:
+    rng = np.random.default_rng(5)
+    scores = [rng.standard_normal(30).round(1) for _ in range(4)]
+    want = global_topk([s.tolist() for s in scores], 25)
+    assert global_topk(scores, 25) == want
+    assert global_topk([torch.from_numpy(s) for s in scores], 25) == want
+    # ties across segments: the earlier segment wins, then the lower position
+    assert global_topk([[1.0, 2.0], [2.0, 2.0]], 2) == [[1], [0]]
+
+
+@pytest.mark.parametrize("bad, match", [
+    (([[1.0, float("nan")]], 1), "NaN"),
+    (([[1.0]], -1), "global budget k = -1"),
+    (([[[1.0]]], 1), "one-dimensional"),
+    (([["a"]], 1), "real numbers"),
+])
+def test_global_topk_rejects_bad_input(bad: tuple, match: str) -> None:
+    with pytest.raises(ParamError, match=match):
+        global_topk(*bad)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_chunk_topk_contains_the_global_members_of_the_chunk(seed: int) -> None:
+    """The lemma the mapping rests on: cut the flat order into any contiguous chunks; each
+    chunk's own top min(K, |chunk|) (ties to the lower label) holds every global member of it,
+    and the top K of the union of those candidates (labels = flat ordinals) is the global top K.
+    """
+    rng = random.Random(100 + seed)
+    for case in range(80):
+        keys = [rng.randint(0, rng.choice([0, 2, 50])) for _ in range(rng.randint(1, 120))]
+        k = rng.randint(1, len(keys) + 2)
+        want = set(global_topk([keys], k)[0])
+        cuts = sorted(rng.sample(range(1, len(keys) + 1), rng.randint(0, min(6, len(keys)))))
+        cand: list[int] = []
+        a = 0
+        for b in [*cuts, len(keys)]:
+            if b <= a:
+                continue
+            top = {a + i for _, i in stage1_topk(keys[a:b], list(range(b - a)), k)}
+            members = {f for f in want if a <= f < b}
+            assert members <= top, f"seed={seed} case={case} chunk=[{a},{b}) k={k} keys={keys}"
+            cand.extend(sorted(top))
+            a = b
+        merged = stage1_topk([keys[f] for f in cand], list(range(len(cand))), k)
+        assert {cand[i] for _, i in merged} == want, f"seed={seed} case={case} k={k}"
+
+
+@pytest.mark.parametrize("max_n, max_k", [(64, 16), (16, 8), (8, 16), (4096, 512)])
+def test_sorter_schedule_equals_global_topk(max_n: int, max_k: int) -> None:
+    rng = random.Random(max_n * 7 + max_k)
+    for case in range(40):
+        keys = [[rng.randint(0, rng.choice([1, 3, 255])) for _ in range(rng.randint(0, 150))]
+                for _ in range(rng.randint(1, 7))]
+        k = rng.randint(0, sum(map(len, keys)) + 3)
+        got, jobs = run_schedule(sorter_schedule(keys, k, max_n=max_n, max_k=max_k),
+                                 stage1_runner)
+        msg = f"max_n={max_n} max_k={max_k} case={case} k={k} keys={keys}"
+        assert got == global_topk(keys, k), msg
+        assert all(1 <= j.k <= max_k and j.k < len(j.keys) <= max_n for j in jobs), msg
+        rounds = round_budgets(sum(map(len, keys)), k, max_n, max_k)
+        assert sum(rounds) == min(k, sum(map(len, keys))), msg
+        # the first round's jobs are the size-only plan the cost model prices
+        first = [(j.phase, len(j.keys), j.k) for j in jobs if j.round == 0]
+        if rounds:
+            assert first == plan_round([len(s) for s in keys], rounds[0], max_n), msg
+
+
+def test_schedule_checks_what_the_runner_returns() -> None:
+    sched = sorter_schedule([[3, 1, 2, 5, 4]], 2, max_n=64, max_k=16)
+    next(sched)
+    with pytest.raises(ParamError, match="must return 2 distinct ascending labels"):
+        sched.send([3, 0])
+
+
+def test_global_topk_cycles_is_the_sum_over_the_jobs_run() -> None:
+    cfg = get_preset("tiny")
+    t = SorterTiming.from_params(cfg.sorter)
+    rng = random.Random(9)
+    segs, length = cfg.model.layers * cfg.model.kv_heads * 3, cfg.context
+    for k in (1, 5, t.max_k, t.max_k + 1, 3 * t.max_k):
+        keys = [[rng.randint(0, 3) for _ in range(length)] for _ in range(segs)]
+        _, jobs = run_schedule(sorter_schedule(keys, k, max_n=t.max_n, max_k=t.max_k),
+                               stage1_runner)
+        got = global_topk_cycles(cfg.sorter, segments=segs, length=length, k=k)
+        run = sum(t.stage1_cycles(len(j.keys), j.k) for j in jobs)
+        assert got["jobs"] == got["scan_jobs"] + got["merge_jobs"]
+        if got["exact"]:
+            assert got["rounds"] == 1 and got["cycles"] == run and got["jobs"] == len(jobs)
+        else:
+            assert got["rounds"] > 1 and got["cycles"] >= run and got["jobs"] >= len(jobs)
+
+
+def test_global_topk_cycles_rejects_bad_sizes() -> None:
+    p = get_preset("tiny").sorter
+    with pytest.raises(ParamError, match=r"k \(global budget\) = 65 is out of range"):
+        global_topk_cycles(p, segments=1, length=64, k=65)
+    with pytest.raises(ParamError, match="segments = 0 is out of range"):
+        global_topk_cycles(p, segments=0, length=64, k=1)

@@ -1,0 +1,290 @@
+"""The defining property of each baseline added for issue 15, on seeded random tensors and on
+the tiny random LM: StreamingLLM keeps sinks + recent, TOVA evicts the layer's argmin, H2O's
+averaged score is kvpress's ObservedAttention rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hikv.model.attention import causal_prefill, group_queries
+from hikv.model.methods import make_cache
+from hikv.params import Method, MethodSpec
+from hikv.presets import get_preset
+
+CFG = get_preset("default")          # d = 64, 9 query heads, 3 KV heads
+HQ, HKV, D = CFG.model.q_heads, CFG.model.kv_heads, CFG.layout.head_dim
+
+
+def _qkv(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(HQ, n, D, generator=g), torch.randn(HKV, n, D, generator=g),
+            torch.randn(HKV, n, D, generator=g))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("n_prompt", [10, 60])
+def test_streamingllm_keeps_sinks_and_recent(seed: int, n_prompt: int) -> None:
+    spec = MethodSpec(Method.STREAMING_LLM, budget=24, sinks=4)
+    q, k, v = _qkv(n_prompt + 30, seed)
+    c = make_cache(spec, CFG)
+    c.prefill(q[:, :n_prompt], k[:, :n_prompt], v[:, :n_prompt])
+    for t in range(n_prompt, q.shape[1]):
+        c.decode(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1])
+        seen = t + 1
+        want = list(range(seen)) if seen <= 24 else [*range(4), *range(seen - 20, seen)]
+        assert c.pos is not None
+        for h in range(HKV):
+            assert c.pos[h].tolist() == want, f"seed={seed} step={t} head={h}"
+        # the cache's K rows are those of the kept positions
+        assert c.k is not None
+        torch.testing.assert_close(c.k, k[:, want], msg=f"seed={seed} t={t}")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tova_evicts_the_layer_argmin(seed: int) -> None:
+    """Each step over budget drops exactly one token, in every KV head the same: the one whose
+    attention from the current query, averaged over all query heads, is lowest."""
+    b = 16
+    spec = MethodSpec(Method.TOVA, budget=b)
+    q, k, v = _qkv(60, seed)
+    c = make_cache(spec, CFG)
+    c.prefill(q[:, :40], k[:, :40], v[:, :40])
+    # prefill: the b tokens the last prompt query attends most (mean over all heads)
+    _, _, obs = causal_prefill(q[:, :40], k[:, :40], v[:, :40], c.scale, window=1)
+    assert obs is not None
+    want = sorted(torch.argsort(obs.sum(0), descending=True, stable=True)[:b].tolist())
+    assert c.pos is not None and c.pos[0].tolist() == want, f"seed={seed}"
+    for t in range(40, 60):
+        before = c.pos[0].tolist() + [t]
+        assert c.k is not None
+        kk = torch.cat([c.k, k[:, t:t + 1]], 1)
+        qg = group_queries(q[:, t:t + 1], HKV)
+        probs = torch.softmax((qg @ kk.transpose(-1, -2)) * c.scale, -1).mean((0, 1))
+        c.decode(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1])
+        after = c.pos[0].tolist()
+        gone = set(before) - set(after)
+        assert len(after) == b and len(gone) == 1, f"seed={seed} t={t}"
+        dropped = before.index(gone.pop())
+        assert float(probs[dropped]) == pytest.approx(float(probs.min()), abs=1e-7), \
+            f"seed={seed} t={t}: evicted slot {dropped} is not the argmin"
+        assert all(c.pos[h].tolist() == after for h in range(HKV)), f"seed={seed} t={t}"
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_h2o_averaged_is_observed_attention(seed: int) -> None:
+    """Prefill keeps the top-B of (attention summed over the queries that see a key) / (their
+    number), no recent window; decode keeps the same rule with counts growing by one."""
+    b, n = 20, 50
+    spec = MethodSpec(Method.H2O, budget=b, recent=0, averaged=True)
+    q, k, v = _qkv(n + 10, seed)
+    c = make_cache(spec, CFG)
+    c.prefill(q[:, :n], k[:, :n], v[:, :n])
+    _, sums, _ = causal_prefill(q[:, :n], k[:, :n], v[:, :n], c.scale, col_sums=True)
+    assert sums is not None
+    avg = sums / torch.arange(n, 0, -1)
+    assert c.pos is not None
+    for h in range(HKV):
+        want = sorted(torch.topk(avg[h], b).indices.tolist())
+        assert c.pos[h].tolist() == want, f"seed={seed} head={h}"
+    summed = make_cache(MethodSpec(Method.H2O, budget=b, recent=0), CFG)
+    summed.prefill(q[:, :n], k[:, :n], v[:, :n])
+    assert summed.pos is not None and not torch.equal(summed.pos, c.pos), \
+        f"seed={seed}: the averaged and summed rules chose the same tokens"
+    for t in range(n, n + 10):
+        _, acc = c.decode(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1])
+        assert c.resident_tokens == b
+        # counts: queries that could see each resident token
+        torch.testing.assert_close(c.cnt, (t + 1 - c.pos).float())
+        assert acc[0].meta_ideal == b * 2 * 2, f"seed={seed}: score + count per cached token"
+
+
+def test_labels_round_trip_and_reject() -> None:
+    from hikv.params import ParamError, parse_method
+
+    p, d = CFG.policy, D
+    for text in ("streamingllm@64", "tova@64", "h2o@64/avg"):
+        spec = parse_method(text, p, d)
+        assert spec.label == text and parse_method(spec.label, p, d) == spec
+    assert parse_method("h2o@64/avg", p, d).recent == 0
+    assert parse_method("streamingllm@2", p, d).sinks == 2
+    with pytest.raises(ParamError, match="only allowed for h2o"):
+        parse_method("snapkv@64/avg", p, d)
+
+
+# --------------------------------------------------------------------------- adaptive budgets
+def _snap(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: int, scale: float
+          ) -> torch.Tensor:
+    from hikv.model.baselines import SnapKV
+    from hikv.model.cache import snap_scores
+
+    _, _, obs = causal_prefill(q, k, v, scale, window=w)
+    assert obs is not None
+    return snap_scores(obs, q.shape[1] - w, SnapKV.pool_kernel)
+
+
+def _prefix_kept(c, n: int, w: int) -> list[list[int]]:
+    """Kept prompt positions before the observation window, per KV head."""
+    return [[p for p in c.pos[h].tolist() if 0 <= p < n - w] for h in range(c.kv_heads)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_adakv_budgets_sum_to_the_layer_budget_with_safeguard(seed: int) -> None:
+    from hikv.model.baselines_adaptive import ADAKV_SAFEGUARD
+    from hikv.model.global_select import global_topk
+
+    b, w, n = 24, 8, 80
+    spec = MethodSpec(Method.ADAKV, budget=b, recent=w)
+    q, k, v = _qkv(n + 6, seed)
+    # heads with very different concentration, so that the budgets really adapt
+    k[0] *= 3.0
+    c = make_cache(spec, CFG)
+    c.prefill(q[:, :n], k[:, :n], v[:, :n])
+    safe = int(ADAKV_SAFEGUARD * (b - w))
+    assert c.head_budgets is not None and sum(c.head_budgets) == HKV * b, f"seed={seed}"
+    assert min(c.head_budgets) >= w + safe and len(set(c.head_budgets)) > 1, \
+        f"seed={seed}: budgets {c.head_budgets}"
+    # the choice: per head its top `safe`, then the layer's best of the rest (global_topk)
+    s = _snap(q[:, :n], k[:, :n], v[:, :n], w, c.scale)
+    want = []
+    rest = []
+    for h in range(HKV):
+        top = torch.argsort(s[h], descending=True, stable=True)[:safe].tolist()
+        want.append(set(top))
+        rest.append([i for i in range(n - w) if i not in want[h]])
+    extra = global_topk([s[h, rest[h]] for h in range(HKV)], HKV * (b - w - safe))
+    for h in range(HKV):
+        want[h] |= {rest[h][i] for i in extra[h]}
+    assert [set(x) for x in _prefix_kept(c, n, w)] == want, f"seed={seed}"
+    for t in range(n, n + 6):
+        _, acc = c.decode(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1])
+        assert [a.tokens for a in acc] == [x + t - n for x in c.head_budgets], f"seed={seed}"
+        assert c.resident_tokens == b + t + 1 - n
+
+
+@pytest.mark.parametrize("layers,budget,window,prompt", [
+    (30, 256, 32, 4000), (30, 256, 32, 300), (3, 16, 4, 40), (7, 100, 0, 101), (1, 8, 2, 9)])
+def test_pyramid_budgets_average_to_b_and_decrease(layers, budget, window, prompt) -> None:
+    from hikv.model.baselines_adaptive import pyramid_budgets
+
+    bs = pyramid_budgets(layers, budget, window, prompt)
+    assert len(bs) == layers and sum(bs) == layers * budget, bs
+    assert all(a >= b for a, b in zip(bs, bs[1:], strict=False)), f"not decreasing: {bs}"
+    assert window <= min(bs) and max(bs) <= prompt, bs
+    if layers > 1 and prompt > 3 * budget:
+        assert bs[0] > budget > bs[-1], bs
+
+
+def test_pyramid_budgets_reject_bad_input() -> None:
+    from hikv.model.baselines_adaptive import pyramid_budgets
+    from hikv.params import ParamError
+
+    with pytest.raises(ParamError, match="prompt"):
+        pyramid_budgets(4, 64, 8, 64)
+    with pytest.raises(ParamError, match="layers"):
+        pyramid_budgets(0, 64, 8, 100)
+
+
+def _tiny_route(labels: list[str], n_ids: int, prefix: int):
+    from test_lm_route import _ids, _run, _tiny
+
+    from hikv.model import accuracy as A
+
+    lm, cfg = _tiny("llama")
+    specs = [A.parse_method(lab, cfg.policy, lm.shape.head_dim) for lab in labels]
+    ids = _ids(n_ids, lm.shape.vocab, 77)
+    return lm, cfg, specs, ids, _run(lm, cfg, specs, ids, prefix)
+
+
+def test_budgets_covering_everything_equal_full_on_the_tiny_lm() -> None:
+    pytest.importorskip("transformers")
+    labels = ["full", "streamingllm@64", "tova@64", "adakv@64", "gadakv@64", "pyramidkv@64",
+              "h2o@64/avg"]
+    *_, (got, _) = _tiny_route(labels, 36, 20)
+    for b, lab in enumerate(labels):
+        err = float((got[b] - got[0]).abs().max())
+        assert err < 1e-4 * float(got[0].abs().max()), f"{lab}: max |diff| {err} (seed 77)"
+
+
+def test_gadakv_and_pyramidkv_choose_across_layers_on_the_tiny_lm() -> None:
+    """Through the LM route (the end-of-prefill hook): G-AdaKV's kept prefix tokens over all
+    layers and KV heads are global_topk of the layers' SnapKV scores; PyramidKV's layers keep
+    pyramid_budgets tokens each (average B), their own top scores."""
+    pytest.importorskip("transformers")
+    from test_lm_route import _ids, _tiny
+
+    from hikv.model import accuracy as A
+    from hikv.model.baselines_adaptive import pyramid_budgets
+    from hikv.model.global_select import global_topk
+    from hikv.model.lm import Sequence, prefill, step
+
+    lm, cfg = _tiny("llama")
+    d, layers = lm.shape.head_dim, lm.shape.method_layers
+    n = 40
+    ids = _ids(n + 3, lm.shape.vocab, 78)
+    g_spec = A.parse_method("gadakv@12", cfg.policy, d)
+    p_spec = A.parse_method("pyramidkv@12", cfg.policy, d)
+    full = Sequence(lm, MethodSpec(), cfg, capture=layers)
+    g_seq, p_seq = Sequence(lm, g_spec, cfg), Sequence(lm, p_spec, cfg)
+    prefill(lm, [full, g_seq, p_seq], ids[:n])
+    w = g_spec.recent
+    scores = []
+    for layer in layers:
+        t = full.captured_tensors(layer)
+        scores.append(_snap(t["q"], t["k"], t["v"], w, lm.shape.scale))
+    segs = [s[h] for s in scores for h in range(lm.shape.kv_heads)]
+    want = global_topk(segs, len(layers) * lm.shape.kv_heads * (12 - w))
+    got = [x for layer in layers for x in _prefix_kept(g_seq.caches[layer], n, w)]
+    assert got == want, "G-AdaKV's kept tokens differ from global_topk (seed 78)"
+    assert len({len(x) for x in got}) > 1, "every head kept the same count: nothing adapted"
+    budgets = pyramid_budgets(len(layers), 12, p_spec.recent, n)
+    for layer, b, s in zip(layers, budgets, scores, strict=True):
+        c = p_seq.caches[layer]
+        assert c.resident_tokens == b, (layer, b)
+        for h in range(lm.shape.kv_heads):
+            top = sorted(torch.argsort(s[h], descending=True, stable=True)[:b - w].tolist())
+            assert _prefix_kept(c, n, w)[h] == top, f"layer {layer} head {h} (seed 78)"
+    for t in range(n, n + 3):
+        step(lm, [g_seq, p_seq], [ids[t]] * 2)
+    assert g_seq.accounts[-1].tokens == len(layers) * lm.shape.kv_heads * (12 + 2)
+
+
+def test_serve_and_report_take_the_new_methods(capsys) -> None:
+    from hikv.presets import BASELINES
+    from hikv.scripts.cli import main
+    from hikv.sim.report import build_report
+
+    names = ["streamingllm", "tova", "adakv", "gadakv", "pyramidkv", "h2o-avg", "tova@8"]
+    assert main(["serve", "--preset", "tiny", "--requests", "5", "--method",
+                 ",".join(names)]) == 0
+    rows = [ln.split()[0] for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    for n in names:
+        assert n in rows, f"hikv serve printed no row for {n}"
+    assert main(["serve", "--preset", "tiny", "--requests", "5", "--method", "tova@8/avg"]) == 2
+    assert "only allowed for h2o" in capsys.readouterr().err
+    rep = build_report(get_preset("tiny"), area=False, sections=False)
+    assert {r.method for r in rep.rows} >= set(BASELINES) >= set(names[:5])
+
+
+def test_accuracy_perplexity_runs_them_with_a_shared_prefill() -> None:
+    """The accuracy study's route (one prompt pass, later batches adopt it): the new methods
+    give the same perplexity and bytes as with one pass per batch, and keep B tokens per
+    (layer, KV head) on average."""
+    pytest.importorskip("transformers")
+    from test_lm_route import _ids, _tiny
+
+    from hikv.model import accuracy as A
+
+    lm, cfg = _tiny("llama")
+    labels = ["streamingllm@12", "tova@12", "adakv@12", "gadakv@12", "pyramidkv@12",
+              "h2o@12/avg"]
+    specs = [A.parse_method(lab, cfg.policy, lm.shape.head_dim) for lab in labels]
+    win = [_ids(44, lm.shape.vocab, 79)]
+    shared = A.perplexity(lm, specs, cfg, win, 36, batch=2)
+    alone = A.perplexity(lm, specs, cfg, win, 36, batch=2, share_prefill=False)
+    for lab, a, b in zip(labels, shared, alone, strict=True):
+        assert a["label"] == lab and a["ppl"] == pytest.approx(b["ppl"], rel=1e-6), lab
+        assert a["bytes_tokens"] == b["bytes_tokens"], lab
+        # cached tokens read per step: B after the first eviction (capped methods) or
+        # B + steps so far (chosen once after prefill), never the whole context
+        assert 11 <= a["bytes_tokens"] <= 12 + 7, (lab, a["bytes_tokens"])
