@@ -27,10 +27,20 @@ from hikv.params import Config, MethodSpec, ParamError
 from . import accuracy as A
 from .accuracy_io import code_version, markdown_table, read_rows, write_rows
 
-__all__ = ["SeedSuite", "SEED_SUITES", "Cell", "suite_cells", "suite_specs", "run_cell",
-           "run_seed_suite", "task_filter", "seed_tables"]
+__all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "Cell", "suite_cells",
+           "suite_specs", "run_cell", "run_seed_suite", "task_filter", "seed_tables"]
 
 Log = Callable[[str], None]
+
+
+#: the seed's HiKV as a family (issue 11 item 4, :func:`hikv.presets.seed_hikv`'s policy):
+#: evicting Stage I, ThinK K channels and static |V| records, 3/4 of d = 64 kept (SmolLM2);
+#: the packed record layout changes bytes, not answers (``hikv report --iso`` with a packed
+#: preset counts it)
+SEED_HIKV = "hikv-evict/k:think48/v:static48"
+#: the baselines added in issue 11's session (branch ``baselines``): extra families for
+#: ``hikv accuracy run --add-families`` (per-method resume: only their work runs)
+EXTRA_BASELINES = ("streamingllm", "tova", "adakv", "gadakv", "pyramidkv", "h2o/avg")
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ class SeedSuite:
                               "vt")
     trials: int = 20
     families: tuple[str, ...] = ("h2o", "snapkv", "quest", "sparq", "ds", "hikv-evict",
-                                 "hikv-qa/lowbit4")
+                                 "hikv-qa/lowbit4", SEED_HIKV)
     budgets: tuple[str, ...] = ("N/32", "N/16", "N/8", "N/4", "128", "256", "512")
     ppl_windows: int = 2
     ppl_decode: int = 256
@@ -85,7 +95,9 @@ SEED_SUITES: dict[str, SeedSuite] = {s.name: s for s in (
     SeedSuite(name="seed-smollm2", model="smollm2-135m", lengths=(2048, 4096, 8192),
               ppl_decode=64),
     SeedSuite(name="seed-gemma", model="gemma3-270m", lengths=(8192, 16384),
-              budgets=("N/32", "N/16", "N/8", "N/4", "256", "512")),
+              budgets=("N/32", "N/16", "N/8", "N/4", "256", "512"),
+              families=("h2o", "snapkv", "quest", "sparq", "ds", "hikv-evict",
+                        "hikv-qa/lowbit4", "hikv-evict/k:think192/v:static192")),
     # CI: the tiny random model of the tests (every code path, minutes -> seconds)
     SeedSuite(name="seed-smoke", model="", lengths=(1024,), tasks=("passkey", "niah_single"),
               trials=1, families=("snapkv", "hikv-evict"), budgets=("N/16", "128"),
