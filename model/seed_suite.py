@@ -471,8 +471,9 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     t0 = time.perf_counter()
 
     def save(key: str, rows: list[dict[str, Any]], shape: dict[str, Any], wall: float,
-             skipped: dict[str, str]) -> None:
+             skipped: dict[str, str], cpu: float | None = None) -> None:
         write_rows(cells_dir, key, rows, {**meta, "cell": key, "shape": shape, "wall_s": wall,
+                                          "cpu_s": cpu,
                                           "suite_key": _suite_key(suite), "skipped": skipped})
 
     def ppl_of(c: Cell) -> list[dict[str, Any]]:
@@ -490,12 +491,12 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     elif todo:
         env = _setup(model, cache, preset, device, threads)
         for c in todo:                  # per length: perplexity, then its task cells
-            tc = time.perf_counter()
+            tc, pc = time.perf_counter(), time.process_time()
             skipped: dict[str, str] = {}
             rows = run_cell(c, suite, env, seed=seed, batch=batch, progress=bar,
                             have=state[c.key][0], ppl_rows=ppl_of(c), skipped=skipped)
             save(c.key, rows, dataclasses.asdict(env["lm"].shape), time.perf_counter() - tc,
-                 skipped)
+                 skipped, time.process_time() - pc)
     rows: list[dict[str, Any]] = []
     m: dict[str, Any] = {}
     missing = []
@@ -507,7 +508,8 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
             continue
         r, m = read_rows(p)
         rows += r
-        info[c.key] = {"skipped": m.get("skipped", {}), "wall_s": m.get("wall_s")}
+        info[c.key] = {"skipped": m.get("skipped", {}), "wall_s": m.get("wall_s"),
+                       "cpu_s": m.get("cpu_s")}
     if not m:
         raise ParamError(f"{cells_dir}: no finished cell to build tables from")
     if missing:
@@ -600,7 +602,8 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
               markdown_table(_work_rows(rows, meta.get("cells", {})), [
                   ("cell", "cell", ""), ("complete", "methods on every trial", ""),
                   ("stopped", "stopped early", ""), ("skipped", "not run", ""),
-                  ("trials", "full KV trials", ""), ("wall_s", "wall s", ".0f")])]
+                  ("trials", "full KV trials", ""), ("wall_s", "wall s", ".0f"),
+                  ("cpu_s", "CPU s", ".0f")])]
     summary: dict[str, Any] = {"suite": suite.name, "iso": {}, "missing": missing}
     for n in suite.lengths:
         for p in suite.protocols:
@@ -660,7 +663,8 @@ def _work_rows(rows: list[dict[str, Any]], cells: dict[str, dict[str, Any]]
                                        "skipped": len(cells.get(r["cell"], {})
                                                       .get("skipped", {})),
                                        "trials": "", "wall_s": cells.get(r["cell"], {})
-                                       .get("wall_s")})
+                                       .get("wall_s"), "cpu_s": cells.get(r["cell"], {})
+                                       .get("cpu_s")})
         w["stopped" if r.get("status") == "stopped" else "complete"] += 1
         if r["label"] == "full" and r.get("task"):
             w["trials"] = r["trials"]
