@@ -465,7 +465,8 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     cells = suite_cells(suite)
     state = {c.key: _cell_state(cells_dir, c, suite, redo) for c in cells}
     todo = [] if tables_only else [c for c in cells if not state[c.key][1]]
-    log(f"suite {suite.name}: {len(cells)} cells, {len(cells) - len(todo)} done, "
+    n_done = sum(1 for c in cells if state[c.key][1])
+    log(f"suite {suite.name}: {len(cells)} cells, {n_done} done, "
         f"{len(todo)} to run ({executor}, {workers} worker(s)) -> {out}")
     bar = _Bar(sum(_cell_units(c, suite) for c in todo), f"{suite.name}")
     t0 = time.perf_counter()
@@ -604,13 +605,28 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
                   ("stopped", "stopped early", ""), ("skipped", "not run", ""),
                   ("trials", "full KV trials", ""), ("wall_s", "wall s", ".0f"),
                   ("cpu_s", "CPU s", ".0f")])]
+    for n in suite.lengths:
+        pr = [r for r in ppl if int(r["length"]) == n]
+        ref = [r["ppl"] for r in pr if r["label"] == "full"]
+        if ref:
+            lines += ["", f"## Perplexity, N = {n} (both protocols)", "",
+                      f"{pr[0]['windows']} windows, the last {n - pr[0]['prefix']} tokens "
+                      "decoded; bytes per decode step per (layer, KV head) at burst "
+                      "granularity, metadata included.", "",
+                      markdown_table([{**r, "rel": r["ppl"] / ref[0] - 1} for r in pr], [
+                          ("label", "method", ""), ("budget_rule", "rule", ""),
+                          ("ppl", "ppl", ".3f"), ("rel", "Δppl", "+.4f"),
+                          ("bytes_burst", "bytes burst", ".0f")])]
     summary: dict[str, Any] = {"suite": suite.name, "iso": {}, "missing": missing}
     for n in suite.lengths:
         for p in suite.protocols:
             p = A.protocol_name(p)
-            if not any(r["label"] == "full" and int(r["length"]) == n for r in ppl):
+            gone = [k for k in missing if k.endswith(f"_{p}_{n}") or k == f"ppl_{n}"]
+            if not any(r["label"] == "full" and int(r["length"]) == n for r in ppl) or \
+                    not any(r["protocol"] == p and int(r["length"]) == n for r in tasks):
                 lines += ["", f"## Iso-accuracy: protocol `{p}`, N = {n}", "",
-                          "No perplexity cell at this length yet: no iso table."]
+                          "Not yet: the perplexity cell or every task cell of this protocol "
+                          "and length is missing, so there is no iso table."]
                 continue
             use = [r for r in tasks if (r["protocol"], r["length"], r["task"]) in kept]
             iso = A.iso_table_tasks(ppl, use, protocol=p, length=n, ppl_tol=suite.ppl_tol,
@@ -633,6 +649,8 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
             summary["iso"][name] = {"best_hikv": best, "rows": len(iso),
                                     "reductions": red}
             lines += ["", f"## Iso-accuracy: protocol `{p}`, N = {n}", "",
+                      *([f"**Partial**: cells {', '.join(gone)} are missing; the criterion "
+                         "uses the finished task cells only.", ""] if gone else []),
                       f"Tasks kept: {sorted(t for (pp, nn, t) in kept if pp == p and nn == n)}"
                       "; smallest budget with perplexity within "
                       f"{100 * suite.ppl_tol:.0f} % of full KV's and task accuracy at least "
