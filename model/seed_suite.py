@@ -627,6 +627,10 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
                 lines += ["", f"## Iso-accuracy: protocol `{p}`, N = {n}", "",
                           "Not yet: the perplexity cell or every task cell of this protocol "
                           "and length is missing, so there is no iso table."]
+                for stale in (f"iso_{p}_{n}.json", f"iso_{p}_{n}.csv",
+                              f"iso_points_{p}_{n}.json", f"reductions_{p}_{n}.json",
+                              f"reductions_{p}_{n}.csv"):
+                    (out / stale).unlink(missing_ok=True)
                 continue
             use = [r for r in tasks if (r["protocol"], r["length"], r["task"]) in kept]
             iso = A.iso_table_tasks(ppl, use, protocol=p, length=n, ppl_tol=suite.ppl_tol,
