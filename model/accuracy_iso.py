@@ -105,7 +105,7 @@ def _cell(r: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), *,
-              ppl_tol: float = 0.01, passkey_tol: float = 0.0
+              ppl_tol: float = 0.01, passkey_tol: float = 0.0, per_cell: bool = False
               ) -> list[dict[str, Any]]:
     """Per method family, the smallest tested budget at which perplexity is within
     ``ppl_tol`` (relative) of full KV and passkey accuracy over the method's ``pk_rows``
@@ -114,17 +114,34 @@ def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), 
     (layer, KV head) and in total (``* units``), or ``iso_budget = None`` when no tested
     budget passes (then the numbers are those of the largest budget, ``reached = False``).
     A method without passkey rows fails the passkey criterion when full KV has some.
+
+    ``per_cell``: the accuracy criterion holds on every cell of full KV separately (the
+    method must have each cell, not stopped early: a cell row with ``status: stopped``
+    fails), not only pooled over the common cells.
     """
     full = [r for r in ppl_rows if r["label"] == "full"]
     if not full:
         raise ParamError("the perplexity rows need a 'full' (full KV) row as reference")
     ref_ppl = full[0]["ppl"]
     cells: dict[str, dict[tuple[Any, ...], tuple[int, int]]] = {}
+    stopped: set[tuple[str, tuple[Any, ...]]] = set()
     for r in pk_rows:
         c = cells.setdefault(r["label"], {})
         old = c.get(_cell(r), (0, 0))
         c[_cell(r)] = (old[0] + r["correct"], old[1] + r["trials"])
+        if r.get("status") == "stopped":
+            stopped.add((r["label"], _cell(r)))
     ref_cells = cells.get("full")
+
+    def each_cell_ok(label: str) -> bool:
+        mine = cells.get(label, {})
+        assert ref_cells is not None
+        for c, (ok_, n) in ref_cells.items():
+            if c not in mine or (label, c) in stopped:
+                return False
+            if mine[c][0] / mine[c][1] < ok_ / n - passkey_tol - 1e-12:
+                return False
+        return True
 
     def passkey_of(label: str) -> tuple[int, int, float] | None:
         """(correct, trials, full KV's accuracy on the same cells) or None."""
@@ -150,6 +167,8 @@ def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), 
                 return False
             if ref_cells is None:
                 return True
+            if per_cell:
+                return each_cell_ok(r["label"])
             got = passkey_of(r["label"])
             if got is None:
                 return False
@@ -241,7 +260,7 @@ def task_rows_as_cells(task_rows: Seq[dict[str, Any]]) -> list[dict[str, Any]]:
     trial scores."""
     return [{"label": r["label"], "correct": r["score_sum"], "trials": r["trials"],
              "filler": r["task"], "question": r["protocol"], "length": r["length"],
-             "depth": None} for r in task_rows]
+             "depth": None, "status": r.get("status", "complete")} for r in task_rows]
 
 
 def select_rows(rows: Seq[dict[str, Any]], *, protocol: str | None = None,
@@ -269,13 +288,15 @@ def iso_table_tasks(ppl_rows: Seq[dict[str, Any]], task_rows: Seq[dict[str, Any]
     """:func:`iso_table` of one protocol and length: perplexity within ``ppl_tol`` of full
     KV's at ``length`` and task accuracy (the mean score over the task rows of ``protocol`` and
     ``length``, on the cells full KV has too) at least full KV's minus ``acc_tol`` (one point
-    by default). Rows gain ``protocol``, ``length``, ``task_acc``, ``task_trials``,
+    by default) on every task separately (a task row stopped early fails). Rows gain
+    ``protocol``, ``length``, ``task_acc``, ``task_trials``,
     ``full_acc`` and the 95 % Wilson interval ``ci_low`` / ``ci_high`` of the chosen
     budget's task accuracy."""
     p = protocol_name(protocol)
     ppl = select_rows(ppl_rows, length=length)
     tasks = select_rows([r for r in task_rows if r.get("protocol") == p], length=length)
-    table = iso_table(ppl, task_rows_as_cells(tasks), ppl_tol=ppl_tol, passkey_tol=acc_tol)
+    table = iso_table(ppl, task_rows_as_cells(tasks), ppl_tol=ppl_tol, passkey_tol=acc_tol,
+                      per_cell=True)
     for r in table:
         n, c = r.get("passkey_trials"), r.get("passkey_correct")
         lo, hi = wilson(c, n) if n else (None, None)

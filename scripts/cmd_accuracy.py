@@ -38,6 +38,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 HELP = "accuracy of HiKV and baselines on a real LM (perplexity, passkey, fidelity, table, run)"
 
@@ -200,6 +201,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "joins RAY_ADDRESS or starts a local instance)")
     f.add_argument("--ppl-tol", type=float, default=0.01)
     f.add_argument("--passkey-tol", type=float, default=0.0)
+    f.add_argument("--tables-only", action="store_true",
+                   help="seed suites: run no cell, build the tables from the cells on disk")
+    f.add_argument("--suite-lengths", type=int, nargs="+", default=None, metavar="N",
+                   help="seed suites: run only these of the suite's lengths (the same --out "
+                        "resumes with more later)")
+    f.add_argument("--families", nargs="+", default=None, metavar="LABEL",
+                   help="seed suites: method families (labels without @B) replacing the "
+                        "suite's; --add-families appends to them")
+    f.add_argument("--add-families", nargs="+", default=(), metavar="LABEL",
+                   help="seed suites: extra families (e.g. hikv-evict/v:static48/k:think32); "
+                        "cells on disk run only the new methods")
+
+
+def _seed_suite(suite: Any, args: argparse.Namespace) -> Any:
+    """The seed suite with ``--suite-lengths``, ``--families`` and ``--add-families``."""
+    import dataclasses
+
+    from hikv.params import ParamError
+
+    if args.suite_lengths:
+        bad = [n for n in args.suite_lengths if n not in suite.lengths]
+        if bad:
+            raise ParamError(f"--suite-lengths {bad} are not lengths of suite {suite.name!r}: "
+                             f"allowed {list(suite.lengths)}")
+        suite = dataclasses.replace(suite, lengths=tuple(args.suite_lengths))
+    fams = tuple(args.families) if args.families else suite.families
+    fams += tuple(f for f in args.add_families if f not in fams)
+    for f in fams:
+        if "@" in f or f == "full":
+            raise ParamError(f"--families {f!r}: a family is a method label without @B "
+                             "(e.g. snapkv, hikv-qa/lowbit4), not 'full'")
+    return dataclasses.replace(suite, families=fams)
 
 
 def _expand(labels: list[str], budgets: list[int]) -> list[str]:
@@ -244,12 +277,12 @@ def run(args: argparse.Namespace) -> int:
         from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
 
         if args.suite in SEED_SUITES:
-            suite = SEED_SUITES[args.suite]
+            suite = _seed_suite(SEED_SUITES[args.suite], args)
             run_seed_suite(suite, args.out, model=args.model or suite.model or _MODEL,
                            preset=args.preset, cache=args.cache,
                            seed=args.seed, batch=args.batch, workers=args.workers,
                            executor=args.executor, device=args.device, threads=args.threads,
-                           redo=args.redo, argv=sys.argv)
+                           redo=args.redo, tables_only=args.tables_only, argv=sys.argv)
             return 0
         args.model = args.model or _MODEL
         if args.workers != 1 or args.executor != "local":

@@ -180,8 +180,8 @@ def test_seed_smoke_suite_resumes(tiny_model, tmp_path) -> None:
         pts = json.loads((out / f"iso_points_{p}_1024.json").read_text())
         assert pts["protocol"] == p and pts["length"] == 1024
     filt = read_rows(out / "filter.json")[0]
-    assert len(filt) == 4 and all(f["kept"] or "full KV scores" in f["reason"] for f in filt)
-    cell = read_rows(out / "cells" / "niah_single_prompt_1024.json")[0]
+    assert len(filt) == 4 and all(f["kept"] or "full KV" in f["reason"] for f in filt)
+    cell = read_rows(out / "cells" / "ppl_1024.json")[0]
     rules = {r["label"]: r["budget_rule"] for r in cell}
     assert rules["snapkv@64"] == "B=N/16" and rules["snapkv@128"] == "B=128"
     names = {p.name for p in out.iterdir()}
