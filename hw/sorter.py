@@ -190,7 +190,6 @@ class Sorter(wiring.Component):
         active = Signal()
         mode = Signal(SorterMode)
         seg_rows = Signal(range(seg_max + 1))
-        tail = Signal(range(p + 1))
         levels_used = Signal(range(t.levels + 1))
         k_rows = Signal(range(run_rows + 1))
         thr_row = Signal(range(max(2, run_rows)))
@@ -199,6 +198,10 @@ class Sorter(wiring.Component):
         in_row = Signal(range(seg_max))
         # last row of a segment: a register computed one beat ahead (in_row == seg_rows - 1)
         last_row = Signal()
+        # valid lanes of the next beat (all, or the segment's tail on its last row): a register,
+        # so the lane-valid multiplexer before the pre-sorter reads no comparison
+        lane_ok = Signal(p)
+        tail_mask = Signal(p)
         in_segs = Signal(unsigned(prm.count_width))
         out_segs = Signal(unsigned(prm.count_width))
         error = Signal()
@@ -232,6 +235,9 @@ class Sorter(wiring.Component):
         lu = Signal(range(t.levels + 1))
         m.d.comb += lu.eq(Mux(is1 & ult(lg_k1, lg_d), lg_k1, lg_d))
 
+        new_mask = Signal(p)
+        m.d.comb += new_mask.eq(((Const(1, p + 1) << uadd(usub(length, 1)[:lg], 1)) - 1)[:p])
+
         start = Signal()
         m.d.comb += [self.cfg.ready.eq(~active), start.eq(self.cfg.valid & ~active & ~bad)]
         with m.If(self.cfg.valid & ~active):
@@ -240,11 +246,12 @@ class Sorter(wiring.Component):
             with m.Else():
                 m.d.sync += [
                     active.eq(1), mode.eq(c.mode), seg_rows.eq(d_rows),
-                    tail.eq(uadd(usub(length, 1)[:lg], 1)),
                     levels_used.eq(lu), k_rows.eq(Const(1, run_rows.bit_length() + 1) << lu),
                     thr_row.eq(usub(keff, 1)[lg:]), thr_lane.eq(usub(keff, 1)[:lg]),
                     in_active.eq(1), in_row.eq(0), in_segs.eq(nseg), out_segs.eq(nseg),
                     last_row.eq(ueq(d_rows, 1)),
+                    tail_mask.eq(new_mask),
+                    lane_ok.eq(Mux(ueq(d_rows, 1), new_mask, (1 << p) - 1)),
                 ]
 
         # ------------------------------------------------------------ first pass: input
@@ -258,7 +265,7 @@ class Sorter(wiring.Component):
         comps = []
         for lane in range(p):
             ln = self.i.payload.lanes[lane]
-            lvalid = ~last_row | ugt(tail, lane)
+            lvalid = lane_ok[lane]
             idx = Mux(mode == SorterMode.STAGE1, ln.index,
                       Cat(Const(lane, lg), in_row)[:iw]) if lg else ln.index
             comps.append(Mux(lvalid, Cat(~idx[:iw], ln.key, Const(1, 1)), Const(0, w)))
@@ -268,17 +275,17 @@ class Sorter(wiring.Component):
             presort.i.valid.eq(accept),
             presort.i.payload.eq(Cat(*comps)),
         ]
-        exp_mask = Signal(p)
-        m.d.comb += exp_mask.eq(Mux(last_row, ((Const(1, p + 1) << tail) - 1)[:p], (1 << p) - 1))
+        next_last = Signal()
+        m.d.comb += next_last.eq(Mux(last_row, ueq(seg_rows, 1), ueq(uadd(in_row, 2), seg_rows)))
         with m.If(accept):
             m.d.sync += [in_row.eq(Mux(last_row, 0, uadd(in_row, 1))),
-                         last_row.eq(Mux(last_row, ueq(seg_rows, 1),
-                                         ueq(uadd(in_row, 2), seg_rows)))]
+                         last_row.eq(next_last),
+                         lane_ok.eq(Mux(next_last, tail_mask, (1 << p) - 1))]
             with m.If(last_row):
                 m.d.sync += in_segs.eq(usub(in_segs, 1))
                 with m.If(ueq(in_segs, 1)):
                     m.d.sync += in_active.eq(0)
-            with m.If((self.i.payload.valid != exp_mask) | (self.i.payload.last != last_row)):
+            with m.If((self.i.payload.valid != lane_ok) | (self.i.payload.last != last_row)):
                 m.d.sync += error.eq(1)
 
         # Stage I labels must increase (the output is in arrival order): lanes within a beat

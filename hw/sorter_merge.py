@@ -92,9 +92,12 @@ class MergeEngine(wiring.Component):
         stages = bitonic_merge_network(p)
 
         busy = Signal()
-        rem_a = [Signal(range(self._max_a + 1), name=f"rem_a{j}") for j in range(p)]
-        rem_b = [Signal(range(self._max_b + 1), name=f"rem_b{j}") for j in range(p)]
-        steps = Signal(range(self._max_m + 1))
+        # cur_*: what is left of the pair in progress (busy) or the next pair's sizes (idle),
+        # kept in registers so that no multiplexer on ``busy`` precedes the queues' ``amt``
+        # and the end-of-pair test
+        cur_a = [Signal(range(self._max_a + 1), name=f"cur_a{j}") for j in range(p)]
+        cur_b = [Signal(range(self._max_b + 1), name=f"cur_b{j}") for j in range(p)]
+        cur_m = Signal(range(self._max_m + 1))
         idx = Signal(range(max(2, self._max_m)))
         tag = Signal()
 
@@ -117,8 +120,6 @@ class MergeEngine(wiring.Component):
 
         a_items = [self.a_data[i] for i in range(p)]
         b_items = [self.b_data[i] for i in range(p)]
-        cur_a = wires(m, [Mux(busy, rem_a[j], na_r) for j in range(p)], "cur_a")
-        cur_b = wires(m, [Mux(busy, rem_b[j], nb_r) for j in range(p)], "cur_b")
         ha = wires(m, [~is_zero(c) for c in cur_a], "ha")
         hb = wires(m, [~is_zero(c) for c in cur_b], "hb")
         ok = Signal()
@@ -126,10 +127,8 @@ class MergeEngine(wiring.Component):
                                 for j in range(p)]).all())
         fire = Signal()
         m.d.comb += fire.eq(adv & ok & (busy | nv))
-        nsteps = Signal.like(steps)
         done = Signal()
-        m.d.comb += [nsteps.eq(Mux(busy, usub(steps, 1), usub(nm_r, 1))),
-                     done.eq(is_zero(nsteps))]
+        m.d.comb += done.eq(ueq(cur_m, 1))
 
         taken = Signal()
         load = Signal()
@@ -142,6 +141,10 @@ class MergeEngine(wiring.Component):
                          nm_r.eq(self.pair_m), ntag.eq(self.pair_tag)]
         with m.Elif(taken):
             m.d.sync += nv.eq(0)
+        # the next pair's sizes as they will be after this cycle
+        na_n = Mux(load, self.pair_a, na_r)
+        nb_n = Mux(load, self.pair_b, nb_r)
+        nm_n = Mux(load, self.pair_m, nm_r)
 
         take_a, take_b, sel = [], [], []
         zero = Const(0, w)
@@ -175,14 +178,21 @@ class MergeEngine(wiring.Component):
         with m.If(fire):
             m.d.sync += [
                 busy.eq(~done),
-                steps.eq(nsteps),
                 idx.eq(Mux(busy, uadd(idx, 1), 1)),
             ]
-            for j in range(p):
-                m.d.sync += [rem_a[j].eq(Mux(take_a[j], usub(cur_a[j], 1), cur_a[j])),
-                             rem_b[j].eq(Mux(tb_lane[j], usub(cur_b[j], 1), cur_b[j]))]
+            with m.If(done):
+                m.d.sync += [cur_m.eq(nm_n), *[c.eq(na_n) for c in cur_a],
+                             *[c.eq(nb_n) for c in cur_b]]
+            with m.Else():
+                m.d.sync += cur_m.eq(usub(cur_m, 1))
+                for j in range(p):
+                    m.d.sync += [cur_a[j].eq(Mux(take_a[j], usub(cur_a[j], 1), cur_a[j])),
+                                 cur_b[j].eq(Mux(tb_lane[j], usub(cur_b[j], 1), cur_b[j]))]
             with m.If(~busy):
                 m.d.sync += tag.eq(ntag)
+        with m.Elif(~busy):
+            m.d.sync += [cur_m.eq(nm_n), *[c.eq(na_n) for c in cur_a],
+                         *[c.eq(nb_n) for c in cur_b]]
         merged = [apply_stage(m, [prow[s][i] for i in range(p)], stage, f"bm{s}")
                   for s, stage in enumerate(stages)]
         with m.If(adv):
@@ -278,18 +288,21 @@ class MergeLevel(wiring.Component):
             nxt = uadd(in_pos, 1)
             m.d.sync += in_pos.eq(Mux(uge(nxt, self.seg_rows), 0, nxt))
 
-        # ---- pair descriptors from the segment position of the next pair
-        e_pos = Signal(pos_range)
+        # ---- pair descriptors from the rows of the segment left for the next pair: a
+        # register (``fresh``: the segment starts, all ``seg_rows`` are left), so each
+        # descriptor is a comparison with constants and the next one a subtraction
+        fresh = Signal(init=1)
+        rem_r = Signal(range(self._max_seg_rows + 1))
         rem = Signal(range(self._max_seg_rows + 1))
         a_len = Signal(range(r + 1))
         b_len = Signal(range(r + 1))
         m_len = Signal(range(2 * r + 1))
         m.d.comb += [
-            rem.eq(usub(self.seg_rows, e_pos)),
+            rem.eq(Mux(fresh, self.seg_rows, rem_r)),
             a_len.eq(Mux(~self.used, 1, Mux(ugt(rem, r), r, rem))),
             b_len.eq(Mux(~self.used, 0, Mux(ugt(rem, 2 * r), r,
                                             Mux(ugt(rem, r), usub(rem, r), 0)))),
-            m_len.eq(uadd(a_len, b_len)),
+            m_len.eq(Mux(~self.used, 1, Mux(ugt(rem, 2 * r), 2 * r, rem))),
             eng.pair_valid.eq(~is_zero(m_len)),
             eng.pair_a.eq(a_len),
             eng.pair_b.eq(b_len),
@@ -298,10 +311,9 @@ class MergeLevel(wiring.Component):
         ]
         m.d.comb += eng.flush.eq(self.start)
         with m.If(self.start):
-            m.d.sync += e_pos.eq(0)
+            m.d.sync += fresh.eq(1)
         with m.Elif(eng.pair_ready):
-            nxt_pair = uadd(e_pos, m_len)
-            m.d.sync += e_pos.eq(Mux(uge(nxt_pair, self.seg_rows), 0, nxt_pair))
+            m.d.sync += [fresh.eq(ule(rem, m_len)), rem_r.eq(usub(rem, m_len))]
 
         _connect_queue(m, qa, eng, "a")
         _connect_queue(m, qb, eng, "b")
@@ -372,30 +384,29 @@ class Reducer(wiring.Component):
             self.i.ready.eq(qrun.w_rdy),
         ]
 
-        # ---- run descriptors: run q covers rows [qK, qK + K) of the segment
-        r_pos = Signal(range(self._max_seg_rows + 1))
+        # ---- run descriptors: run q covers rows [qK, qK + K) of the segment; ``rem_r`` the
+        # rows left after the runs described so far (``fresh``: the segment starts)
+        fresh = Signal(init=1)
+        rem_r = Signal(range(self._max_seg_rows + 1))
         rem = Signal(range(self._max_seg_rows + 1))
         b_len = Signal(range(run_max + 1))
-        a_len = Signal(range(kmax + 1))
-        total = Signal(range(kmax + run_max + 1))
         final = Signal()
         m.d.comb += [
-            rem.eq(usub(self.seg_rows, r_pos)),
+            rem.eq(Mux(fresh, self.seg_rows, rem_r)),
             final.eq(ule(rem, self.k_rows)),
             b_len.eq(Mux(final, rem, self.k_rows)),
-            a_len.eq(Mux(is_zero(r_pos), 0, self.k_rows)),
-            total.eq(uadd(a_len, b_len)),
             eng.pair_valid.eq(~is_zero(b_len)),
-            eng.pair_a.eq(a_len),
+            eng.pair_a.eq(Mux(fresh, 0, self.k_rows)),
             eng.pair_b.eq(b_len),
-            eng.pair_m.eq(Mux(ugt(total, self.k_rows), self.k_rows, total)),
+            # min(a + b, K): the first run alone (b <= K), else the list is full
+            eng.pair_m.eq(Mux(fresh, b_len, self.k_rows)),
             eng.pair_tag.eq(final),
         ]
         m.d.comb += eng.flush.eq(self.start)
         with m.If(self.start):
-            m.d.sync += r_pos.eq(0)
+            m.d.sync += fresh.eq(1)
         with m.Elif(eng.pair_ready):
-            m.d.sync += r_pos.eq(Mux(final, 0, uadd(r_pos, self.k_rows)))
+            m.d.sync += [fresh.eq(final), rem_r.eq(usub(rem, self.k_rows))]
         _connect_queue(m, qlist, eng, "a")
         _connect_queue(m, qrun, eng, "b")
 

@@ -179,24 +179,41 @@ class LaneQueue(wiring.Component):
             m.d.sync += wr_ptr.eq(Mux(uge(uadd(wr_ptr, 1), depth), 0, uadd(wr_ptr, 1)))
         cw = (depth + 1).bit_length() + 1
         fulls, empties = [], []
+
+        def wrap(v):
+            return Mux(uge(v, depth), usub(v, depth), v)
+
         for j in range(p):
             rp = mem.read_port(transparent_for=(wp,))
+            # the read pointer and its successor are registers, and every next value of the
+            # pointer and the count is computed from registers before the pop is known: the
+            # engine's pop (after its comparator) only selects among them
             rd = Signal(range(depth), name=f"rd{j}")
+            rd1 = Signal(range(depth), name=f"rd1_{j}", init=1)
             # two's complement in cw bits (negative: rows to drop on arrival), unsigned ops
             count = Signal(cw, name=f"count{j}")
-            dec = Signal(range(depth + 1), name=f"dec{j}")
-            nxt = Signal(range(2 * depth + 1), name=f"rd_sum{j}")
+            r_amt = Signal(range(depth), name=f"rd_amt{j}")
+            r_amt1 = Signal(range(depth), name=f"rd1_amt{j}")
+            r_inc1 = Signal(range(depth), name=f"rd1_inc{j}")
             rd_next = Signal(range(depth), name=f"rd_next{j}")
+            c_keep = Signal(cw, name=f"count_keep{j}")
+            c_pop = Signal(cw, name=f"count_pop{j}")
+            c_end = Signal(cw, name=f"count_end{j}")
             m.d.comb += [
-                dec.eq(Mux(self.end, self.amt[j], self.pop[j])),
-                nxt.eq(uadd(rd, dec)),
-                rd_next.eq(Mux(uge(nxt, depth), usub(nxt, depth), nxt)[:len(rd)]),
+                r_amt.eq(wrap(uadd(rd, self.amt[j]))[:len(rd)]),
+                r_amt1.eq(wrap(uadd(rd1, self.amt[j]))[:len(rd)]),
+                r_inc1.eq(wrap(uadd(rd1, 1))[:len(rd)]),
+                c_keep.eq(uadd(count, self.w_en)[:cw]),
+                c_pop.eq(usub(uadd(count, self.w_en), 1)[:cw]),
+                c_end.eq(usub(uadd(count, self.w_en), self.amt[j])[:cw]),
+                rd_next.eq(Mux(self.end, r_amt, Mux(self.pop[j], rd1, rd))),
                 rp.addr.eq(rd_next),
                 self.r_valid[j].eq(~count[cw - 1] & ~is_zero(count)),
                 self.r_data[j * w:(j + 1) * w].eq(rp.data[j * w:(j + 1) * w]),
             ]
             m.d.sync += [rd.eq(rd_next),
-                         count.eq(usub(uadd(count, self.w_en), dec)[:cw])]
+                         rd1.eq(Mux(self.end, r_amt1, Mux(self.pop[j], r_inc1, rd1))),
+                         count.eq(Mux(self.end, c_end, Mux(self.pop[j], c_pop, c_keep)))]
             fulls.append(count[cw - 1] | ult(count[:cw - 1], depth))
             empties.append(is_zero(count))
         m.d.comb += [self.w_rdy.eq(Cat(*fulls).all()), self.idle.eq(Cat(*empties).all())]
