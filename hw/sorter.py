@@ -255,7 +255,7 @@ class Sorter(wiring.Component):
                 ]
 
         # ------------------------------------------------------------ first pass: input
-        m.submodules.ring = ring = RowQueue(width=p * w + 1, depth=t.ring_rows)
+        m.submodules.ring = ring = RowQueue(width=p * w + 1, depth=t.ring_rows, skip=False)
         m.submodules.presort = presort = RowSorter(lanes=p, width=w)
         accept = Signal()
         m.d.comb += [
@@ -332,7 +332,6 @@ class Sorter(wiring.Component):
             s_free.eq(~s_valid | cmp.i.ready),
             pop.eq(ring.r_valid & red.thr.valid & s_free),
             ring.pop.eq(pop),
-            ring.skip.eq(0),
             red.thr.ready.eq(pop & ring_last),
             cmp.i.valid.eq(s_valid),
             cmp.i.payload.eq(s_data),

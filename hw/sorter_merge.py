@@ -374,7 +374,7 @@ class Reducer(wiring.Component):
         run_max = self._run_rows  # Stage I: K <= list_rows; Stage II: a whole vector
         m.submodules.qrun = qrun = LaneQueue(lanes=p, width=w, depth=kmax + 2)
         m.submodules.qlist = qlist = LaneQueue(lanes=p, width=w, depth=2 * kmax + 2)
-        m.submodules.qthr = qthr = RowQueue(width=w, depth=4)
+        m.submodules.qthr = qthr = RowQueue(width=w, depth=4, skip=False)
         m.submodules.engine = eng = MergeEngine(lanes=p, width=w, max_a=kmax, max_b=run_max,
                                                 max_m=run_max)
 
@@ -428,7 +428,6 @@ class Reducer(wiring.Component):
             self.thr.valid.eq(qthr.r_valid),
             self.thr.payload.eq(qthr.r_data),
             qthr.pop.eq(self.thr.valid & self.thr.ready),
-            qthr.skip.eq(0),
             self.idle.eq(qrun.idle & qlist.idle & qthr.idle & ~eng.active),
         ]
         return m

@@ -27,6 +27,10 @@ class RowQueue(wiring.Component):
         Bits per row.
     depth : int
         Rows (at least 2).
+    skip : bool
+        Build the ``skip`` input (default). Without it the queue only pops, and the read
+        pointer's successor is kept in a register, so ``pop`` only selects the next pointer
+        and count (no adder after it): the sorter's ring buffer and threshold queue.
 
     Members
     -------
@@ -39,26 +43,30 @@ class RowQueue(wiring.Component):
     pop : In
         Remove the head (only while ``r_valid``).
     skip : In
-        Drop this many rows after the popped one (on the stored ones now, the rest on arrival).
+        Drop this many rows after the popped one (on the stored ones now, the rest on arrival);
+        only with ``skip=True``.
     level : Out
         Rows stored (including rows still to be dropped).
     idle : Out
         Empty and nothing left to drop.
     """
 
-    def __init__(self, *, width: int, depth: int) -> None:
+    def __init__(self, *, width: int, depth: int, skip: bool = True) -> None:
         if not isinstance(width, int) or width < 1:
             raise TypeError(f"RowQueue width must be a positive integer, not {width!r}")
         if not isinstance(depth, int) or depth < 2:
             raise TypeError(f"RowQueue depth must be an integer >= 2, not {depth!r}")
         self._width = width
         self._depth = depth
-        super().__init__({
+        self._skip = bool(skip)
+        ports = {
             "w_en": In(1), "w_data": In(width), "w_rdy": Out(1),
             "r_valid": Out(1), "r_data": Out(width), "pop": In(1),
-            "skip": In(range(depth + 1)),
             "level": Out(range(depth + 1)), "idle": Out(1),
-        })
+        }
+        if self._skip:
+            ports["skip"] = In(range(depth + 1))
+        super().__init__(ports)
 
     @property
     def width(self) -> int:
@@ -95,6 +103,8 @@ class RowQueue(wiring.Component):
         ]
         with m.If(self.w_en):
             m.d.sync += wr_ptr.eq(wrap(uadd(wr_ptr, 1)))
+        if not self._skip:
+            return self._pop_only(m, rp, rd_ptr, count, wrap)
 
         want = Signal(range(2 * depth + 1))
         avail = Signal(range(depth + 1))
@@ -113,6 +123,17 @@ class RowQueue(wiring.Component):
             rd_ptr.eq(rd_next),
             count.eq(usub(Mux(self.w_en, uadd(count, 1), count), step)),
             drop.eq(usub(want, dropped)),
+        ]
+        return m
+
+    def _pop_only(self, m: Module, rp: object, rd_ptr: Signal, count: Signal,
+                  wrap: object) -> Module:
+        rd1 = Signal(range(self._depth), init=1)       # wrap(rd_ptr + 1)
+        m.d.comb += rp.addr.eq(Mux(self.pop, rd1, rd_ptr))
+        m.d.sync += [
+            rd_ptr.eq(Mux(self.pop, rd1, rd_ptr)),
+            rd1.eq(Mux(self.pop, wrap(uadd(rd1, 1)), rd1)),
+            count.eq(Mux(self.pop, usub(uadd(count, self.w_en), 1), uadd(count, self.w_en))),
         ]
         return m
 
