@@ -190,7 +190,8 @@ class Sorter(wiring.Component):
         active = Signal()
         mode = Signal(SorterMode)
         seg_rows = Signal(range(seg_max + 1))
-        levels_used = Signal(range(t.levels + 1))
+        # tree levels that merge (bit j: level j), decoded when the configuration is taken
+        level_used = Signal(t.levels)
         k_rows = Signal(range(run_rows + 1))
         thr_row = Signal(range(max(2, run_rows)))
         thr_lane = Signal(range(max(2, p)))
@@ -246,7 +247,8 @@ class Sorter(wiring.Component):
             with m.Else():
                 m.d.sync += [
                     active.eq(1), mode.eq(c.mode), seg_rows.eq(d_rows),
-                    levels_used.eq(lu), k_rows.eq(Const(1, run_rows.bit_length() + 1) << lu),
+                    level_used.eq(Cat(*[ugt(lu, j) for j in range(t.levels)])),
+                    k_rows.eq(Const(1, run_rows.bit_length() + 1) << lu),
                     thr_row.eq(usub(keff, 1)[lg:]), thr_lane.eq(usub(keff, 1)[:lg]),
                     in_active.eq(1), in_row.eq(0), in_segs.eq(nseg), out_segs.eq(nseg),
                     last_row.eq(ueq(d_rows, 1)),
@@ -309,7 +311,7 @@ class Sorter(wiring.Component):
         for j in range(t.levels):
             lvl = MergeLevel(lanes=p, width=w, level=j, max_seg_rows=seg_max)
             m.submodules[f"level{j}"] = lvl
-            m.d.comb += [lvl.seg_rows.eq(seg_rows), lvl.used.eq(ugt(levels_used, j)),
+            m.d.comb += [lvl.seg_rows.eq(seg_rows), lvl.used.eq(level_used[j]),
                          lvl.start.eq(start)]
             wiring.connect(m, prev, lvl.i)
             prev = lvl.o

@@ -133,7 +133,9 @@ class RowQueue(wiring.Component):
         m.d.sync += [
             rd_ptr.eq(Mux(self.pop, rd1, rd_ptr)),
             rd1.eq(Mux(self.pop, wrap(uadd(rd1, 1)), rd1)),
-            count.eq(Mux(self.pop, usub(uadd(count, self.w_en), 1), uadd(count, self.w_en))),
+            # w_en and pop both arrive late: they select among count - 1, count, count + 1
+            count.eq(Mux(self.pop ^ self.w_en, Mux(self.pop, usub(count, 1), uadd(count, 1)),
+                         count)),
         ]
         return m
 
@@ -217,16 +219,18 @@ class LaneQueue(wiring.Component):
             r_amt1 = Signal(range(depth), name=f"rd1_amt{j}")
             r_inc1 = Signal(range(depth), name=f"rd1_inc{j}")
             rd_next = Signal(range(depth), name=f"rd_next{j}")
-            c_keep = Signal(cw, name=f"count_keep{j}")
-            c_pop = Signal(cw, name=f"count_pop{j}")
+            c_inc = Signal(cw, name=f"count_inc{j}")
+            c_dec = Signal(cw, name=f"count_dec{j}")
             c_end = Signal(cw, name=f"count_end{j}")
+            c_end1 = Signal(cw, name=f"count_end1_{j}")
             m.d.comb += [
                 r_amt.eq(wrap(uadd(rd, self.amt[j]))[:len(rd)]),
                 r_amt1.eq(wrap(uadd(rd1, self.amt[j]))[:len(rd)]),
                 r_inc1.eq(wrap(uadd(rd1, 1))[:len(rd)]),
-                c_keep.eq(uadd(count, self.w_en)[:cw]),
-                c_pop.eq(usub(uadd(count, self.w_en), 1)[:cw]),
-                c_end.eq(usub(uadd(count, self.w_en), self.amt[j])[:cw]),
+                c_inc.eq(uadd(count, 1)[:cw]),
+                c_dec.eq(usub(count, 1)[:cw]),
+                c_end.eq(usub(count, self.amt[j])[:cw]),
+                c_end1.eq(usub(uadd(count, 1), self.amt[j])[:cw]),
                 rd_next.eq(Mux(self.end, r_amt, Mux(self.pop[j], rd1, rd))),
                 rp.addr.eq(rd_next),
                 self.r_valid[j].eq(~count[cw - 1] & ~is_zero(count)),
@@ -234,7 +238,11 @@ class LaneQueue(wiring.Component):
             ]
             m.d.sync += [rd.eq(rd_next),
                          rd1.eq(Mux(self.end, r_amt1, Mux(self.pop[j], r_inc1, rd1))),
-                         count.eq(Mux(self.end, c_end, Mux(self.pop[j], c_pop, c_keep)))]
+                         # w_en, pop and end all arrive late: they select among values
+                         # computed from registers
+                         count.eq(Mux(self.end, Mux(self.w_en, c_end1, c_end),
+                                      Mux(self.pop[j] ^ self.w_en,
+                                          Mux(self.pop[j], c_dec, c_inc), count)))]
             fulls.append(count[cw - 1] | ult(count[:cw - 1], depth))
             empties.append(is_zero(count))
         m.d.comb += [self.w_rdy.eq(Cat(*fulls).all()), self.idle.eq(Cat(*empties).all())]
