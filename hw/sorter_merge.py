@@ -146,23 +146,33 @@ class MergeEngine(wiring.Component):
         nb_n = Mux(load, self.pair_b, nb_r)
         nm_n = Mux(load, self.pair_m, nm_r)
 
+        # pops: the comparator's result only selects between two values prepared from the
+        # registers (both runs have items: ``ge``; only one: that one; take_a = ha & (~hb | ge),
+        # take_b = hb & ~take_a)
+        fd = Signal()
+        m.d.comb += fd.eq(fire & ~done)
         take_a, take_b, sel = [], [], []
+        pop_a: list = [None] * p
+        pop_b: list = [None] * p
         zero = Const(0, w)
         for i in range(p):
             jb = p - 1 - i
             ge = Signal(name=f"sel{i}_ge")
             m.d.comb += ge.eq(a_items[i] >= b_items[jb])
+            pa1, pa0, pb1, pb0 = wires(m, [fd & ha[i], fd & ha[i] & ~hb[jb],
+                                           fd & hb[jb] & ~ha[i], fd & hb[jb]], f"sel{i}_pre")
+            pop_a[i], pop_b[jb] = wires(m, [Mux(ge, pa1, pa0), Mux(ge, pb1, pb0)],
+                                        f"sel{i}_pop")
             ta, tb = wires(m, [ha[i] & (~hb[jb] | ge), hb[jb] & ~(ha[i] & (~hb[jb] | ge))],
                            f"sel{i}_take")
             take_a.append(ta)
             take_b.append(tb)
             (it,) = wires(m, [Mux(ta, a_items[i], Mux(tb, b_items[jb], zero))], f"sel{i}_item")
             sel.append(it)
-        tb_lane = [take_b[p - 1 - j] for j in range(p)]   # B lane j is compared by p-1-j
 
         m.d.comb += [
-            self.a_pop.eq(Cat(*[fire & ~done & take_a[j] for j in range(p)])),
-            self.b_pop.eq(Cat(*[fire & ~done & tb_lane[j] for j in range(p)])),
+            self.a_pop.eq(Cat(*pop_a)),
+            self.b_pop.eq(Cat(*pop_b)),
             self.a_end.eq(fire & done),
             self.b_end.eq(fire & done),
             self.pair_ready.eq(load),
@@ -175,24 +185,23 @@ class MergeEngine(wiring.Component):
         ]
         for j in range(p):
             m.d.comb += [self.a_amt[j].eq(cur_a[j]), self.b_amt[j].eq(cur_b[j])]
+        # the sizes reload with the next pair's at the end of a pair and while idle; a pop
+        # (late) only selects the decrement
+        reload = Signal()
+        m.d.comb += reload.eq((fire & done) | (~fire & ~busy))
+        m.d.sync += cur_m.eq(Mux(fd, usub(cur_m, 1), Mux(reload, nm_n, cur_m)))
+        for j in range(p):
+            m.d.sync += [
+                cur_a[j].eq(Mux(pop_a[j], usub(cur_a[j], 1), Mux(reload, na_n, cur_a[j]))),
+                cur_b[j].eq(Mux(pop_b[j], usub(cur_b[j], 1), Mux(reload, nb_n, cur_b[j]))),
+            ]
         with m.If(fire):
             m.d.sync += [
                 busy.eq(~done),
                 idx.eq(Mux(busy, uadd(idx, 1), 1)),
             ]
-            with m.If(done):
-                m.d.sync += [cur_m.eq(nm_n), *[c.eq(na_n) for c in cur_a],
-                             *[c.eq(nb_n) for c in cur_b]]
-            with m.Else():
-                m.d.sync += cur_m.eq(usub(cur_m, 1))
-                for j in range(p):
-                    m.d.sync += [cur_a[j].eq(Mux(take_a[j], usub(cur_a[j], 1), cur_a[j])),
-                                 cur_b[j].eq(Mux(tb_lane[j], usub(cur_b[j], 1), cur_b[j]))]
             with m.If(~busy):
                 m.d.sync += tag.eq(ntag)
-        with m.Elif(~busy):
-            m.d.sync += [cur_m.eq(nm_n), *[c.eq(na_n) for c in cur_a],
-                         *[c.eq(nb_n) for c in cur_b]]
         merged = [apply_stage(m, [prow[s][i] for i in range(p)], stage, f"bm{s}")
                   for s, stage in enumerate(stages)]
         with m.If(adv):

@@ -150,9 +150,10 @@ class LaneQueue(wiring.Component):
     visible from the cycle after it was written (synchronous, transparent read).
 
     ``pop[j]`` removes lane ``j``'s head. ``end`` removes ``amt[j]`` items from every lane ``j``
-    at once instead (the rest of a merge pair, including any popped in the same cycle; items
-    still to arrive are dropped on arrival: the count goes negative). ``amt`` comes from
-    registers in the engine, so ``end`` adds no logic after the engine's comparators.
+    at once (the rest of a merge pair; never in the same cycle as a ``pop``; items still to
+    arrive are dropped on arrival: the count goes negative). ``amt`` comes from registers in
+    the engine, and every next read pointer and count is computed from registers, so the
+    engine's pop (after its comparators) only selects among them.
 
     Members
     -------
@@ -231,18 +232,19 @@ class LaneQueue(wiring.Component):
                 c_dec.eq(usub(count, 1)[:cw]),
                 c_end.eq(usub(count, self.amt[j])[:cw]),
                 c_end1.eq(usub(uadd(count, 1), self.amt[j])[:cw]),
-                rd_next.eq(Mux(self.end, r_amt, Mux(self.pop[j], rd1, rd))),
+                # pop and end never come together: the pop (latest) selects last
+                rd_next.eq(Mux(self.pop[j], rd1, Mux(self.end, r_amt, rd))),
                 rp.addr.eq(rd_next),
                 self.r_valid[j].eq(~count[cw - 1] & ~is_zero(count)),
                 self.r_data[j * w:(j + 1) * w].eq(rp.data[j * w:(j + 1) * w]),
             ]
             m.d.sync += [rd.eq(rd_next),
-                         rd1.eq(Mux(self.end, r_amt1, Mux(self.pop[j], r_inc1, rd1))),
-                         # w_en, pop and end all arrive late: they select among values
-                         # computed from registers
-                         count.eq(Mux(self.end, Mux(self.w_en, c_end1, c_end),
-                                      Mux(self.pop[j] ^ self.w_en,
-                                          Mux(self.pop[j], c_dec, c_inc), count)))]
+                         rd1.eq(Mux(self.pop[j], r_inc1, Mux(self.end, r_amt1, rd1))),
+                         # w_en, pop and end arrive late: they select among values computed
+                         # from registers
+                         count.eq(Mux(self.pop[j], Mux(self.w_en, count, c_dec),
+                                      Mux(self.end, Mux(self.w_en, c_end1, c_end),
+                                          Mux(self.w_en, c_inc, count))))]
             fulls.append(count[cw - 1] | ult(count[:cw - 1], depth))
             empties.append(is_zero(count))
         m.d.comb += [self.w_rdy.eq(Cat(*fulls).all()), self.idle.eq(Cat(*empties).all())]
