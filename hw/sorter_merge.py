@@ -14,7 +14,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .sorter_net import apply_stage, bitonic_merge_network, wires
-from .sorter_queue import LaneQueue, RowQueue
+from .sorter_queue import LaneQueue, RowQueue, late_select
 from .uops import is_zero, uadd, ueq, uge, ugt, ule, usub
 
 __all__ = ["MergeEngine", "MergeLevel", "Reducer"]
@@ -69,9 +69,11 @@ class MergeEngine(wiring.Component):
         self.out_layout = data.StructLayout({"row": row, "step": range(max(2, max_m)),
                                              "tag": 1})
         super().__init__({
-            "a_valid": In(lanes), "a_data": In(row), "a_pop": Out(lanes), "a_end": Out(1),
+            "a_valid": In(lanes), "a_data": In(row),
+            "a_pop_sel": Out(lanes), "a_pop1": Out(lanes), "a_pop0": Out(lanes), "a_end": Out(1),
             "a_amt": Out(data.ArrayLayout(range(max_a + 1), lanes)),
-            "b_valid": In(lanes), "b_data": In(row), "b_pop": Out(lanes), "b_end": Out(1),
+            "b_valid": In(lanes), "b_data": In(row),
+            "b_pop_sel": Out(lanes), "b_pop1": Out(lanes), "b_pop0": Out(lanes), "b_end": Out(1),
             "b_amt": Out(data.ArrayLayout(range(max_b + 1), lanes)),
             "pair_valid": In(1), "pair_a": In(range(max_a + 1)), "pair_b": In(range(max_b + 1)),
             "pair_m": In(range(max_m + 1)), "pair_tag": In(1), "pair_ready": Out(1),
@@ -152,8 +154,9 @@ class MergeEngine(wiring.Component):
         fd = Signal()
         m.d.comb += fd.eq(fire & ~done)
         take_a, take_b, sel = [], [], []
-        pop_a: list = [None] * p
-        pop_b: list = [None] * p
+        ges: list = [None] * p
+        pre_a: list = [None] * p
+        pre_b: list = [None] * p
         zero = Const(0, w)
         for i in range(p):
             jb = p - 1 - i
@@ -161,8 +164,8 @@ class MergeEngine(wiring.Component):
             m.d.comb += ge.eq(a_items[i] >= b_items[jb])
             pa1, pa0, pb1, pb0 = wires(m, [fd & ha[i], fd & ha[i] & ~hb[jb],
                                            fd & hb[jb] & ~ha[i], fd & hb[jb]], f"sel{i}_pre")
-            pop_a[i], pop_b[jb] = wires(m, [Mux(ge, pa1, pa0), Mux(ge, pb1, pb0)],
-                                        f"sel{i}_pop")
+            ges[i] = ge
+            pre_a[i], pre_b[jb] = (pa1, pa0), (pb1, pb0)
             ta, tb = wires(m, [ha[i] & (~hb[jb] | ge), hb[jb] & ~(ha[i] & (~hb[jb] | ge))],
                            f"sel{i}_take")
             take_a.append(ta)
@@ -171,8 +174,12 @@ class MergeEngine(wiring.Component):
             sel.append(it)
 
         m.d.comb += [
-            self.a_pop.eq(Cat(*pop_a)),
-            self.b_pop.eq(Cat(*pop_b)),
+            self.a_pop_sel.eq(Cat(*ges)),
+            self.a_pop1.eq(Cat(*[pre_a[j][0] for j in range(p)])),
+            self.a_pop0.eq(Cat(*[pre_a[j][1] for j in range(p)])),
+            self.b_pop_sel.eq(Cat(*[ges[p - 1 - j] for j in range(p)])),
+            self.b_pop1.eq(Cat(*[pre_b[j][0] for j in range(p)])),
+            self.b_pop0.eq(Cat(*[pre_b[j][1] for j in range(p)])),
             self.a_end.eq(fire & done),
             self.b_end.eq(fire & done),
             self.pair_ready.eq(load),
@@ -191,9 +198,12 @@ class MergeEngine(wiring.Component):
         m.d.comb += reload.eq((fire & done) | (~fire & ~busy))
         m.d.sync += cur_m.eq(Mux(fd, usub(cur_m, 1), Mux(reload, nm_n, cur_m)))
         for j in range(p):
+            jb = p - 1 - j
             m.d.sync += [
-                cur_a[j].eq(Mux(pop_a[j], usub(cur_a[j], 1), Mux(reload, na_n, cur_a[j]))),
-                cur_b[j].eq(Mux(pop_b[j], usub(cur_b[j], 1), Mux(reload, nb_n, cur_b[j]))),
+                cur_a[j].eq(late_select(ges[j], *pre_a[j], usub(cur_a[j], 1),
+                                        Mux(reload, na_n, cur_a[j]))),
+                cur_b[j].eq(late_select(ges[jb], *pre_b[j], usub(cur_b[j], 1),
+                                        Mux(reload, nb_n, cur_b[j]))),
             ]
         with m.If(fire):
             m.d.sync += [
@@ -218,7 +228,9 @@ def _connect_queue(m: Module, q: LaneQueue, e: MergeEngine, side: str) -> None:
     m.d.comb += [
         getattr(e, f"{side}_valid").eq(q.r_valid),
         getattr(e, f"{side}_data").eq(q.r_data),
-        q.pop.eq(getattr(e, f"{side}_pop")),
+        q.pop_sel.eq(getattr(e, f"{side}_pop_sel")),
+        q.pop1.eq(getattr(e, f"{side}_pop1")),
+        q.pop0.eq(getattr(e, f"{side}_pop0")),
         q.end.eq(getattr(e, f"{side}_end")),
     ]
     amt = getattr(e, f"{side}_amt")

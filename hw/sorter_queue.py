@@ -9,7 +9,14 @@ from amaranth.lib.wiring import In, Out
 
 from .uops import is_zero, uadd, uge, ult, usub
 
-__all__ = ["LaneQueue", "RowQueue"]
+__all__ = ["LaneQueue", "RowQueue", "late_select"]
+
+
+def late_select(sel, pop1, pop0, popped, kept):
+    """``popped if (pop1 if sel else pop0) else kept``, written so that ``sel`` (a comparator
+    result, the latest signal) drives the last multiplexer: ``pop1``/``pop0`` are the pop for
+    either comparator outcome, prepared from registers."""
+    return Mux(sel, Mux(pop1, popped, kept), Mux(pop0, popped, kept))
 
 
 class RowQueue(wiring.Component):
@@ -149,7 +156,10 @@ class LaneQueue(wiring.Component):
     same capacity as a :class:`RowQueue`; small ones become flip-flops). Lane ``j``'s head is
     visible from the cycle after it was written (synchronous, transparent read).
 
-    ``pop[j]`` removes lane ``j``'s head. ``end`` removes ``amt[j]`` items from every lane ``j``
+    ``pop[j]`` removes lane ``j``'s head; it is given as ``pop_sel[j] ? pop1[j] : pop0[j]``
+    (``pop_sel`` the engine's comparator, ``pop1``/``pop0`` the pop for either outcome) so that
+    the comparator drives the last multiplexer before the pointer and count registers
+    (:func:`late_select`). ``end`` removes ``amt[j]`` items from every lane ``j``
     at once (the rest of a merge pair; never in the same cycle as a ``pop``; items still to
     arrive are dropped on arrival: the count goes negative). ``amt`` comes from registers in
     the engine, and every next read pointer and count is computed from registers, so the
@@ -165,7 +175,7 @@ class LaneQueue(wiring.Component):
         Lane heads present.
     r_data : Out(lanes * width)
         Lane heads (lane ``j`` in bits ``[j*width, (j+1)*width)``).
-    pop : In(lanes)
+    pop_sel, pop1, pop0 : In(lanes)
     end : In(1)
     amt : In(ArrayLayout(range(depth + 1), lanes))
     idle : Out
@@ -181,7 +191,8 @@ class LaneQueue(wiring.Component):
 
         super().__init__({
             "w_en": In(1), "w_data": In(lanes * width), "w_rdy": Out(1),
-            "r_valid": Out(lanes), "r_data": Out(lanes * width), "pop": In(lanes),
+            "r_valid": Out(lanes), "r_data": Out(lanes * width),
+            "pop_sel": In(lanes), "pop1": In(lanes), "pop0": In(lanes),
             "end": In(1), "amt": In(data.ArrayLayout(range(depth + 1), lanes)),
             "idle": Out(1),
         })
@@ -233,18 +244,21 @@ class LaneQueue(wiring.Component):
                 c_end.eq(usub(count, self.amt[j])[:cw]),
                 c_end1.eq(usub(uadd(count, 1), self.amt[j])[:cw]),
                 # pop and end never come together: the pop (latest) selects last
-                rd_next.eq(Mux(self.pop[j], rd1, Mux(self.end, r_amt, rd))),
+                rd_next.eq(late_select(self.pop_sel[j], self.pop1[j], self.pop0[j], rd1,
+                                       Mux(self.end, r_amt, rd))),
                 rp.addr.eq(rd_next),
                 self.r_valid[j].eq(~count[cw - 1] & ~is_zero(count)),
                 self.r_data[j * w:(j + 1) * w].eq(rp.data[j * w:(j + 1) * w]),
             ]
             m.d.sync += [rd.eq(rd_next),
-                         rd1.eq(Mux(self.pop[j], r_inc1, Mux(self.end, r_amt1, rd1))),
+                         rd1.eq(late_select(self.pop_sel[j], self.pop1[j], self.pop0[j],
+                                            r_inc1, Mux(self.end, r_amt1, rd1))),
                          # w_en, pop and end arrive late: they select among values computed
                          # from registers
-                         count.eq(Mux(self.pop[j], Mux(self.w_en, count, c_dec),
-                                      Mux(self.end, Mux(self.w_en, c_end1, c_end),
-                                          Mux(self.w_en, c_inc, count))))]
+                         count.eq(late_select(self.pop_sel[j], self.pop1[j], self.pop0[j],
+                                              Mux(self.w_en, count, c_dec),
+                                              Mux(self.end, Mux(self.w_en, c_end1, c_end),
+                                                  Mux(self.w_en, c_inc, count))))]
             fulls.append(count[cw - 1] | ult(count[:cw - 1], depth))
             empties.append(is_zero(count))
         m.d.comb += [self.w_rdy.eq(Cat(*fulls).all()), self.idle.eq(Cat(*empties).all())]
