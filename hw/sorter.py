@@ -241,6 +241,11 @@ class Sorter(wiring.Component):
 
         start = Signal()
         m.d.comb += [self.cfg.ready.eq(~active), start.eq(self.cfg.valid & ~active & ~bad)]
+        # the tree levels and the reducer drop descriptors fetched ahead one cycle after the
+        # configuration is taken (a register: the decode of the configuration port reaches no
+        # engine); the job's first row reaches the first level several cycles later
+        start_r = Signal()
+        m.d.sync += start_r.eq(start)
         with m.If(self.cfg.valid & ~active):
             with m.If(bad):
                 m.d.sync += error.eq(1)
@@ -312,7 +317,7 @@ class Sorter(wiring.Component):
             lvl = MergeLevel(lanes=p, width=w, level=j, max_seg_rows=seg_max)
             m.submodules[f"level{j}"] = lvl
             m.d.comb += [lvl.seg_rows.eq(seg_rows), lvl.used.eq(level_used[j]),
-                         lvl.start.eq(start)]
+                         lvl.start.eq(start_r)]
             wiring.connect(m, prev, lvl.i)
             prev = lvl.o
             levels.append(lvl)
@@ -320,7 +325,7 @@ class Sorter(wiring.Component):
                                              run_rows=run_rows, max_seg_rows=seg_max)
         wiring.connect(m, prev, red.i)
         m.d.comb += [red.seg_rows.eq(seg_rows), red.k_rows.eq(k_rows),
-                     red.thr_row.eq(thr_row), red.thr_lane.eq(thr_lane), red.start.eq(start)]
+                     red.thr_row.eq(thr_row), red.thr_lane.eq(thr_lane), red.start.eq(start_r)]
 
         # ------------------------------------------------------------ second pass: select
         m.submodules.compact = cmp = Compactor(lanes=p, key_width=kw, index_width=iw)

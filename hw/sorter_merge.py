@@ -256,8 +256,10 @@ class MergeLevel(wiring.Component):
     used : In
         Merge (1) or pass rows through (0).
     start : In
-        A job's configuration was accepted (``seg_rows``/``used`` change next cycle): drop the
-        pair descriptor fetched ahead and restart at the segment's first row.
+        A job's configuration was accepted (``seg_rows``/``used`` hold the new job's values
+        from this cycle or the previous one): drop the pair descriptor fetched ahead and
+        restart at the segment's first row. No row of the job may arrive before the cycle
+        after ``start``.
     idle : Out
         Nothing stored, nothing in flight.
     """
