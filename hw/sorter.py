@@ -190,8 +190,8 @@ class Sorter(wiring.Component):
         active = Signal()
         mode = Signal(SorterMode)
         seg_rows = Signal(range(seg_max + 1))
-        tail = Signal(range(p + 1))
-        levels_used = Signal(range(t.levels + 1))
+        # tree levels that merge (bit j: level j), decoded when the configuration is taken
+        level_used = Signal(t.levels)
         k_rows = Signal(range(run_rows + 1))
         thr_row = Signal(range(max(2, run_rows)))
         thr_lane = Signal(range(max(2, p)))
@@ -199,6 +199,10 @@ class Sorter(wiring.Component):
         in_row = Signal(range(seg_max))
         # last row of a segment: a register computed one beat ahead (in_row == seg_rows - 1)
         last_row = Signal()
+        # valid lanes of the next beat (all, or the segment's tail on its last row): a register,
+        # so the lane-valid multiplexer before the pre-sorter reads no comparison
+        lane_ok = Signal(p)
+        tail_mask = Signal(p)
         in_segs = Signal(unsigned(prm.count_width))
         out_segs = Signal(unsigned(prm.count_width))
         error = Signal()
@@ -232,23 +236,33 @@ class Sorter(wiring.Component):
         lu = Signal(range(t.levels + 1))
         m.d.comb += lu.eq(Mux(is1 & ult(lg_k1, lg_d), lg_k1, lg_d))
 
+        new_mask = Signal(p)
+        m.d.comb += new_mask.eq(((Const(1, p + 1) << uadd(usub(length, 1)[:lg], 1)) - 1)[:p])
+
         start = Signal()
         m.d.comb += [self.cfg.ready.eq(~active), start.eq(self.cfg.valid & ~active & ~bad)]
+        # the tree levels and the reducer drop descriptors fetched ahead one cycle after the
+        # configuration is taken (a register: the decode of the configuration port reaches no
+        # engine); the job's first row reaches the first level several cycles later
+        start_r = Signal()
+        m.d.sync += start_r.eq(start)
         with m.If(self.cfg.valid & ~active):
             with m.If(bad):
                 m.d.sync += error.eq(1)
             with m.Else():
                 m.d.sync += [
                     active.eq(1), mode.eq(c.mode), seg_rows.eq(d_rows),
-                    tail.eq(uadd(usub(length, 1)[:lg], 1)),
-                    levels_used.eq(lu), k_rows.eq(Const(1, run_rows.bit_length() + 1) << lu),
+                    level_used.eq(Cat(*[ugt(lu, j) for j in range(t.levels)])),
+                    k_rows.eq(Const(1, run_rows.bit_length() + 1) << lu),
                     thr_row.eq(usub(keff, 1)[lg:]), thr_lane.eq(usub(keff, 1)[:lg]),
                     in_active.eq(1), in_row.eq(0), in_segs.eq(nseg), out_segs.eq(nseg),
                     last_row.eq(ueq(d_rows, 1)),
+                    tail_mask.eq(new_mask),
+                    lane_ok.eq(Mux(ueq(d_rows, 1), new_mask, (1 << p) - 1)),
                 ]
 
         # ------------------------------------------------------------ first pass: input
-        m.submodules.ring = ring = RowQueue(width=p * w + 1, depth=t.ring_rows)
+        m.submodules.ring = ring = RowQueue(width=p * w + 1, depth=t.ring_rows, skip=False)
         m.submodules.presort = presort = RowSorter(lanes=p, width=w)
         accept = Signal()
         m.d.comb += [
@@ -258,7 +272,7 @@ class Sorter(wiring.Component):
         comps = []
         for lane in range(p):
             ln = self.i.payload.lanes[lane]
-            lvalid = ~last_row | ugt(tail, lane)
+            lvalid = lane_ok[lane]
             idx = Mux(mode == SorterMode.STAGE1, ln.index,
                       Cat(Const(lane, lg), in_row)[:iw]) if lg else ln.index
             comps.append(Mux(lvalid, Cat(~idx[:iw], ln.key, Const(1, 1)), Const(0, w)))
@@ -268,17 +282,17 @@ class Sorter(wiring.Component):
             presort.i.valid.eq(accept),
             presort.i.payload.eq(Cat(*comps)),
         ]
-        exp_mask = Signal(p)
-        m.d.comb += exp_mask.eq(Mux(last_row, ((Const(1, p + 1) << tail) - 1)[:p], (1 << p) - 1))
+        next_last = Signal()
+        m.d.comb += next_last.eq(Mux(last_row, ueq(seg_rows, 1), ueq(uadd(in_row, 2), seg_rows)))
         with m.If(accept):
             m.d.sync += [in_row.eq(Mux(last_row, 0, uadd(in_row, 1))),
-                         last_row.eq(Mux(last_row, ueq(seg_rows, 1),
-                                         ueq(uadd(in_row, 2), seg_rows)))]
+                         last_row.eq(next_last),
+                         lane_ok.eq(Mux(next_last, tail_mask, (1 << p) - 1))]
             with m.If(last_row):
                 m.d.sync += in_segs.eq(usub(in_segs, 1))
                 with m.If(ueq(in_segs, 1)):
                     m.d.sync += in_active.eq(0)
-            with m.If((self.i.payload.valid != exp_mask) | (self.i.payload.last != last_row)):
+            with m.If((self.i.payload.valid != lane_ok) | (self.i.payload.last != last_row)):
                 m.d.sync += error.eq(1)
 
         # Stage I labels must increase (the output is in arrival order): lanes within a beat
@@ -302,8 +316,8 @@ class Sorter(wiring.Component):
         for j in range(t.levels):
             lvl = MergeLevel(lanes=p, width=w, level=j, max_seg_rows=seg_max)
             m.submodules[f"level{j}"] = lvl
-            m.d.comb += [lvl.seg_rows.eq(seg_rows), lvl.used.eq(ugt(levels_used, j)),
-                         lvl.start.eq(start)]
+            m.d.comb += [lvl.seg_rows.eq(seg_rows), lvl.used.eq(level_used[j]),
+                         lvl.start.eq(start_r)]
             wiring.connect(m, prev, lvl.i)
             prev = lvl.o
             levels.append(lvl)
@@ -311,7 +325,7 @@ class Sorter(wiring.Component):
                                              run_rows=run_rows, max_seg_rows=seg_max)
         wiring.connect(m, prev, red.i)
         m.d.comb += [red.seg_rows.eq(seg_rows), red.k_rows.eq(k_rows),
-                     red.thr_row.eq(thr_row), red.thr_lane.eq(thr_lane), red.start.eq(start)]
+                     red.thr_row.eq(thr_row), red.thr_lane.eq(thr_lane), red.start.eq(start_r)]
 
         # ------------------------------------------------------------ second pass: select
         m.submodules.compact = cmp = Compactor(lanes=p, key_width=kw, index_width=iw)
@@ -325,7 +339,6 @@ class Sorter(wiring.Component):
             s_free.eq(~s_valid | cmp.i.ready),
             pop.eq(ring.r_valid & red.thr.valid & s_free),
             ring.pop.eq(pop),
-            ring.skip.eq(0),
             red.thr.ready.eq(pop & ring_last),
             cmp.i.valid.eq(s_valid),
             cmp.i.payload.eq(s_data),

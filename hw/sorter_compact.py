@@ -80,7 +80,9 @@ class Compactor(wiring.Component):
         total = Signal(range(2 * p + 1))
         m.d.comb += total.eq(uadd(base, Mux(self.i.valid, n, 0)))
         emit_full = Signal()
-        m.d.comb += emit_full.eq(self.i.valid & ugt(total, p))
+        # after a flush the base is 0 and a row alone never overflows: the flush only gates
+        # the comparison, which reads the residual count register directly
+        m.d.comb += emit_full.eq(self.i.valid & ~flush & ugt(uadd(r_cnt, n), p))
 
         with m.If(can):
             with m.If(flush):

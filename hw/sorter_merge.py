@@ -14,7 +14,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .sorter_net import apply_stage, bitonic_merge_network, wires
-from .sorter_queue import LaneQueue, RowQueue
+from .sorter_queue import LaneQueue, RowQueue, late_select
 from .uops import is_zero, uadd, ueq, uge, ugt, ule, usub
 
 __all__ = ["MergeEngine", "MergeLevel", "Reducer"]
@@ -69,9 +69,11 @@ class MergeEngine(wiring.Component):
         self.out_layout = data.StructLayout({"row": row, "step": range(max(2, max_m)),
                                              "tag": 1})
         super().__init__({
-            "a_valid": In(lanes), "a_data": In(row), "a_pop": Out(lanes), "a_end": Out(1),
+            "a_valid": In(lanes), "a_data": In(row),
+            "a_pop_sel": Out(lanes), "a_pop1": Out(lanes), "a_pop0": Out(lanes), "a_end": Out(1),
             "a_amt": Out(data.ArrayLayout(range(max_a + 1), lanes)),
-            "b_valid": In(lanes), "b_data": In(row), "b_pop": Out(lanes), "b_end": Out(1),
+            "b_valid": In(lanes), "b_data": In(row),
+            "b_pop_sel": Out(lanes), "b_pop1": Out(lanes), "b_pop0": Out(lanes), "b_end": Out(1),
             "b_amt": Out(data.ArrayLayout(range(max_b + 1), lanes)),
             "pair_valid": In(1), "pair_a": In(range(max_a + 1)), "pair_b": In(range(max_b + 1)),
             "pair_m": In(range(max_m + 1)), "pair_tag": In(1), "pair_ready": Out(1),
@@ -92,9 +94,12 @@ class MergeEngine(wiring.Component):
         stages = bitonic_merge_network(p)
 
         busy = Signal()
-        rem_a = [Signal(range(self._max_a + 1), name=f"rem_a{j}") for j in range(p)]
-        rem_b = [Signal(range(self._max_b + 1), name=f"rem_b{j}") for j in range(p)]
-        steps = Signal(range(self._max_m + 1))
+        # cur_*: what is left of the pair in progress (busy) or the next pair's sizes (idle),
+        # kept in registers so that no multiplexer on ``busy`` precedes the queues' ``amt``
+        # and the end-of-pair test
+        cur_a = [Signal(range(self._max_a + 1), name=f"cur_a{j}") for j in range(p)]
+        cur_b = [Signal(range(self._max_b + 1), name=f"cur_b{j}") for j in range(p)]
+        cur_m = Signal(range(self._max_m + 1))
         idx = Signal(range(max(2, self._max_m)))
         tag = Signal()
 
@@ -117,8 +122,6 @@ class MergeEngine(wiring.Component):
 
         a_items = [self.a_data[i] for i in range(p)]
         b_items = [self.b_data[i] for i in range(p)]
-        cur_a = wires(m, [Mux(busy, rem_a[j], na_r) for j in range(p)], "cur_a")
-        cur_b = wires(m, [Mux(busy, rem_b[j], nb_r) for j in range(p)], "cur_b")
         ha = wires(m, [~is_zero(c) for c in cur_a], "ha")
         hb = wires(m, [~is_zero(c) for c in cur_b], "hb")
         ok = Signal()
@@ -126,10 +129,8 @@ class MergeEngine(wiring.Component):
                                 for j in range(p)]).all())
         fire = Signal()
         m.d.comb += fire.eq(adv & ok & (busy | nv))
-        nsteps = Signal.like(steps)
         done = Signal()
-        m.d.comb += [nsteps.eq(Mux(busy, usub(steps, 1), usub(nm_r, 1))),
-                     done.eq(is_zero(nsteps))]
+        m.d.comb += done.eq(ueq(cur_m, 1))
 
         taken = Signal()
         load = Signal()
@@ -142,24 +143,43 @@ class MergeEngine(wiring.Component):
                          nm_r.eq(self.pair_m), ntag.eq(self.pair_tag)]
         with m.Elif(taken):
             m.d.sync += nv.eq(0)
+        # the next pair's sizes as they will be after this cycle
+        na_n = Mux(load, self.pair_a, na_r)
+        nb_n = Mux(load, self.pair_b, nb_r)
+        nm_n = Mux(load, self.pair_m, nm_r)
 
+        # pops: the comparator's result only selects between two values prepared from the
+        # registers (both runs have items: ``ge``; only one: that one; take_a = ha & (~hb | ge),
+        # take_b = hb & ~take_a)
+        fd = Signal()
+        m.d.comb += fd.eq(fire & ~done)
         take_a, take_b, sel = [], [], []
+        ges: list = [None] * p
+        pre_a: list = [None] * p
+        pre_b: list = [None] * p
         zero = Const(0, w)
         for i in range(p):
             jb = p - 1 - i
             ge = Signal(name=f"sel{i}_ge")
             m.d.comb += ge.eq(a_items[i] >= b_items[jb])
+            pa1, pa0, pb1, pb0 = wires(m, [fd & ha[i], fd & ha[i] & ~hb[jb],
+                                           fd & hb[jb] & ~ha[i], fd & hb[jb]], f"sel{i}_pre")
+            ges[i] = ge
+            pre_a[i], pre_b[jb] = (pa1, pa0), (pb1, pb0)
             ta, tb = wires(m, [ha[i] & (~hb[jb] | ge), hb[jb] & ~(ha[i] & (~hb[jb] | ge))],
                            f"sel{i}_take")
             take_a.append(ta)
             take_b.append(tb)
             (it,) = wires(m, [Mux(ta, a_items[i], Mux(tb, b_items[jb], zero))], f"sel{i}_item")
             sel.append(it)
-        tb_lane = [take_b[p - 1 - j] for j in range(p)]   # B lane j is compared by p-1-j
 
         m.d.comb += [
-            self.a_pop.eq(Cat(*[fire & ~done & take_a[j] for j in range(p)])),
-            self.b_pop.eq(Cat(*[fire & ~done & tb_lane[j] for j in range(p)])),
+            self.a_pop_sel.eq(Cat(*ges)),
+            self.a_pop1.eq(Cat(*[pre_a[j][0] for j in range(p)])),
+            self.a_pop0.eq(Cat(*[pre_a[j][1] for j in range(p)])),
+            self.b_pop_sel.eq(Cat(*[ges[p - 1 - j] for j in range(p)])),
+            self.b_pop1.eq(Cat(*[pre_b[j][0] for j in range(p)])),
+            self.b_pop0.eq(Cat(*[pre_b[j][1] for j in range(p)])),
             self.a_end.eq(fire & done),
             self.b_end.eq(fire & done),
             self.pair_ready.eq(load),
@@ -172,15 +192,24 @@ class MergeEngine(wiring.Component):
         ]
         for j in range(p):
             m.d.comb += [self.a_amt[j].eq(cur_a[j]), self.b_amt[j].eq(cur_b[j])]
+        # the sizes reload with the next pair's at the end of a pair and while idle; a pop
+        # (late) only selects the decrement
+        reload = Signal()
+        m.d.comb += reload.eq((fire & done) | (~fire & ~busy))
+        m.d.sync += cur_m.eq(Mux(fd, usub(cur_m, 1), Mux(reload, nm_n, cur_m)))
+        for j in range(p):
+            jb = p - 1 - j
+            m.d.sync += [
+                cur_a[j].eq(late_select(ges[j], *pre_a[j], usub(cur_a[j], 1),
+                                        Mux(reload, na_n, cur_a[j]))),
+                cur_b[j].eq(late_select(ges[jb], *pre_b[j], usub(cur_b[j], 1),
+                                        Mux(reload, nb_n, cur_b[j]))),
+            ]
         with m.If(fire):
             m.d.sync += [
                 busy.eq(~done),
-                steps.eq(nsteps),
                 idx.eq(Mux(busy, uadd(idx, 1), 1)),
             ]
-            for j in range(p):
-                m.d.sync += [rem_a[j].eq(Mux(take_a[j], usub(cur_a[j], 1), cur_a[j])),
-                             rem_b[j].eq(Mux(tb_lane[j], usub(cur_b[j], 1), cur_b[j]))]
             with m.If(~busy):
                 m.d.sync += tag.eq(ntag)
         merged = [apply_stage(m, [prow[s][i] for i in range(p)], stage, f"bm{s}")
@@ -199,7 +228,9 @@ def _connect_queue(m: Module, q: LaneQueue, e: MergeEngine, side: str) -> None:
     m.d.comb += [
         getattr(e, f"{side}_valid").eq(q.r_valid),
         getattr(e, f"{side}_data").eq(q.r_data),
-        q.pop.eq(getattr(e, f"{side}_pop")),
+        q.pop_sel.eq(getattr(e, f"{side}_pop_sel")),
+        q.pop1.eq(getattr(e, f"{side}_pop1")),
+        q.pop0.eq(getattr(e, f"{side}_pop0")),
         q.end.eq(getattr(e, f"{side}_end")),
     ]
     amt = getattr(e, f"{side}_amt")
@@ -225,8 +256,10 @@ class MergeLevel(wiring.Component):
     used : In
         Merge (1) or pass rows through (0).
     start : In
-        A job's configuration was accepted (``seg_rows``/``used`` change next cycle): drop the
-        pair descriptor fetched ahead and restart at the segment's first row.
+        A job's configuration was accepted (``seg_rows``/``used`` hold the new job's values
+        from this cycle or the previous one): drop the pair descriptor fetched ahead and
+        restart at the segment's first row. No row of the job may arrive before the cycle
+        after ``start``.
     idle : Out
         Nothing stored, nothing in flight.
     """
@@ -278,18 +311,21 @@ class MergeLevel(wiring.Component):
             nxt = uadd(in_pos, 1)
             m.d.sync += in_pos.eq(Mux(uge(nxt, self.seg_rows), 0, nxt))
 
-        # ---- pair descriptors from the segment position of the next pair
-        e_pos = Signal(pos_range)
+        # ---- pair descriptors from the rows of the segment left for the next pair: a
+        # register (``fresh``: the segment starts, all ``seg_rows`` are left), so each
+        # descriptor is a comparison with constants and the next one a subtraction
+        fresh = Signal(init=1)
+        rem_r = Signal(range(self._max_seg_rows + 1))
         rem = Signal(range(self._max_seg_rows + 1))
         a_len = Signal(range(r + 1))
         b_len = Signal(range(r + 1))
         m_len = Signal(range(2 * r + 1))
         m.d.comb += [
-            rem.eq(usub(self.seg_rows, e_pos)),
+            rem.eq(Mux(fresh, self.seg_rows, rem_r)),
             a_len.eq(Mux(~self.used, 1, Mux(ugt(rem, r), r, rem))),
             b_len.eq(Mux(~self.used, 0, Mux(ugt(rem, 2 * r), r,
                                             Mux(ugt(rem, r), usub(rem, r), 0)))),
-            m_len.eq(uadd(a_len, b_len)),
+            m_len.eq(Mux(~self.used, 1, Mux(ugt(rem, 2 * r), 2 * r, rem))),
             eng.pair_valid.eq(~is_zero(m_len)),
             eng.pair_a.eq(a_len),
             eng.pair_b.eq(b_len),
@@ -298,10 +334,9 @@ class MergeLevel(wiring.Component):
         ]
         m.d.comb += eng.flush.eq(self.start)
         with m.If(self.start):
-            m.d.sync += e_pos.eq(0)
+            m.d.sync += fresh.eq(1)
         with m.Elif(eng.pair_ready):
-            nxt_pair = uadd(e_pos, m_len)
-            m.d.sync += e_pos.eq(Mux(uge(nxt_pair, self.seg_rows), 0, nxt_pair))
+            m.d.sync += [fresh.eq(ule(rem, m_len)), rem_r.eq(usub(rem, m_len))]
 
         _connect_queue(m, qa, eng, "a")
         _connect_queue(m, qb, eng, "b")
@@ -362,7 +397,7 @@ class Reducer(wiring.Component):
         run_max = self._run_rows  # Stage I: K <= list_rows; Stage II: a whole vector
         m.submodules.qrun = qrun = LaneQueue(lanes=p, width=w, depth=kmax + 2)
         m.submodules.qlist = qlist = LaneQueue(lanes=p, width=w, depth=2 * kmax + 2)
-        m.submodules.qthr = qthr = RowQueue(width=w, depth=4)
+        m.submodules.qthr = qthr = RowQueue(width=w, depth=4, skip=False)
         m.submodules.engine = eng = MergeEngine(lanes=p, width=w, max_a=kmax, max_b=run_max,
                                                 max_m=run_max)
 
@@ -372,30 +407,29 @@ class Reducer(wiring.Component):
             self.i.ready.eq(qrun.w_rdy),
         ]
 
-        # ---- run descriptors: run q covers rows [qK, qK + K) of the segment
-        r_pos = Signal(range(self._max_seg_rows + 1))
+        # ---- run descriptors: run q covers rows [qK, qK + K) of the segment; ``rem_r`` the
+        # rows left after the runs described so far (``fresh``: the segment starts)
+        fresh = Signal(init=1)
+        rem_r = Signal(range(self._max_seg_rows + 1))
         rem = Signal(range(self._max_seg_rows + 1))
         b_len = Signal(range(run_max + 1))
-        a_len = Signal(range(kmax + 1))
-        total = Signal(range(kmax + run_max + 1))
         final = Signal()
         m.d.comb += [
-            rem.eq(usub(self.seg_rows, r_pos)),
+            rem.eq(Mux(fresh, self.seg_rows, rem_r)),
             final.eq(ule(rem, self.k_rows)),
             b_len.eq(Mux(final, rem, self.k_rows)),
-            a_len.eq(Mux(is_zero(r_pos), 0, self.k_rows)),
-            total.eq(uadd(a_len, b_len)),
             eng.pair_valid.eq(~is_zero(b_len)),
-            eng.pair_a.eq(a_len),
+            eng.pair_a.eq(Mux(fresh, 0, self.k_rows)),
             eng.pair_b.eq(b_len),
-            eng.pair_m.eq(Mux(ugt(total, self.k_rows), self.k_rows, total)),
+            # min(a + b, K): the first run alone (b <= K), else the list is full
+            eng.pair_m.eq(Mux(fresh, b_len, self.k_rows)),
             eng.pair_tag.eq(final),
         ]
         m.d.comb += eng.flush.eq(self.start)
         with m.If(self.start):
-            m.d.sync += r_pos.eq(0)
+            m.d.sync += fresh.eq(1)
         with m.Elif(eng.pair_ready):
-            m.d.sync += r_pos.eq(Mux(final, 0, uadd(r_pos, self.k_rows)))
+            m.d.sync += [fresh.eq(final), rem_r.eq(usub(rem, self.k_rows))]
         _connect_queue(m, qlist, eng, "a")
         _connect_queue(m, qrun, eng, "b")
 
@@ -417,7 +451,6 @@ class Reducer(wiring.Component):
             self.thr.valid.eq(qthr.r_valid),
             self.thr.payload.eq(qthr.r_data),
             qthr.pop.eq(self.thr.valid & self.thr.ready),
-            qthr.skip.eq(0),
             self.idle.eq(qrun.idle & qlist.idle & qthr.idle & ~eng.active),
         ]
         return m

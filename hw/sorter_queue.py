@@ -9,7 +9,14 @@ from amaranth.lib.wiring import In, Out
 
 from .uops import is_zero, uadd, uge, ult, usub
 
-__all__ = ["LaneQueue", "RowQueue"]
+__all__ = ["LaneQueue", "RowQueue", "late_select"]
+
+
+def late_select(sel, pop1, pop0, popped, kept):
+    """``popped if (pop1 if sel else pop0) else kept``, written so that ``sel`` (a comparator
+    result, the latest signal) drives the last multiplexer: ``pop1``/``pop0`` are the pop for
+    either comparator outcome, prepared from registers."""
+    return Mux(sel, Mux(pop1, popped, kept), Mux(pop0, popped, kept))
 
 
 class RowQueue(wiring.Component):
@@ -27,6 +34,10 @@ class RowQueue(wiring.Component):
         Bits per row.
     depth : int
         Rows (at least 2).
+    skip : bool
+        Build the ``skip`` input (default). Without it the queue only pops, and the read
+        pointer's successor is kept in a register, so ``pop`` only selects the next pointer
+        and count (no adder after it): the sorter's ring buffer and threshold queue.
 
     Members
     -------
@@ -39,26 +50,30 @@ class RowQueue(wiring.Component):
     pop : In
         Remove the head (only while ``r_valid``).
     skip : In
-        Drop this many rows after the popped one (on the stored ones now, the rest on arrival).
+        Drop this many rows after the popped one (on the stored ones now, the rest on arrival);
+        only with ``skip=True``.
     level : Out
         Rows stored (including rows still to be dropped).
     idle : Out
         Empty and nothing left to drop.
     """
 
-    def __init__(self, *, width: int, depth: int) -> None:
+    def __init__(self, *, width: int, depth: int, skip: bool = True) -> None:
         if not isinstance(width, int) or width < 1:
             raise TypeError(f"RowQueue width must be a positive integer, not {width!r}")
         if not isinstance(depth, int) or depth < 2:
             raise TypeError(f"RowQueue depth must be an integer >= 2, not {depth!r}")
         self._width = width
         self._depth = depth
-        super().__init__({
+        self._skip = bool(skip)
+        ports = {
             "w_en": In(1), "w_data": In(width), "w_rdy": Out(1),
             "r_valid": Out(1), "r_data": Out(width), "pop": In(1),
-            "skip": In(range(depth + 1)),
             "level": Out(range(depth + 1)), "idle": Out(1),
-        })
+        }
+        if self._skip:
+            ports["skip"] = In(range(depth + 1))
+        super().__init__(ports)
 
     @property
     def width(self) -> int:
@@ -95,6 +110,8 @@ class RowQueue(wiring.Component):
         ]
         with m.If(self.w_en):
             m.d.sync += wr_ptr.eq(wrap(uadd(wr_ptr, 1)))
+        if not self._skip:
+            return self._pop_only(m, rp, rd_ptr, count, wrap)
 
         want = Signal(range(2 * depth + 1))
         avail = Signal(range(depth + 1))
@@ -116,6 +133,19 @@ class RowQueue(wiring.Component):
         ]
         return m
 
+    def _pop_only(self, m: Module, rp: object, rd_ptr: Signal, count: Signal,
+                  wrap: object) -> Module:
+        rd1 = Signal(range(self._depth), init=1)       # wrap(rd_ptr + 1)
+        m.d.comb += rp.addr.eq(Mux(self.pop, rd1, rd_ptr))
+        m.d.sync += [
+            rd_ptr.eq(Mux(self.pop, rd1, rd_ptr)),
+            rd1.eq(Mux(self.pop, wrap(uadd(rd1, 1)), rd1)),
+            # w_en and pop both arrive late: they select among count - 1, count, count + 1
+            count.eq(Mux(self.pop ^ self.w_en, Mux(self.pop, usub(count, 1), uadd(count, 1)),
+                         count)),
+        ]
+        return m
+
 
 class LaneQueue(wiring.Component):
     """A FIFO of rows whose ``lanes`` columns are read independently: the merge engine's input.
@@ -126,10 +156,14 @@ class LaneQueue(wiring.Component):
     same capacity as a :class:`RowQueue`; small ones become flip-flops). Lane ``j``'s head is
     visible from the cycle after it was written (synchronous, transparent read).
 
-    ``pop[j]`` removes lane ``j``'s head. ``end`` removes ``amt[j]`` items from every lane ``j``
-    at once instead (the rest of a merge pair, including any popped in the same cycle; items
-    still to arrive are dropped on arrival: the count goes negative). ``amt`` comes from
-    registers in the engine, so ``end`` adds no logic after the engine's comparators.
+    ``pop[j]`` removes lane ``j``'s head; it is given as ``pop_sel[j] ? pop1[j] : pop0[j]``
+    (``pop_sel`` the engine's comparator, ``pop1``/``pop0`` the pop for either outcome) so that
+    the comparator drives the last multiplexer before the pointer and count registers
+    (:func:`late_select`). ``end`` removes ``amt[j]`` items from every lane ``j``
+    at once (the rest of a merge pair; never in the same cycle as a ``pop``; items still to
+    arrive are dropped on arrival: the count goes negative). ``amt`` comes from registers in
+    the engine, and every next read pointer and count is computed from registers, so the
+    engine's pop (after its comparators) only selects among them.
 
     Members
     -------
@@ -141,7 +175,7 @@ class LaneQueue(wiring.Component):
         Lane heads present.
     r_data : Out(lanes * width)
         Lane heads (lane ``j`` in bits ``[j*width, (j+1)*width)``).
-    pop : In(lanes)
+    pop_sel, pop1, pop0 : In(lanes)
     end : In(1)
     amt : In(ArrayLayout(range(depth + 1), lanes))
     idle : Out
@@ -157,7 +191,8 @@ class LaneQueue(wiring.Component):
 
         super().__init__({
             "w_en": In(1), "w_data": In(lanes * width), "w_rdy": Out(1),
-            "r_valid": Out(lanes), "r_data": Out(lanes * width), "pop": In(lanes),
+            "r_valid": Out(lanes), "r_data": Out(lanes * width),
+            "pop_sel": In(lanes), "pop1": In(lanes), "pop0": In(lanes),
             "end": In(1), "amt": In(data.ArrayLayout(range(depth + 1), lanes)),
             "idle": Out(1),
         })
@@ -179,24 +214,51 @@ class LaneQueue(wiring.Component):
             m.d.sync += wr_ptr.eq(Mux(uge(uadd(wr_ptr, 1), depth), 0, uadd(wr_ptr, 1)))
         cw = (depth + 1).bit_length() + 1
         fulls, empties = [], []
+
+        def wrap(v):
+            return Mux(uge(v, depth), usub(v, depth), v)
+
         for j in range(p):
             rp = mem.read_port(transparent_for=(wp,))
+            # the read pointer and its successor are registers, and every next value of the
+            # pointer and the count is computed from registers before the pop is known: the
+            # engine's pop (after its comparator) only selects among them
             rd = Signal(range(depth), name=f"rd{j}")
+            rd1 = Signal(range(depth), name=f"rd1_{j}", init=1)
             # two's complement in cw bits (negative: rows to drop on arrival), unsigned ops
             count = Signal(cw, name=f"count{j}")
-            dec = Signal(range(depth + 1), name=f"dec{j}")
-            nxt = Signal(range(2 * depth + 1), name=f"rd_sum{j}")
+            r_amt = Signal(range(depth), name=f"rd_amt{j}")
+            r_amt1 = Signal(range(depth), name=f"rd1_amt{j}")
+            r_inc1 = Signal(range(depth), name=f"rd1_inc{j}")
             rd_next = Signal(range(depth), name=f"rd_next{j}")
+            c_inc = Signal(cw, name=f"count_inc{j}")
+            c_dec = Signal(cw, name=f"count_dec{j}")
+            c_end = Signal(cw, name=f"count_end{j}")
+            c_end1 = Signal(cw, name=f"count_end1_{j}")
             m.d.comb += [
-                dec.eq(Mux(self.end, self.amt[j], self.pop[j])),
-                nxt.eq(uadd(rd, dec)),
-                rd_next.eq(Mux(uge(nxt, depth), usub(nxt, depth), nxt)[:len(rd)]),
+                r_amt.eq(wrap(uadd(rd, self.amt[j]))[:len(rd)]),
+                r_amt1.eq(wrap(uadd(rd1, self.amt[j]))[:len(rd)]),
+                r_inc1.eq(wrap(uadd(rd1, 1))[:len(rd)]),
+                c_inc.eq(uadd(count, 1)[:cw]),
+                c_dec.eq(usub(count, 1)[:cw]),
+                c_end.eq(usub(count, self.amt[j])[:cw]),
+                c_end1.eq(usub(uadd(count, 1), self.amt[j])[:cw]),
+                # pop and end never come together: the pop (latest) selects last
+                rd_next.eq(late_select(self.pop_sel[j], self.pop1[j], self.pop0[j], rd1,
+                                       Mux(self.end, r_amt, rd))),
                 rp.addr.eq(rd_next),
                 self.r_valid[j].eq(~count[cw - 1] & ~is_zero(count)),
                 self.r_data[j * w:(j + 1) * w].eq(rp.data[j * w:(j + 1) * w]),
             ]
             m.d.sync += [rd.eq(rd_next),
-                         count.eq(usub(uadd(count, self.w_en), dec)[:cw])]
+                         rd1.eq(late_select(self.pop_sel[j], self.pop1[j], self.pop0[j],
+                                            r_inc1, Mux(self.end, r_amt1, rd1))),
+                         # w_en, pop and end arrive late: they select among values computed
+                         # from registers
+                         count.eq(late_select(self.pop_sel[j], self.pop1[j], self.pop0[j],
+                                              Mux(self.w_en, count, c_dec),
+                                              Mux(self.end, Mux(self.w_en, c_end1, c_end),
+                                                  Mux(self.w_en, c_inc, count))))]
             fulls.append(count[cw - 1] | ult(count[:cw - 1], depth))
             empties.append(is_zero(count))
         m.d.comb += [self.w_rdy.eq(Cat(*fulls).all()), self.idle.eq(Cat(*empties).all())]

