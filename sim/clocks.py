@@ -6,6 +6,10 @@ clock comes, in this order of precedence, from
 
 1. ``user``: ``AcceleratorParams.<block>_clock_hz`` > 0, with ``clock_source`` saying where the
    number comes from;
+0. except the ``pe_array``, which runs at ``clock_hz`` unless set by hand: it is the baseline
+   accelerator's clock, the reference HiKV's blocks are checked against (the baseline is an
+   assumed system; our model of its lanes is an area model, its timing estimate is reported
+   for information, :func:`_pe_reference`);
 2. ``sta``: the timing flow's ASIC estimate at the preset's node
    (:func:`hikv.sim.sta.block_clock`; for the PE array the slower of the MAC lane and the exp
    unit, :func:`hikv.sim.sta.design_sta`), which synthesises through the area flow's cache and
@@ -153,6 +157,27 @@ def accelerator_clocks(cfg: Config, *, check: bool = True) -> Clocks:
         return assumed_clocks(cfg, "synthesis not allowed")
     blocks = {}
     for b in CLOCK_BLOCKS:
+        if b == "pe_array":
+            blocks[b] = _user(cfg, b) or _pe_reference(cfg)
+            continue
         blocks[b] = (_user(cfg, b) or (_sta(cfg, b) if _used(cfg, b)
                                        else _assumed(cfg, b, "block not used by this preset")))
     return Clocks(cfg.accel.clock_policy, blocks)
+
+
+def _pe_reference(cfg: Config) -> BlockClock:
+    """The PE array runs at the baseline accelerator's clock, ``accel.clock_hz``: the reference
+    HiKV's blocks are checked against (the baseline is an assumed system, as the seed's is).
+    Our model of its lanes (:mod:`hikv.hw.baseline_pe`) is an area model whose fp32 accumulate
+    is not pipelined; its timing estimate is reported beside the clock, not used: a baseline
+    built at ``clock_hz`` pipelines that loop (a few registers per lane). Set
+    ``accel.pe_array_clock_hz`` (with ``clock_source``) to time the PE array otherwise."""
+    est = _sta(cfg, "pe_array")
+    mhz = est.hz / 1e6
+    return BlockClock(
+        "pe_array", float(cfg.accel.clock_hz), "assumed",
+        "assumed: accel.clock_hz, the baseline accelerator's clock and the reference of the "
+        f"other blocks; our area model of its lanes (hw/baseline_pe, fp32 accumulate not "
+        f"pipelined) would close {mhz:,.0f} MHz by the timing flow, so a baseline at this "
+        "clock needs a pipelined accumulate",
+        f"not used, for information: {est.critical_path}")

@@ -153,7 +153,9 @@ def test_sta_clocks_of_tiny():
         c = ck.blocks[b]
         assert c.origin == "sta" and c.hz == pytest.approx(block_clock(b, cfg)["clock_hz"])
         assert c.critical_path and "Stillmaker-Baas" in c.source
-    assert ck.blocks["pe_array"].origin == "sta"
+    pe = ck.blocks["pe_array"]   # the reference: clock_hz, with our lanes' estimate beside it
+    assert pe.origin == "assumed" and pe.hz == cfg.accel.clock_hz
+    assert "would close" in pe.source and pe.critical_path.startswith("not used")
     assert ck.blocks["scorer"].origin == "assumed" and not ck.blocks["scorer"].used
     spec = _specs(cfg)[Method.HIKV]
     a = attention_cost(spec, cfg, clocks=ck)
