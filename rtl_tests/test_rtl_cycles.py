@@ -36,7 +36,7 @@ def test_tiny_cycles_equal_the_model_and_the_recorded_table():
     for block in ("sorter", "loader"):
         now = sorted((r for r in rows if r["block"] == block), key=repr)
         gold = sorted(golden_rows("tiny", block), key=repr)
-        assert len(now) > 30, (block, len(now))
+        assert len(now) >= 30, (block, len(now))
         assert now == gold, (f"tiny {block}: measured cycles differ from "
                              "tests/golden/rtl_cycles.json (refresh with HIKV_UPDATE_GOLDEN=1 "
                              "if the RTL's timing changed on purpose)")

@@ -169,8 +169,9 @@ def _clock_lines(rep: Report) -> list[str]:
         out.append(f"| {b}{used} | {c['hz'] / 1e6:.0f} | {c['effective_hz'] / 1e6:.0f} | "
                    f"{c['origin']} | {c['source']} | {c['critical_path'] or '-'} |")
     if ck["assumed"]:
-        out += ["", "**Assumed, not checked:** " + ", ".join(ck["assumed"]) + " (no timing "
-                "estimate: synthesis not allowed or not possible)."]
+        out += ["", "**Assumed, not checked:** " + ", ".join(ck["assumed"]) + " (the PE array: "
+                "the baseline accelerator's clock, the reference; any other block: no timing "
+                "estimate, synthesis not allowed or not possible)."]
     return out
 
 
