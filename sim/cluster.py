@@ -51,7 +51,7 @@ from .cluster_params import ClusterParams
 from .cluster_sched import EwsjfPolicy, OutputPredictor, PredictorEval
 from .router import InstanceView, jain_index, make_decode_router, make_router
 from .scheduler import Policy, get_policy
-from .serving import ServingResult, _Engine, _result, _Seq
+from .serving import RequestTimes, ServingResult, _Engine, _result, _Seq, nan_percentile
 from .step_cost import DEFAULT_STEP_COST, IterationBatch, StepCostModel, make_step_cost
 from .workload import Workload
 
@@ -74,7 +74,7 @@ def transfer_bytes(cfg: Config, spec: MethodSpec, prompt: Any) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ClusterResult:
+class ClusterResult(RequestTimes):
     """One cluster run. Per-request arrays follow the served workload's order; times are
     seconds from its first arrival. ``instances`` holds each instance's own
     :class:`~hikv.sim.serving.ServingResult` (its sequences, queues, Little's law)."""
@@ -108,34 +108,9 @@ class ClusterResult:
     events: int
 
     @property
-    def ttft_s(self) -> np.ndarray:
-        return self.first_token_s - self.arrival_s
-
-    @property
-    def e2e_s(self) -> np.ndarray:
-        return self.finish_s - self.arrival_s
-
-    @property
-    def tpot_s(self) -> np.ndarray:
-        """Mean time per output token after the first (NaN for one-token outputs); in a P/D
-        cluster it includes the KV transfer and the wait for a decode slot."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            t = (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
-        return np.where(self.output_tokens > 1, t, np.nan)
-
-    @property
     def slowdown(self) -> np.ndarray:
         """End-to-end time over the time the request takes served alone."""
         return self.e2e_s / self.isolated_s
-
-    def slo_met(self) -> np.ndarray:
-        s = self.config.serving
-        tpot = self.tpot_s
-        return (self.ttft_s <= s.ttft_slo_s) & (np.isnan(tpot) | (tpot <= s.tpot_slo_s))
-
-    @property
-    def makespan_s(self) -> float:
-        return float(self.finish_s.max() - self.arrival_s.min())
 
     def instance_tokens(self) -> np.ndarray:
         """Tokens each instance processed (prefill, recomputation included, plus decode)."""
@@ -150,10 +125,6 @@ class ClusterResult:
         n = len(self.arrival_s)
         span = self.makespan_s
 
-        def pct(x: np.ndarray, q: float) -> float:
-            x = x[~np.isnan(x)]
-            return float(np.percentile(x, q)) if x.size else math.nan
-
         out: dict[str, Any] = {
             "layout": p.label, "method": self.method, "method_label": self.spec.label,
             "instances": p.instances, "replicas": p.replicas if not p.prefill else 0,
@@ -167,7 +138,7 @@ class ClusterResult:
         for name, x in (("ttft", self.ttft_s), ("tpot", self.tpot_s), ("e2e", self.e2e_s),
                         ("slowdown", self.slowdown)):
             for q in (50, 90, 99):
-                out[f"{name}_p{q}" + ("" if name == "slowdown" else "_s")] = pct(x, q)
+                out[f"{name}_p{q}" + ("" if name == "slowdown" else "_s")] = nan_percentile(x, q)
         ship = self.transfer_bytes
         moved = self.transfer_end_s - self.transfer_start_s
         little = [(r, steady_state(r)[0]) for r in self.instances if r.little.requests]
@@ -177,8 +148,8 @@ class ClusterResult:
             "preemptions": int(self.preemptions.sum()),
             "transfer_bytes_total": int(ship.sum()),
             "transfer_bytes_mean": float(ship.mean()),
-            "transfer_s_p50": pct(np.where(ship > 0, moved, np.nan), 50),
-            "transfer_s_p99": pct(np.where(ship > 0, moved, np.nan), 99),
+            "transfer_s_p50": nan_percentile(np.where(ship > 0, moved, np.nan), 50),
+            "transfer_s_p99": nan_percentile(np.where(ship > 0, moved, np.nan), 99),
             "jain_tokens": jain_index(self.instance_tokens()),
             "reconfigurations": sum(1 for i, (_, _, role) in enumerate(self.roles)
                                     if i >= p.instances and role in ("prefill", "decode")),

@@ -64,8 +64,8 @@ from .scheduler import Policy, get_policy
 from .step_cost import DEFAULT_STEP_COST, IterationBatch, StepCostModel, make_step_cost
 from .workload import Workload
 
-__all__ = ["LittleCheck", "ServingResult", "simulate", "little_check", "kv_capacity_blocks",
-           "block_bytes"]
+__all__ = ["LittleCheck", "RequestTimes", "ServingResult", "nan_percentile", "simulate",
+           "little_check", "kv_capacity_blocks", "block_bytes"]
 
 _ARRIVAL, _ITERATION = 0, 1
 
@@ -106,8 +106,47 @@ class LittleCheck:
         return (self.L - lw) / lw if lw > 0 else math.nan
 
 
+def nan_percentile(x: np.ndarray, q: float) -> float:
+    """The ``q``-th percentile of ``x`` ignoring NaNs (NaN when nothing is left)."""
+    x = x[~np.isnan(x)]
+    return float(np.percentile(x, q)) if x.size else math.nan
+
+
+class RequestTimes:
+    """Per-request latencies of a result with ``arrival_s``, ``first_token_s``, ``finish_s``,
+    ``output_tokens`` and ``config`` (one replica, :class:`ServingResult`, or a cluster,
+    :class:`hikv.sim.cluster.ClusterResult`)."""
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        return self.first_token_s - self.arrival_s  # type: ignore[attr-defined]
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        return self.finish_s - self.arrival_s  # type: ignore[attr-defined]
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """Mean time per output token after the first (NaN for one-token outputs); in a P/D
+        cluster it includes the KV transfer and the wait for a decode slot."""
+        out = self.output_tokens  # type: ignore[attr-defined]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t = (self.finish_s - self.first_token_s) / (out - 1)  # type: ignore[attr-defined]
+        return np.where(out > 1, t, np.nan)
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.finish_s.max() - self.arrival_s.min())  # type: ignore[attr-defined]
+
+    def slo_met(self) -> np.ndarray:
+        """Requests meeting both the TTFT and the TPOT SLO (one-token outputs: TTFT only)."""
+        s = self.config.serving  # type: ignore[attr-defined]
+        tpot = self.tpot_s
+        return (self.ttft_s <= s.ttft_slo_s) & (np.isnan(tpot) | (tpot <= s.tpot_slo_s))
+
+
 @dataclass(frozen=True)
-class ServingResult:
+class ServingResult(RequestTimes):
     """One simulated run. Per-request arrays are indexed by request (workload order);
     times are seconds from the first arrival."""
 
@@ -141,36 +180,10 @@ class ServingResult:
     wall_s: float
     admission: str = "chunk"         # the policy's admission rule (hikv.sim.scheduler)
 
-    # ----------------------------------------------------------------- latencies
-    @property
-    def ttft_s(self) -> np.ndarray:
-        return self.first_token_s - self.arrival_s
-
-    @property
-    def e2e_s(self) -> np.ndarray:
-        return self.finish_s - self.arrival_s
-
-    @property
-    def tpot_s(self) -> np.ndarray:
-        """Mean time per output token after the first (NaN for one-token outputs)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            t = (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
-        return np.where(self.output_tokens > 1, t, np.nan)
-
     @property
     def wait_s(self) -> np.ndarray:
         """Time from arrival to the first schedule."""
         return self.first_scheduled_s - self.arrival_s
-
-    @property
-    def makespan_s(self) -> float:
-        return float(self.finish_s.max() - self.arrival_s.min())
-
-    def slo_met(self) -> np.ndarray:
-        """Requests meeting both the TTFT and the TPOT SLO (one-token outputs: TTFT only)."""
-        s = self.config.serving
-        tpot = self.tpot_s
-        return (self.ttft_s <= s.ttft_slo_s) & (np.isnan(tpot) | (tpot <= s.tpot_slo_s))
 
     @property
     def kv_utilisation_mean(self) -> float:
@@ -181,10 +194,6 @@ class ServingResult:
         """Headline metrics as a flat dict (units in the keys)."""
         n = len(self.arrival_s)
         span = self.makespan_s
-
-        def pct(x: np.ndarray, q: float) -> float:
-            x = x[~np.isnan(x)]
-            return float(np.percentile(x, q)) if x.size else math.nan
 
         out: dict[str, Any] = {
             "method": self.method,
@@ -203,7 +212,7 @@ class ServingResult:
         for name, x in (("ttft", self.ttft_s), ("tpot", self.tpot_s), ("e2e", self.e2e_s)):
             out[f"{name}_mean_s"] = float(np.nanmean(x)) if (~np.isnan(x)).any() else math.nan
             for q in (50, 90, 99):
-                out[f"{name}_p{q}_s"] = pct(x, q)
+                out[f"{name}_p{q}_s"] = nan_percentile(x, q)
         out.update({
             "slo_attainment": float(self.slo_met().mean()),
             "preemptions": int(self.preemptions.sum()),
