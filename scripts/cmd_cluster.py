@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "fcfs, ewsjf (default: fcfs)")
     p.add_argument("--quantile", type=float, help="QUARTZ quantile (default 0.9)")
     p.add_argument("--cost-model", default=None, help="per-iteration latency model "
-                   "(default: attention-model)")
+                   "(default: attention-model-eff, as hikv serve)")
     p.add_argument("--goodput", action="store_true",
                    help="also search each configuration's goodput (runs it many times)")
     p.add_argument("--out", metavar="DIR", help="write summary.csv, decisions.csv, tails.png")
@@ -80,7 +80,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
-    import math
 
     from hikv.io import prepare_out_dir
     from hikv.params import ParamError
@@ -102,16 +101,11 @@ def run(args: argparse.Namespace) -> int:
     )
     from hikv.sim.cluster_sched import split_workload
     from hikv.sim.step_cost import DEFAULT_STEP_COST
-    from hikv.sim.workload import MAX_REQUESTS, poisson_workload, read_azure_trace
+    from hikv.sim.workload import poisson_workload, read_azure_trace
 
-    if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
-        raise ParamError(f"--rate = {args.rate} is out of range: allowed a finite number > 0 "
-                         "(requests per second)")
-    for flag, v in (("--requests", args.requests), ("--max-requests", args.max_requests)):
-        if v is not None and not 1 <= v <= MAX_REQUESTS:
-            raise ParamError(f"{flag} = {v} is out of range: allowed [1, {MAX_REQUESTS}]")
-    if not 0 <= args.seed < 2**63:
-        raise ParamError(f"--seed = {args.seed} is out of range: allowed [0, 2**63 - 1]")
+    from .cmd_serve import check_workload_flags
+
+    check_workload_flags(args)
     if args.replicas is not None and not 1 <= args.replicas <= 1024:
         raise ParamError(f"--replicas = {args.replicas} is out of range: allowed [1, 1024]")
     pds = [parse_pd(x.strip()) for x in args.pd.split(",")] if args.pd else []

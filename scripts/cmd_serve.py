@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from hikv.sim.step_cost import DEFAULT_STEP_COST
     from hikv.sim.workload import poisson_workload, read_azure_trace
 
-    _check_numbers(args)
+    check_workload_flags(args)
     out = (prepare_out_dir(args.out, OWNED, force=args.force) if args.out else None)
     cfg = with_overrides(get_preset(args.preset or ("paper" if args.device else "default")),
                          args.set)
@@ -233,10 +233,10 @@ def run(args: argparse.Namespace) -> int:
 OWNED = ("summary.csv", "requests_*.csv", "latency_cdf.png", "kv_use.png")
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
+def check_workload_flags(args: argparse.Namespace) -> None:
     """The flags no parameter class checks, before any work (ParamError names the flag);
     --token-budget, --max-running and the SLOs are checked by ServingParams, --rate and
-    --requests of a Poisson workload also by SyntheticWorkload."""
+    --requests of a Poisson workload also by SyntheticWorkload. ``hikv cluster`` shares it."""
     import math
 
     from hikv.params import ParamError
