@@ -7,7 +7,7 @@ tails_<trace>.png and goodput.png into --out.
     python benchmarks/cluster_bench.py --out out/cluster --quick    # under 2 min
 
 Every number comes from :func:`hikv.sim.cluster.simulate_cluster` (and
-:func:`hikv.sim.cluster.cluster_goodput`); the command line and code version are recorded in
+:func:`hikv.sim.cluster_goodput.cluster_goodput`); the command line and code version are recorded in
 every row. Run ``--jobs N`` to spread configurations over N local processes.
 """
 
@@ -23,7 +23,8 @@ from typing import Any
 
 from hikv.params import ParamError
 from hikv.presets import get_preset, resolve_methods
-from hikv.sim.cluster import cluster_goodput, simulate_cluster
+from hikv.sim.cluster import simulate_cluster
+from hikv.sim.cluster_goodput import cluster_goodput
 from hikv.sim.cluster_params import ClusterParams, DynamicRatio, get_link
 from hikv.sim.cluster_report import markdown_table, plot_tails, result_row, write_rows
 from hikv.sim.cluster_sched import split_workload

@@ -1,23 +1,28 @@
 """Simulate serving on a cluster: replicas behind a router, or prefill/decode (P/D)
 disaggregation with KV transfer, each instance the single-replica engine of `hikv serve`.
 
-Layouts: --replicas N (aggregated: every instance prefills and decodes) and/or --pd P:D
-(P prefill and D decode instances; comma-separated to compare several; --dynamic moves
-instances between the pools). Every layout runs with every --router (round-robin,
+`hikv cluster` is `hikv serve` with cluster flags: both take the same flag definitions
+(:func:`add_cluster_arguments`, added to `hikv serve`'s), and `hikv serve` runs this whenever a
+cluster flag is given. Layouts: --cluster NAME (a preset of
+:data:`hikv.sim.cluster_params.CLUSTER_PRESETS`; flags override its fields), --replicas N
+(aggregated: every instance prefills and decodes) and/or --pd P:D (P prefill and D decode
+instances; comma-separated to compare several; --dynamic-ratio dopd|threshold, or --dynamic for
+dopd, moves instances between the pools). Every layout runs with every --router (round-robin,
 least-tokens, p2c, quartz, quartz-mean), every --scheduler (fcfs, ewsjf) and every --method.
 
 Workload: an Azure trace (--trace FILE, rescaled with --rate R requests/s) or Poisson arrivals
 (--rate, --requests, --seed). The first --train-fraction of the requests trains the output-length
-predictor (routers, EWSJF, MAPS); the rest is served, and the predictor's error on it is
-printed first (against predicting the training median for every request).
+predictor (routers, EWSJF, MAPS, DOPD's decode work); the rest is served, and the predictor's
+error on it is printed first (against predicting the training median for every request).
 
 Prints one line per configuration: TTFT and TPOT P50/P90/P99 (ms), the fraction meeting both
 SLOs, goodput (requests/s, with --goodput), mean KV shipped per request (MB), P99 transfer
 time, preemptions, Jain's index of the tokens processed per instance, P99 slowdown (time in
-the system over the time served alone), reconfigurations (--dynamic), the worst Little's-law
-error over the instances in a steady state, and the simulation time. --out DIR writes
-summary.csv (every configuration field, seed, code version), decisions.csv (the router's
-decision and the KV transfer of every request of every run) and tails.png (TTFT/TPOT CDFs).
+the system over the time served alone), reconfigurations (dynamic ratio), the worst
+Little's-law error over the pools (every term over the same window; exact under overload),
+and the simulation time. --out DIR writes summary.csv (every configuration field, seed, code
+version), decisions.csv (the router's decision and the KV transfer of every request of every
+run) and tails.png (TTFT/TPOT CDFs).
 """
 
 from __future__ import annotations
@@ -25,69 +30,88 @@ from __future__ import annotations
 import argparse
 import sys
 
-HELP = "simulate a serving cluster: replicas and routers, P/D disaggregation, schedulers"
+HELP = "simulate a serving cluster (hikv serve with cluster flags): routers, P/D, schedulers"
 
-#: The files ``hikv cluster --out`` writes (cleared by --force).
+#: The files ``hikv cluster --out`` (``hikv serve`` with cluster flags) writes (cleared by
+#: --force).
 OWNED = ("summary.csv", "decisions.csv", "tails.png")
+
+#: The flags that make ``hikv serve`` a cluster run (their ``args`` names).
+CLUSTER_FLAGS = ("cluster", "replicas", "pd", "dynamic_ratio", "reconfig_s", "router",
+                 "decode_router", "link", "scheduler", "quantile", "train_fraction")
+
+#: ``hikv serve`` flags a cluster run does not take (per-replica device and policy options).
+SERVE_ONLY = ("device", "profile", "device_memory", "breakdown", "section", "export_vidur",
+              "policy", "admission")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="paper", help="configuration preset (default: paper)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override a preset parameter (repeatable)")
-    p.add_argument("--method", default="full,hikv-evict",
-                   help="KV method(s), comma-separated (default: full,hikv-evict)")
-    p.add_argument("--trace", metavar="FILE", help="Azure LLM inference trace CSV")
-    p.add_argument("--rate", type=float, metavar="R",
-                   help="arrival rate in requests/s (Poisson rate, or the trace rescaled)")
-    p.add_argument("--requests", type=int, metavar="N", help="Poisson requests")
-    p.add_argument("--max-requests", type=int, metavar="N",
-                   help="use only the first N requests of --trace")
-    p.add_argument("--seed", type=int, default=0,
-                   help="Poisson workload seed and the p2c router's seed (default: 0)")
-    p.add_argument("--train-fraction", type=float, default=0.3, metavar="F",
-                   help="fraction of the requests (the first ones) that trains the output-"
-                        "length predictor; the rest is served (default 0.3; 0: train on all)")
-    p.add_argument("--replicas", type=int, metavar="N",
+    """`hikv cluster`: every `hikv serve` flag (one set of definitions)."""
+    from .cmd_serve import add_arguments as serve_arguments
+
+    serve_arguments(p)
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """The cluster flags (shared by `hikv serve` and `hikv cluster`); every default is None,
+    so a run is a cluster run exactly when one is given."""
+    g = p.add_argument_group("cluster (any of these makes hikv serve a cluster run; "
+                             "default preset paper, methods full,hikv-evict)")
+    g.add_argument("--cluster", metavar="NAME",
+                   help="cluster layout preset: agg4, pd2:2, pd3:1, pd-dopd (flags below "
+                        "override its fields)")
+    g.add_argument("--replicas", type=int, metavar="N",
                    help="aggregated pool of N instances (default 4 when no --pd is given)")
-    p.add_argument("--pd", metavar="P:D[,P:D...]",
+    g.add_argument("--pd", metavar="P:D[,P:D...]",
                    help="disaggregated layouts: P prefill and D decode instances")
-    p.add_argument("--dynamic", action="store_true",
-                   help="with --pd: also run each P:D with the dynamic ratio")
-    p.add_argument("--reconfig-s", type=float, metavar="S",
-                   help="with --dynamic: seconds an instance is down to change role "
+    g.add_argument("--dynamic-ratio", metavar="RULE",
+                   help="with --pd: also run each P:D with a dynamic ratio: dopd (DOPD's "
+                        "forecast-and-ratio rule) or threshold (backlog/KV thresholds)")
+    g.add_argument("--dynamic", dest="dynamic_ratio", action="store_const", const="dopd",
+                   help="the same as --dynamic-ratio dopd")
+    g.add_argument("--reconfig-s", type=float, metavar="S",
+                   help="with a dynamic ratio: seconds an instance is down to change role "
                         "(default: DynamicRatio's)")
-    p.add_argument("--router", default="round-robin",
+    g.add_argument("--router",
                    help="router(s), comma-separated: round-robin, least-tokens, p2c, quartz, "
                         "quartz-mean, or 'all' (default: round-robin)")
-    p.add_argument("--decode-router", default="round-robin",
+    g.add_argument("--decode-router",
                    help="with --pd: round-robin, least-kv or maps (default: round-robin)")
-    p.add_argument("--link", default="rdma-200",
+    g.add_argument("--link",
                    help="with --pd: KV link preset: nvlink, rdma-400, rdma-200, ideal "
                         "(default: rdma-200)")
-    p.add_argument("--scheduler", default="fcfs",
+    g.add_argument("--scheduler",
                    help="waiting order(s) of the instances that prefill, comma-separated: "
                         "fcfs, ewsjf (default: fcfs)")
-    p.add_argument("--quantile", type=float, help="QUARTZ quantile (default 0.9)")
-    p.add_argument("--cost-model", default=None, help="per-iteration latency model "
-                   "(default: attention-model-eff, as hikv serve)")
-    p.add_argument("--goodput", action="store_true",
-                   help="also search each configuration's goodput (runs it many times)")
-    p.add_argument("--out", metavar="DIR", help="write summary.csv, decisions.csv, tails.png")
-    p.add_argument("--force", action="store_true",
-                   help="replace the files of an earlier run in --out")
+    g.add_argument("--quantile", type=float, help="QUARTZ quantile (default 0.9)")
+    g.add_argument("--train-fraction", type=float, metavar="F",
+                   help="fraction of the requests (the first ones) that trains the output-"
+                        "length predictor; the rest is served (default 0.3; 0: train on all)")
+
+
+def is_cluster_run(args: argparse.Namespace) -> bool:
+    """Whether ``args`` (of `hikv serve`) hold a cluster flag."""
+    return any(getattr(args, f, None) is not None for f in CLUSTER_FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:
+    """`hikv cluster`: a cluster run of `hikv serve`'s flags (default --replicas 4)."""
+    return run_cluster(args)
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    """Run the cluster flags of ``args`` (module docstring)."""
     import dataclasses
 
     from hikv.io import prepare_out_dir
     from hikv.params import ParamError
     from hikv.presets import get_preset, resolve_methods, with_overrides
     from hikv.sim.cluster_params import (
+        RATIO_POLICIES,
         ROUTERS,
         ClusterParams,
         DynamicRatio,
+        get_cluster_preset,
         get_link,
     )
     from hikv.sim.cluster_report import (
@@ -103,28 +127,52 @@ def run(args: argparse.Namespace) -> int:
     from hikv.sim.step_cost import DEFAULT_STEP_COST
     from hikv.sim.workload import poisson_workload, read_azure_trace
 
-    from .cmd_serve import check_workload_flags
+    from .cmd_serve import check_workload_flags, serving_config
 
     check_workload_flags(args)
+    given = [f"--{f.replace('_', '-')}" for f in SERVE_ONLY
+             if getattr(args, f, None) not in (None, False)]
+    if getattr(args, "tp", 1) != 1:
+        given.append("--tp")
+    if given:
+        raise ParamError(f"{', '.join(given)}: not available in a cluster run (a cluster flag "
+                         "was given); the cluster's instances serve with the preset's policy "
+                         "on the modelled accelerator")
     if args.replicas is not None and not 1 <= args.replicas <= 1024:
         raise ParamError(f"--replicas = {args.replicas} is out of range: allowed [1, 1024]")
+    pre = get_cluster_preset(args.cluster) if args.cluster else None
     pds = [parse_pd(x.strip()) for x in args.pd.split(",")] if args.pd else []
-    if not pds and (args.dynamic or args.reconfig_s is not None):
-        raise ParamError("--dynamic and --reconfig-s need --pd P:D")
-    routers = list(ROUTERS) if args.router == "all" else [
-        r.strip() for r in args.router.split(",")]
-    scheds = [s.strip() for s in args.scheduler.split(",")]
-    link = get_link(args.link)
+    dyn_rule = args.dynamic_ratio
+    if dyn_rule is not None and dyn_rule not in RATIO_POLICIES:
+        raise ParamError(f"--dynamic-ratio = {dyn_rule!r} is not one of: "
+                         f"{', '.join(RATIO_POLICIES)}")
+    if pre is not None and args.replicas is None and not pds:
+        # the preset's layout (flags override every other field)
+        if pre.prefill:
+            pds = [(pre.prefill, pre.decode)]
+            if pre.dynamic is not None and dyn_rule is None:
+                dyn_rule = pre.dynamic.policy
+    if not pds and (dyn_rule is not None or args.reconfig_s is not None):
+        raise ParamError("--dynamic-ratio (--dynamic) and --reconfig-s need --pd P:D")
+    base = pre or ClusterParams()
+    router = args.router or base.router
+    routers = list(ROUTERS) if router == "all" else [r.strip() for r in router.split(",")]
+    scheds = [s.strip() for s in (args.scheduler or base.scheduler).split(",")]
+    link = get_link(args.link) if args.link else base.link
     dyn = None
-    if args.dynamic:
-        dyn = (DynamicRatio(reconfig_s=args.reconfig_s) if args.reconfig_s is not None
-               else DynamicRatio())
-    base = ClusterParams(seed=args.seed, train_fraction=args.train_fraction, link=link,
-                         decode_router=args.decode_router,
-                         **({"quantile": args.quantile} if args.quantile is not None else {}))
+    if dyn_rule is not None:
+        d0 = pre.dynamic if pre is not None and pre.dynamic is not None else DynamicRatio()
+        dyn = dataclasses.replace(d0, policy=dyn_rule, **(
+            {"reconfig_s": args.reconfig_s} if args.reconfig_s is not None else {}))
+    over = {k: v for k, v in (("train_fraction", args.train_fraction),
+                              ("quantile", args.quantile),
+                              ("decode_router", args.decode_router)) if v is not None}
+    base = dataclasses.replace(base, seed=args.seed, link=link, prefill=0, decode=0,
+                               dynamic=None, **over)
     layouts = []
     if args.replicas is not None or not pds:
-        layouts.append({"replicas": args.replicas or 4})
+        layouts.append({"replicas": args.replicas or (pre.replicas if pre is not None
+                                                      and not pre.prefill else 4)})
     for p, d in pds:
         layouts.append({"prefill": p, "decode": d})
         if dyn is not None:
@@ -132,8 +180,8 @@ def run(args: argparse.Namespace) -> int:
     params = [dataclasses.replace(base, router=r, scheduler=s, **lay)
               for lay in layouts for r in routers for s in scheds]
     out = prepare_out_dir(args.out, OWNED, force=args.force) if args.out else None
-    cfg = with_overrides(get_preset(args.preset), args.set)
-    methods = list(resolve_methods(cfg, args.method))
+    cfg = serving_config(with_overrides(get_preset(args.preset or "paper"), args.set), args)
+    methods = list(resolve_methods(cfg, args.method or "full,hikv-evict"))
     if args.trace:
         if args.requests is not None:
             raise ParamError("--requests is for Poisson workloads; use --max-requests with "
@@ -146,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         wl = poisson_workload(cfg.serving.synthetic, seed=args.seed, rate_per_s=args.rate,
                               requests=args.requests)
         seed = args.seed
-    predictor, served = split_workload(wl, args.train_fraction, q=base.quantile)
+    predictor, served = split_workload(wl, base.train_fraction, q=base.quantile)
     if args.trace and args.rate is not None:
         served = served.at_rate(args.rate)
     ev = predictor.evaluate(served.prompt_tokens, served.output_tokens)

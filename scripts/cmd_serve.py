@@ -36,9 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(repeatable)")
     from hikv.presets import METHOD_NAMES
 
-    p.add_argument("--method", default="hikv",
+    p.add_argument("--method",
                    help=f"KV method(s), comma-separated, or 'all': {', '.join(METHOD_NAMES)}, "
-                        "or method labels such as tova@128, h2o@256/avg (default: hikv)")
+                        "or method labels such as tova@128, h2o@256/avg (default: hikv; "
+                        "full,hikv-evict in a cluster run)")
     p.add_argument("--trace", metavar="FILE",
                    help="Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,"
                         "GeneratedTokens)")
@@ -49,7 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Poisson requests (default: the preset's serving.synthetic.requests)")
     p.add_argument("--max-requests", type=int, metavar="N",
                    help="replay only the first N requests of --trace")
-    p.add_argument("--seed", type=int, default=0, help="Poisson workload seed (default: 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="Poisson workload seed, and the p2c router's in a cluster run "
+                        "(default: 0)")
     p.add_argument("--policy", help="scheduler policy: vllm-v1, sjf, serial, sarathi "
                                     "(default: the preset's serving.policy)")
     p.add_argument("--admission", choices=("chunk", "prompt"),
@@ -97,9 +100,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "for each --method and exit without serving")
     p.add_argument("--force", action="store_true",
                    help="replace the files of an earlier run in --out (they are deleted first)")
+    from .cmd_cluster import add_cluster_arguments
+
+    add_cluster_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    from .cmd_cluster import is_cluster_run, run_cluster
+
+    if is_cluster_run(args):
+        return run_cluster(args)
+    args.method = args.method or "hikv"
     from hikv.io import prepare_out_dir
     from hikv.params import ParamError
     from hikv.presets import get_preset, resolve_methods, with_overrides
@@ -137,13 +148,7 @@ def run(args: argparse.Namespace) -> int:
     args.cost_model = args.cost_model or device_cost or DEFAULT_STEP_COST
     if args.admission:
         args.policy = f"{args.policy or cfg.serving.policy}:{args.admission}"
-    sv = cfg.serving
-    changes = {k: v for k, v in (("max_batched_tokens", args.max_batched_tokens),
-                                 ("max_running", args.max_running),
-                                 ("ttft_slo_s", args.ttft_slo),
-                                 ("tpot_slo_s", args.tpot_slo)) if v is not None}
-    if changes:
-        cfg = cfg.replace(serving=dataclasses.replace(sv, **changes))
+    cfg = serving_config(cfg, args, model=False)
     resolve_methods(cfg, args.method)          # reject bad names before any work
     if args.export_vidur:
         from hikv.sim.vidur_export import export_methods
@@ -231,6 +236,23 @@ def run(args: argparse.Namespace) -> int:
 
 #: The files ``hikv serve --out`` writes (cleared by --force).
 OWNED = ("summary.csv", "requests_*.csv", "latency_cdf.png", "kv_use.png")
+
+
+def serving_config(cfg, args: argparse.Namespace, *, model: bool = True):
+    """``cfg`` with the serving flags of ``args`` applied (--model when ``model``,
+    --max-batched-tokens, --max-running, --ttft-slo, --tpot-slo; checked by ServingParams);
+    shared by the single-replica and the cluster run."""
+    if model and args.model:
+        from hikv.presets import get_model_shape
+
+        cfg = cfg.replace(model=get_model_shape(args.model))
+    changes = {k: v for k, v in (("max_batched_tokens", args.max_batched_tokens),
+                                 ("max_running", args.max_running),
+                                 ("ttft_slo_s", args.ttft_slo),
+                                 ("tpot_slo_s", args.tpot_slo)) if v is not None}
+    if changes:
+        cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, **changes))
+    return cfg
 
 
 def check_workload_flags(args: argparse.Namespace) -> None:

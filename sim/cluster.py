@@ -29,9 +29,19 @@ Simplifications, stated: a prefill instance frees a request's KV when its prefil
 copy in flight or waiting for a decode slot is not charged to its memory), and transfer does
 not start before the prefill's last chunk ends (no layer-wise streaming).
 
-Dynamic ratio (:class:`~hikv.sim.cluster_params.DynamicRatio`): a monitor tick moves one
-instance between pools; the instance is drained (no new work), idles ``reconfig_s`` and then
-serves its new role.
+Dynamic ratio (:class:`~hikv.sim.cluster_params.DynamicRatio`, rules in
+:mod:`hikv.sim.cluster_ratio`: DOPD's forecast-and-ratio rule or the threshold heuristic): a
+monitor tick may move one instance between pools; the instance is drained (no new work),
+idles ``reconfig_s`` and then serves its new role.
+
+Little's law per pool (:attr:`ClusterResult.pools`): the pools are the job kinds -- prefill
+jobs (arrival to the end of prefill), decode jobs (KV arrival at the decode instance to the
+last token) or whole requests (aggregated). Each engine integrates its queues over the
+steady window; the integral is split by pool at the moments an instance changes role (it is
+empty then, after its drain), so an instance that moves counts in each pool for the time it
+served it. Requests in flight on a link or held for a decode slot are in no pool. The check
+(:func:`~hikv.sim.serving_result.little_window`) takes every term over the same window and
+holds exactly, overloaded or not; the steady-state form is reported beside it.
 """
 
 from __future__ import annotations
@@ -48,15 +58,16 @@ import numpy as np
 from hikv.params import Config, MethodSpec, ParamError
 
 from .cluster_params import ClusterParams
+from .cluster_ratio import RatioSample, make_ratio_policy
 from .cluster_sched import EwsjfPolicy, OutputPredictor, PredictorEval
 from .router import InstanceView, jain_index, make_decode_router, make_router
 from .scheduler import Policy, get_policy
 from .serving import RequestTimes, ServingResult, _Engine, _result, _Seq, nan_percentile
+from .serving_result import LittleCheck, little_check, little_window
 from .step_cost import DEFAULT_STEP_COST, IterationBatch, StepCostModel, make_step_cost
 from .workload import Workload
 
-__all__ = ["ClusterResult", "simulate_cluster", "transfer_bytes", "cluster_goodput",
-           "ClusterGoodput"]
+__all__ = ["ClusterResult", "simulate_cluster", "transfer_bytes", "PoolLittle"]
 
 _ARRIVAL, _KV_READY, _TICK, _SWITCH = 0, 1, 2, 3
 _ORDER0 = -(1 << 62)          # injected arrivals rank before every engine iteration event
@@ -71,6 +82,19 @@ def transfer_bytes(cfg: Config, spec: MethodSpec, prompt: Any) -> np.ndarray:
     p = np.asarray(prompt, dtype=np.int64)
     heads = cfg.model.layers * cfg.model.kv_heads
     return heads * kv.storage_bytes(kv.resident_after_prefill(p, p)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class PoolLittle:
+    """Little's law of one pool (``"prefill"``, ``"decode"`` or ``"mixed"``): ``window`` with
+    every term over the steady window (:func:`~hikv.sim.serving_result.little_window`, exact
+    under overload), ``steady_form`` the usual form (arrivals in the window, whole sojourns;
+    valid when ``steady``: completions in the window keep up with its arrivals)."""
+
+    pool: str
+    window: LittleCheck
+    steady_form: LittleCheck
+    steady: bool
 
 
 @dataclass(frozen=True)
@@ -102,6 +126,8 @@ class ClusterResult(RequestTimes):
     isolated_s: np.ndarray           # end-to-end time served alone on one instance
     instances: tuple[ServingResult, ...]
     roles: tuple[tuple[float, int, str], ...]    # (time, instance, role) from the start
+    pools: tuple[PoolLittle, ...]                # Little's law per pool (module docstring)
+    ratio_samples: tuple[RatioSample, ...]       # DOPD's monitor ticks (empty otherwise)
     predictor: OutputPredictor
     predictor_eval: PredictorEval | None
     wall_s: float
@@ -119,8 +145,6 @@ class ClusterResult(RequestTimes):
 
     def summary(self) -> dict[str, Any]:
         """Headline metrics as a flat dict (units in the keys)."""
-        from .serving_report import steady_state
-
         p = self.params
         n = len(self.arrival_s)
         span = self.makespan_s
@@ -141,8 +165,8 @@ class ClusterResult(RequestTimes):
                 out[f"{name}_p{q}" + ("" if name == "slowdown" else "_s")] = nan_percentile(x, q)
         ship = self.transfer_bytes
         moved = self.transfer_end_s - self.transfer_start_s
-        little = [(r, steady_state(r)[0]) for r in self.instances if r.little.requests]
-        errs = [abs(r.little.rel_error) for r, ok in little if ok]
+        errs = [abs(q.window.rel_error) for q in self.pools if q.window.requests]
+        steady = [abs(q.steady_form.rel_error) for q in self.pools if q.steady]
         out.update({
             "slo_attainment": float(self.slo_met().mean()),
             "preemptions": int(self.preemptions.sum()),
@@ -156,6 +180,7 @@ class ClusterResult(RequestTimes):
             "final_prefill_instances": _final_roles(self).count("prefill") if p.prefill else 0,
             "little_max_rel_error": max(errs) if errs else math.nan,
             "little_pools_checked": len(errs),
+            "little_steady_max_rel_error": max(steady) if steady else math.nan,
             "sim_wall_s": self.wall_s,
         })
         if self.predictor_eval is not None:
@@ -224,7 +249,15 @@ class _Cluster:
         self.role_log: list[tuple[float, int, str]] = [
             (float(wl.arrival_s[0]), k, r) for k, r in enumerate(self.roles)]
         self.switching = -1
+        self.switch_to = ""
         self.cool_until = -math.inf
+        self.ratio = make_ratio_policy(params.dynamic) if params.dynamic is not None else None
+        self.reset_tick()                             # work arrived since the last tick
+        self.prefill_end = np.full(m, np.nan)
+        # Little's law per pool: each engine's queue integral, split where its role changes
+        self.pool_of = ["mixed" if r == "mixed" else r for r in self.roles]
+        self.seg0 = [0.0] * n
+        self.pool_l = {"prefill": 0.0, "decode": 0.0, "mixed": 0.0}
         if pd:
             eng = self.engines[0]
             kv = eng.kv
@@ -311,6 +344,11 @@ class _Cluster:
         v.out_tokens += self.prompt[i] + self.med[i]
         v.out_tokens_high += self.prompt[i] + self.high[i]
         self.pending_prefill[k] += int(self.prompt[i])
+        self.tick_prompt += float(self.prompt[i])
+        self.tick_decode += max(float(self.med[i]) - 1.0, 0.0)
+        self.tick_prompt_sum += float(self.prompt[i])
+        self.tick_med_sum += float(self.med[i])
+        self.tick_n += 1
         self._inject(k, _Seq(i, t, int(self.prompt[i]), 1 if pd else int(self.output[i])))
 
     def _finisher(self, k: int):
@@ -326,6 +364,7 @@ class _Cluster:
                 v.service.append((t - s.arrival) / (s.prompt + s.output))
                 self.pending_prefill[k] -= int(self.prompt[i])
                 self.first_token[i] = s.first_token
+                self.prefill_end[i] = t
                 if not self.p.disaggregated or self.output[i] == 1:
                     self._complete(i, t, s.generated)
                 else:
@@ -381,30 +420,34 @@ class _Cluster:
         self._inject(k, s)
 
     # ----------------------------------------------------------------- dynamic ratio
+    def reset_tick(self) -> None:
+        """Start a monitor interval: the work arrived in it so far is none."""
+        self.tick_prompt = self.tick_decode = 0.0
+        self.tick_prompt_sum = self.tick_med_sum = 0.0
+        self.tick_n = 0
+
     def _tick(self, t: float) -> None:
-        dr = self.p.dynamic
-        assert dr is not None
-        if self.switching < 0 and t >= self.cool_until:
+        assert self.p.dynamic is not None and self.ratio is not None
+        # the rule sees every tick (DOPD's forecast needs the whole history); it acts only when
+        # no instance is moving and the cooldown is over
+        move = self.ratio.decide(self, t)
+        if self.switching < 0 and t >= self.cool_until and move is not None:
             pf = [k for k, r in enumerate(self.roles) if r == "prefill"]
             dc = [k for k, r in enumerate(self.roles) if r == "decode"]
-            slo = self.cfg.serving.ttft_slo_s
-            p_load = (sum(self.pending_prefill[k] for k in pf) / len(pf)
-                      * self.s_per_prefill_token / slo)
             eng = self.engines
-            kv = float(np.mean([eng[k].used / eng[k].capacity for k in dc]))
-            queued = len(self.held) + sum(len(eng[k].waiting) for k in dc)
-            if p_load > dr.high and kv < dr.kv_low and len(dc) > 1:
+            if move == "prefill" and len(dc) > 1:
                 k = min(dc, key=lambda j: (len(eng[j].running), j))
                 self._drain(k, "prefill", t)
-            elif (kv > dr.kv_high or queued > 0) and p_load < dr.low and len(pf) > 1:
+            elif move == "decode" and len(pf) > 1:
                 k = min(pf, key=lambda j: (self.pending_prefill[j], j))
                 self._drain(k, "decode", t)
         if self.done < len(self.wl):
-            self._push(t + dr.interval_s, _TICK, None)
+            self._push(t + self.p.dynamic.interval_s, _TICK, None)
 
     def _drain(self, k: int, to: str, t: float) -> None:
         self.roles[k] = f"drain-to-{to}"
         self.switching = k
+        self.switch_to = to
         self.role_log.append((t, k, self.roles[k]))
         if self.views[k].out_requests == 0:
             self._begin_switch(k, t)
@@ -419,6 +462,10 @@ class _Cluster:
     def _switch(self, payload: tuple[int, str], t: float) -> None:
         k, to = payload
         e = self.engines[k]
+        # the engine is empty (drained): its queue integral so far belongs to its old pool
+        self.pool_l[self.pool_of[k]] += e.l_integral - self.seg0[k]
+        self.seg0[k] = e.l_integral
+        self.pool_of[k] = to
         e.policy = self.decode_policy if to == "decode" else self.prefill_policy
         e.waiting = e.policy.new_queue()
         self.roles[k] = to
@@ -428,6 +475,31 @@ class _Cluster:
         self.role_log.append((t, k, to))
         if to == "decode":
             self._dispatch(t)
+
+
+def _pools(cl: _Cluster) -> tuple[PoolLittle, ...]:
+    """Little's law per pool of a finished cluster run (module docstring)."""
+    from .serving_report import STEADY_STATE_TOL
+
+    for k, e in enumerate(cl.engines):
+        cl.pool_l[cl.pool_of[k]] += e.l_integral - cl.seg0[k]
+    e0 = cl.engines[0]
+    w0, w1 = e0.w0, e0.w1
+    arr, fin = cl.wl.arrival_s, cl.finish
+    if cl.p.disaggregated:
+        dec = cl.output > 1
+        jobs = {"prefill": (arr, cl.prefill_end), "decode": (cl.tend[dec], fin[dec])}
+    else:
+        jobs = {"mixed": (arr, fin)}
+    out = []
+    for pool, (a, f) in jobs.items():
+        li = cl.pool_l[pool]
+        arrived = int(((a >= w0) & (a <= w1)).sum())
+        done = int(((f >= w0) & (f <= w1)).sum())
+        steady = arrived > 0 and w1 > w0 and done >= (1 - STEADY_STATE_TOL) * arrived
+        out.append(PoolLittle(pool, little_window(li, w0, w1, a, f),
+                              little_check(li, w0, w1, a, f), steady))
+    return tuple(out)
 
 
 def _isolated_s(cfg: Config, cost: StepCostModel, prompt: np.ndarray, output: np.ndarray
@@ -487,55 +559,6 @@ def simulate_cluster(cfg: Config, spec: MethodSpec, workload: Workload, params: 
         generated_tokens=cl.generated, preemptions=cl.preempt, route=cl.route,
         route_score=cl.score, decode_route=cl.droute, transfer_bytes=cl.tbytes,
         transfer_start_s=cl.tstart, transfer_end_s=cl.tend, isolated_s=iso,
-        instances=insts, roles=tuple(cl.role_log), predictor=predictor,
+        instances=insts, roles=tuple(cl.role_log), pools=_pools(cl),
+        ratio_samples=tuple(getattr(cl.ratio, "samples", ())), predictor=predictor,
         predictor_eval=predictor_eval, wall_s=wall, events=events)
-
-
-# --------------------------------------------------------------------------- goodput
-@dataclass(frozen=True)
-class ClusterGoodput:
-    """DistServe's goodput of a cluster: the highest arrival rate at which a fraction
-    ``target`` of requests meets both SLOs (``bracketed`` False: ``rate_per_s`` is a bound,
-    0 when nothing passed); ``runs`` every (rate, attainment) simulated."""
-
-    rate_per_s: float
-    target: float
-    runs: tuple[tuple[float, float], ...]
-    bracketed: bool
-
-
-def cluster_goodput(cfg: Config, spec: MethodSpec, workload: Workload, params: ClusterParams,
-                    *, predictor: OutputPredictor, cost_model: str = DEFAULT_STEP_COST,
-                    rel_tol: float = 0.05, max_doublings: int = 8) -> ClusterGoodput:
-    """Search the rate (the workload's times rescaled): double or halve from its own rate
-    until the attainment crosses ``cfg.serving.slo_attainment``, then bisect geometrically to
-    ``rel_tol`` (attainment assumed to fall with the rate)."""
-    target = cfg.serving.slo_attainment
-    runs: list[tuple[float, float]] = []
-
-    def ok(rate: float) -> bool:
-        r = simulate_cluster(cfg, spec, workload.at_rate(rate), params, predictor=predictor,
-                             cost_model=cost_model, with_isolated=False)
-        a = float(r.slo_met().mean())
-        runs.append((rate, a))
-        return a >= target
-
-    r0 = workload.rate_per_s
-    lo, hi = (r0, math.nan) if ok(r0) else (math.nan, r0)
-    for _ in range(max_doublings):
-        if not (math.isnan(lo) or math.isnan(hi)):
-            break
-        r = lo * 2 if math.isnan(hi) else hi / 2
-        if ok(r):
-            lo = r
-        else:
-            hi = r
-    if math.isnan(lo) or math.isnan(hi):
-        return ClusterGoodput(0.0 if math.isnan(lo) else lo, target, tuple(runs), False)
-    while hi / lo > 1 + rel_tol:
-        mid = math.sqrt(lo * hi)
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return ClusterGoodput(lo, target, tuple(runs), True)

@@ -12,10 +12,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from hikv.params import ParamError
+from hikv.param_checks import ParamError, _int, _num
 
 __all__ = ["KVLink", "LINKS", "get_link", "DynamicRatio", "ClusterParams", "ROUTERS",
-           "DECODE_ROUTERS", "SCHEDULERS"]
+           "DECODE_ROUTERS", "SCHEDULERS", "RATIO_POLICIES", "CLUSTER_PRESETS",
+           "get_cluster_preset"]
 
 #: Router names of an aggregated pool and of a P/D cluster's prefill pool (hikv.sim.router).
 ROUTERS = ("round-robin", "least-tokens", "p2c", "quartz", "quartz-mean")
@@ -27,18 +28,12 @@ SCHEDULERS = ("fcfs", "ewsjf")
 
 def _check(owner: str, name: str, value: Any, lo: float, hi: float | None = None, *,
            lo_open: bool = False, integer: bool = False, allow_inf: bool = False) -> None:
-    """ParamError naming ``owner.name`` and the allowed range unless ``value`` is in it."""
-    ok_type = (isinstance(value, int) if integer else isinstance(value, int | float)) \
-        and not isinstance(value, bool)
-    if not ok_type or math.isnan(value) or (math.isinf(value) and not allow_inf):
-        kind = "an integer" if integer else ("a number" if allow_inf else "a finite number")
-        raise ParamError(f"{owner}.{name} must be {kind}, not {value!r}")
-    bad_lo = value <= lo if lo_open else value < lo
-    if bad_lo or (hi is not None and value > hi):
-        left = "(" if lo_open else "["
-        right = f"{hi}]" if hi is not None else ("inf]" if allow_inf else "inf)")
-        raise ParamError(f"{owner}.{name} = {value!r} is out of range: allowed "
-                         f"{left}{lo}, {right}")
+    """ParamError naming ``owner.name`` and the allowed range unless ``value`` is in it (the
+    shared helpers of :mod:`hikv.param_checks`; ``allow_inf`` also admits ``+inf``)."""
+    if integer:
+        _int(owner, name, value, int(lo), None if hi is None else int(hi))
+    elif not (allow_inf and isinstance(value, float) and value == math.inf):
+        _num(owner, name, value, lo, hi, lo_open=lo_open)
 
 
 @dataclass(frozen=True)
@@ -85,17 +80,34 @@ def get_link(name: str) -> KVLink:
         raise ParamError(f"link = {name!r} is not one of: {', '.join(LINKS)}") from None
 
 
+#: Rules of the dynamic P:D ratio (hikv.sim.cluster_ratio).
+RATIO_POLICIES = ("dopd", "threshold")
+
+
 @dataclass(frozen=True)
 class DynamicRatio:
-    """DOPD-style dynamic prefill/decode ratio: every ``interval_s`` the cluster compares the
-    prefill backlog (pending prompt tokens per prefill instance times the seconds per
-    prefill token, against ``ttft_slo_s``) with the decode pressure (mean KV use of the
-    decode instances, queued decodes); when one side is over ``high`` and the other under
-    ``low`` it drains one instance of the idle side, which after ``reconfig_s`` of downtime
-    joins the other pool. At most one instance is in reconfiguration at a time, none starts
-    within ``cooldown_s`` of the previous one's end (hysteresis); each pool keeps at least one
-    instance."""
+    """Dynamic prefill/decode ratio (:mod:`hikv.sim.cluster_ratio`). Every ``interval_s`` a
+    monitor decides whether to move one instance between the pools; the moving instance is
+    drained (no new work, its requests finish), idles ``reconfig_s`` (the reconfiguration
+    cost) and joins the other pool. At most one instance moves at a time, none starts within
+    ``cooldown_s`` of the previous move's end; each pool keeps at least one instance.
 
+    ``policy = "dopd"`` (DOPD's rule): forecast the next interval's prefill and decode work
+    (prompt tokens and predicted output tokens of the arrivals per second, Holt's
+    double-exponential smoothing with level weight ``alpha`` and trend weight ``beta``, looking
+    ``interval_s + reconfig_s`` ahead), divide each by its pool's measured rate per instance
+    (tokens per busy second, an exponential average with weight ``alpha``), and set the
+    prefill share of the instances to the prefill share of that work (in whole instances: the
+    split with the lowest bottleneck utilisation); move one instance toward it when the
+    current split's bottleneck is more than ``margin`` above the best one's.
+
+    ``policy = "threshold"`` (the earlier heuristic): compare the prefill backlog (pending
+    prompt tokens per prefill instance times the seconds per prefill token, over the TTFT SLO)
+    with the decode pressure (mean KV use of the decode instances, queued decodes); when one
+    side is over ``high`` and the other under ``low`` (``kv_low``/``kv_high`` for KV use),
+    move one instance of the idle side."""
+
+    policy: str = "dopd"
     interval_s: float = 2.0
     reconfig_s: float = 1.0
     cooldown_s: float = 30.0
@@ -103,9 +115,15 @@ class DynamicRatio:
     low: float = 0.25
     kv_high: float = 0.85
     kv_low: float = 0.5
+    alpha: float = 0.3
+    beta: float = 0.1
+    margin: float = 0.1
 
     def __post_init__(self) -> None:
         o = "DynamicRatio"
+        if self.policy not in RATIO_POLICIES:
+            raise ParamError(f"{o}.policy = {self.policy!r} is not one of: "
+                             f"{', '.join(RATIO_POLICIES)}")
         _check(o, "interval_s", self.interval_s, 0, 3600, lo_open=True)
         _check(o, "reconfig_s", self.reconfig_s, 0, 3600)
         _check(o, "cooldown_s", self.cooldown_s, 0, 86400)
@@ -113,6 +131,9 @@ class DynamicRatio:
         _check(o, "high", self.high, self.low, 100, lo_open=True)
         _check(o, "kv_low", self.kv_low, 0, 1)
         _check(o, "kv_high", self.kv_high, self.kv_low, 1, lo_open=True)
+        _check(o, "alpha", self.alpha, 0, 1, lo_open=True)
+        _check(o, "beta", self.beta, 0, 1)
+        _check(o, "margin", self.margin, 0, 10)
 
 
 @dataclass(frozen=True)
@@ -185,4 +206,27 @@ class ClusterParams:
         """A short name of the layout, e.g. ``4x least-tokens`` or ``P/D 3:5 dyn``."""
         if not self.prefill:
             return f"{self.replicas}x {self.router}"
-        return f"P/D {self.prefill}:{self.decode}" + (" dyn" if self.dynamic else "")
+        dyn = ""
+        if self.dynamic is not None:
+            dyn = " dopd" if self.dynamic.policy == "dopd" else " dyn-threshold"
+        return f"P/D {self.prefill}:{self.decode}{dyn}"
+
+
+#: Named cluster layouts (``hikv serve --cluster NAME``); flags given beside one override its
+#: fields. Four instances of the preset's accelerator, KV over 200 Gb/s RDMA.
+CLUSTER_PRESETS: dict[str, ClusterParams] = {
+    "agg4": ClusterParams(replicas=4, router="least-tokens"),
+    "pd2:2": ClusterParams(prefill=2, decode=2, router="least-tokens"),
+    "pd3:1": ClusterParams(prefill=3, decode=1, router="least-tokens"),
+    "pd-dopd": ClusterParams(prefill=2, decode=2, router="least-tokens",
+                             dynamic=DynamicRatio()),
+}
+
+
+def get_cluster_preset(name: str) -> ClusterParams:
+    """The cluster layout preset ``name``; an unknown name lists the known ones."""
+    try:
+        return CLUSTER_PRESETS[name]
+    except KeyError:
+        raise ParamError(f"--cluster = {name!r} is not one of: "
+                         f"{', '.join(CLUSTER_PRESETS)}") from None

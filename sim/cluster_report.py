@@ -15,7 +15,8 @@ import numpy as np
 from hikv.params import Config, ParamError
 from hikv.presets import resolve_methods
 
-from .cluster import ClusterResult, cluster_goodput, simulate_cluster
+from .cluster import ClusterResult, simulate_cluster
+from .cluster_goodput import cluster_goodput
 from .cluster_params import ClusterParams
 from .cluster_sched import OutputPredictor, PredictorEval
 from .serving_report import code_version, config_fields, write_csv

@@ -324,7 +324,10 @@ def test_bad_link_and_ratio_params():
     (["--pd", "0:4"], "--pd = '0:4' is out of range"),
     (["--router", "nearest"], "router = 'nearest' is not one of"),
     (["--link", "wifi"], "link = 'wifi' is not one of"),
-    (["--dynamic"], "--dynamic and --reconfig-s need --pd"),
+    (["--dynamic"], "--dynamic-ratio (--dynamic) and --reconfig-s need --pd"),
+    (["--dynamic-ratio", "fast"], "--dynamic-ratio = 'fast' is not one of: dopd, threshold"),
+    (["--cluster", "big"], "--cluster = 'big' is not one of: agg4"),
+    (["--device", "a100"], "--device: not available in a cluster run"),
     (["--rate", "-1"], "--rate = -1.0 is out of range"),
 ])
 def test_cli_rejects_bad_flags(argv, match, capsys):
