@@ -7,8 +7,10 @@ tails_<trace>.png and goodput.png into --out.
     python benchmarks/cluster_bench.py --out out/cluster --quick    # under 2 min
 
 Every number comes from :func:`hikv.sim.cluster.simulate_cluster` (and
-:func:`hikv.sim.cluster_goodput.cluster_goodput`); the command line and code version are recorded in
-every row. Run ``--jobs N`` to spread configurations over N local processes.
+:func:`hikv.sim.cluster_goodput.cluster_goodput`), one cell per configuration
+(:func:`hikv.sim.cluster_report.run_cell`); the command line and code version are recorded in
+every row. ``--jobs N`` spreads the cells over N local processes, ``--executor ray`` over a
+Ray cluster (the accuracy suite's executor, :mod:`hikv.executor`).
 """
 
 from __future__ import annotations
@@ -17,20 +19,16 @@ import argparse
 import dataclasses
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from hikv.executor import run_tasks
 from hikv.params import ParamError
-from hikv.presets import get_preset, resolve_methods
-from hikv.sim.cluster import simulate_cluster
-from hikv.sim.cluster_goodput import cluster_goodput
-from hikv.sim.cluster_params import ClusterParams, DynamicRatio, get_link
-from hikv.sim.cluster_report import markdown_table, plot_tails, result_row, write_rows
-from hikv.sim.cluster_sched import split_workload
+from hikv.sim.cluster_params import RATIO_POLICIES, ClusterParams, DynamicRatio, get_link
+from hikv.sim.cluster_report import markdown_table, plot_tails, run_cell, write_rows
 from hikv.sim.serving_report import code_version
 from hikv.sim.step_cost import DEFAULT_STEP_COST
-from hikv.sim.workload import find_azure_trace, read_azure_trace
+from hikv.sim.workload import find_azure_trace
 
 METHODS = ("full", "hikv-evict")
 
@@ -46,10 +44,13 @@ def grid(instances: int, quick: bool) -> list[tuple[str, ClusterParams, str]]:
         pts.append(("layout", agg, m))
         for p, d in ratios:
             pts.append(("layout", ClusterParams(prefill=p, decode=d, router="least-tokens"), m))
-        # the dynamic ratio from the middle split and from the most prefill-starved one
+        # the dynamic ratio (DOPD's rule and the threshold rule) from the middle split and
+        # from the most prefill-starved one
         for p0, d0 in dict.fromkeys([ratios[len(ratios) // 2], ratios[0]]):
-            pts.append(("layout", ClusterParams(prefill=p0, decode=d0, router="least-tokens",
-                                                dynamic=DynamicRatio()), m))
+            for rule in RATIO_POLICIES:
+                pts.append(("layout", ClusterParams(prefill=p0, decode=d0,
+                                                    router="least-tokens",
+                                                    dynamic=DynamicRatio(policy=rule)), m))
     routers = ("round-robin", "least-tokens", "p2c", "quartz", "quartz-mean")
     for r in routers[:2] if quick else routers:
         pts.append(("router", dataclasses.replace(agg, router=r), "full"))
@@ -60,32 +61,6 @@ def grid(instances: int, quick: bool) -> list[tuple[str, ClusterParams, str]]:
                                                       router="least-tokens",
                                                       decode_router=dr), "full"))
     return pts
-
-
-def one(job: dict[str, Any]) -> dict[str, Any]:
-    """Run one configuration (a picklable job) and return its row."""
-    cfg = get_preset(job["preset"])
-    if job["ttft_slo_s"] is not None:
-        cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, ttft_slo_s=job["ttft_slo_s"]))
-    spec = resolve_methods(cfg, job["method"])[job["method"]]
-    pred, wl = split_workload(read_azure_trace(job["trace"], limit=job["requests"]),
-                              job["params"].train_fraction)
-    wl = wl.at_rate(job["rate"])
-    ev = pred.evaluate(wl.prompt_tokens, wl.output_tokens)
-    t0 = time.perf_counter()
-    res = simulate_cluster(cfg, spec, wl, job["params"], predictor=pred, method=job["method"],
-                           predictor_eval=ev, cost_model=job["cost_model"])
-    good = None
-    if job["goodput"]:
-        good = cluster_goodput(cfg, spec, wl, job["params"], predictor=pred,
-                               cost_model=job["cost_model"])
-    row = result_row(res, seed=None, version=job["version"],
-                     goodput=good.rate_per_s if good else None,
-                     goodput_bracketed=good.bracketed if good else None)
-    row.update({"experiment": job["experiment"], "trace": job["trace_name"],
-                "rate_per_s": job["rate"], "bench_wall_s": time.perf_counter() - t0,
-                "command": job["command"]})
-    return {"row": row, "result": res if job["keep"] else None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="search goodput for the layout experiment (8-12 runs each)")
     ap.add_argument("--quick", action="store_true", help="a small grid (CI-sized)")
     ap.add_argument("--jobs", type=int, default=1, help="local worker processes")
+    ap.add_argument("--executor", default="process", choices=("process", "ray"),
+                    help="run the cells on local processes (--jobs) or on Ray (the accuracy "
+                         "suite's executor, hikv.executor; needs the 'ray' extra)")
+    ap.add_argument("--experiments", default="layout,router,scheduler,decode-admission",
+                    help="experiments to run (comma-separated)")
     args = ap.parse_args(argv)
     rates = dict(x.split("=") for x in args.rate.split(","))
     slos = dict(x.split("=") for x in args.ttft_slo.split(",")) if args.ttft_slo else {}
@@ -125,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         if tr not in rates:
             raise ParamError(f"--rate gives no rate for trace {tr!r}")
         for exp, params, m in grid(args.instances, args.quick):
+            if exp not in args.experiments.split(","):
+                continue
             if params.prefill:
                 params = dataclasses.replace(params, link=link)
             jobs.append({"preset": args.preset, "trace": str(path), "trace_name": tr,
@@ -135,13 +117,12 @@ def main(argv: list[str] | None = None) -> int:
                          "goodput": args.goodput and exp == "layout", "version": version,
                          "keep": exp in ("layout", "router"), "command": command})
     t0 = time.time()
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as ex:
-            done = list(ex.map(one, jobs))
+    if args.jobs > 1 or args.executor == "ray":
+        done = run_tasks(run_cell, jobs, executor=args.executor, workers=args.jobs)
     else:
         done = []
         for j in jobs:
-            done.append(one(j))
+            done.append(run_cell(j))
             r = done[-1]["row"]
             print(f"  {r['trace']} {r['experiment']} {r['layout']} {r['router']} "
                   f"{r['scheduler']} {r['decode_router']} {r['method']}: "

@@ -521,34 +521,12 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
 
 def _run_parallel(args: list[tuple], executor: str, workers: int, kw: dict[str, Any]
                   ) -> list[tuple[str, list[dict], dict[str, Any], dict[str, str]]]:
-    """:func:`_pool_cell` of each argument tuple, in order, on a process pool or Ray."""
-    if not args:
-        return []
-    if executor == "ray":
-        return _run_ray(args, kw)
-    import concurrent.futures as cf
-    import multiprocessing as mp
+    """:func:`_pool_cell` of each argument tuple, in order, on a process pool or Ray
+    (:func:`hikv.executor.run_tasks`, shared with the cluster benchmark)."""
+    from hikv.executor import run_tasks
 
-    with cf.ProcessPoolExecutor(max_workers=workers,
-                                mp_context=mp.get_context("spawn")) as pool:
-        return list(pool.map(_pool_cell, args))
-
-
-def _run_ray(args: list[tuple], kw: dict[str, Any]
-             ) -> list[tuple[str, list[dict], dict[str, Any], dict[str, str]]]:
-    try:
-        import ray
-    except ImportError:
-        raise ParamError("executor 'ray' needs Ray: pip install -e \".[ray]\"") from None
-    started = not ray.is_initialized()
-    if started:
-        ray.init(ignore_reinit_error=True, log_to_driver=False)
-    try:
-        remote = ray.remote(num_cpus=kw["threads"])(_pool_cell)
-        return list(ray.get([remote.remote(a) for a in args]))
-    finally:
-        if started:
-            ray.shutdown()
+    return run_tasks(_pool_cell, args, executor="ray" if executor == "ray" else "process",
+                     workers=max(1, workers), num_cpus=kw["threads"], spawn=True)
 
 
 def task_filter(suite: SeedSuite, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

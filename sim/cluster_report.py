@@ -24,7 +24,7 @@ from .step_cost import DEFAULT_STEP_COST
 from .workload import Workload
 
 __all__ = ["GridPoint", "run_grid", "result_row", "decision_rows", "format_table",
-           "plot_tails", "parse_pd", "markdown_table"]
+           "plot_tails", "parse_pd", "markdown_table", "run_cell"]
 
 
 @dataclass(frozen=True)
@@ -201,3 +201,48 @@ def write_rows(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> 
 
     clean = [{k: cell(v) for k, v in r.items()} for r in rows]
     return write_csv(path, clean)
+
+
+def run_cell(job: dict[str, Any]) -> dict[str, Any]:
+    """Run one cell of a cluster sweep (``benchmarks/cluster_bench.py``), a picklable job for
+    :func:`hikv.executor.run_tasks` (local processes or Ray): ``preset``, ``method``,
+    ``params`` (:class:`ClusterParams`), ``trace`` (an Azure trace path, or None for the
+    preset's Poisson workload of ``requests`` at ``rate`` with seed ``params.seed``),
+    ``requests`` (the first N of the trace), ``rate`` (requests/s), ``ttft_slo_s`` (or None),
+    ``cost_model``, ``goodput`` (search it), ``version``, ``keep`` (return the result too),
+    ``experiment``, ``trace_name``, ``command``. Returns ``{"row": ..., "result": ...}``."""
+    import dataclasses
+    import time
+
+    from hikv.presets import get_preset
+
+    from .cluster_sched import split_workload
+    from .workload import poisson_workload, read_azure_trace
+
+    cfg = get_preset(job["preset"])
+    if job.get("ttft_slo_s") is not None:
+        cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, ttft_slo_s=job["ttft_slo_s"]))
+    spec = resolve_methods(cfg, job["method"])[job["method"]]
+    params: ClusterParams = job["params"]
+    if job["trace"] is None:
+        wl = poisson_workload(cfg.serving.synthetic, seed=params.seed, rate_per_s=job["rate"],
+                              requests=job["requests"])
+    else:
+        wl = read_azure_trace(job["trace"], limit=job["requests"])
+    pred, wl = split_workload(wl, params.train_fraction)
+    wl = wl.at_rate(job["rate"])
+    ev = pred.evaluate(wl.prompt_tokens, wl.output_tokens)
+    t0 = time.perf_counter()
+    res = simulate_cluster(cfg, spec, wl, params, predictor=pred, method=job["method"],
+                           predictor_eval=ev, cost_model=job["cost_model"])
+    good = None
+    if job["goodput"]:
+        good = cluster_goodput(cfg, spec, wl, params, predictor=pred,
+                               cost_model=job["cost_model"])
+    row = result_row(res, seed=None, version=job["version"],
+                     goodput=good.rate_per_s if good else None,
+                     goodput_bracketed=good.bracketed if good else None)
+    row.update({"experiment": job["experiment"], "trace": job["trace_name"],
+                "rate_per_s": job["rate"], "bench_wall_s": time.perf_counter() - t0,
+                "command": job["command"]})
+    return {"row": row, "result": res if job["keep"] else None}

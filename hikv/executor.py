@@ -1,0 +1,81 @@
+"""One executor for sweeps: run a picklable function over argument tuples in order, on local
+processes or on a Ray cluster (the optional ``ray`` extra: ``pip install -e ".[ray]"``).
+
+Used by the accuracy suite (``hikv accuracy run --executor ray``, :mod:`hikv.model.seed_suite`)
+and the cluster benchmark (``benchmarks/cluster_bench.py --executor ray``). Standard library
+only; Ray is imported only when asked for. With ``executor="ray"`` and no running Ray instance,
+a local one is started for the call and shut down after it (``RAY_ADDRESS`` or a prior
+``ray.init`` selects a cluster, which is left running).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .param_checks import ParamError
+
+__all__ = ["EXECUTORS", "run_tasks", "ray_available"]
+
+#: Executor names: in this process, a local process pool, or Ray.
+EXECUTORS = ("serial", "process", "ray")
+
+
+def ray_available() -> bool:
+    """Whether Ray can be imported (the optional ``ray`` extra is installed)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_tasks(fn: Callable[[Any], Any], args: Sequence[Any], *, executor: str = "process",
+              workers: int = 1, num_cpus: float = 1, spawn: bool = False) -> list[Any]:
+    """``[fn(a) for a in args]``, in order, computed by ``executor``.
+
+    Parameters
+    ----------
+    fn : a module-level (picklable) function of one argument.
+    args : the arguments, each picklable.
+    executor : ``"serial"``, ``"process"`` (a pool of ``workers`` local processes; one worker
+        runs serially) or ``"ray"`` (one Ray task per argument, each reserving ``num_cpus``).
+    spawn : start pool processes with ``spawn`` instead of the platform default (for callers
+        holding threads, e.g. torch).
+
+    Raises
+    ------
+    ParamError : an unknown executor, ``workers < 1``, or ``"ray"`` without Ray installed.
+    """
+    if executor not in EXECUTORS:
+        raise ParamError(f"executor = {executor!r} is not one of: {', '.join(EXECUTORS)}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ParamError(f"workers = {workers!r} is out of range: allowed an integer >= 1")
+    if not args:
+        return []
+    if executor == "ray":
+        return _run_ray(fn, args, num_cpus)
+    if executor == "serial" or workers == 1:
+        return [fn(a) for a in args]
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn") if spawn else None
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        return list(pool.map(fn, args))
+
+
+def _run_ray(fn: Callable[[Any], Any], args: Sequence[Any], num_cpus: float) -> list[Any]:
+    try:
+        import ray
+    except ImportError:
+        raise ParamError("executor 'ray' needs Ray: pip install -e \".[ray]\"") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(ignore_reinit_error=True, log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=num_cpus)(fn)
+        return list(ray.get([remote.remote(a) for a in args]))
+    finally:
+        if started:
+            ray.shutdown()
