@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _hikv_cost_helpers import assert_same_run
+from _serving_helpers import burst_workload, tight
 
 from hikv.params import ParamError, SyntheticWorkload
 from hikv.presets import get_preset, resolve_methods
@@ -19,20 +20,6 @@ from hikv.sim.serving import kv_capacity_blocks, simulate
 from hikv.sim.workload import find_azure_trace, poisson_workload, read_azure_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _tight(cfg, kv_tokens: int):
-    m = cfg.model
-    per_token = m.layers * m.kv_heads * 2 * cfg.layout.stride(cfg.layout.row_bytes)
-    mem = m.weight_bytes + cfg.serving.workspace_bytes + kv_tokens * per_token
-    return cfg.replace(accel=dataclasses.replace(cfg.accel, device_memory_bytes=mem))
-
-
-def _burst(seed: int, n: int = 160, rate: float = 60.0):
-    params = SyntheticWorkload(rate_per_s=rate, requests=n, prompt_median_tokens=600.0,
-                               prompt_sigma=0.8, output_median_tokens=60.0, output_sigma=0.8,
-                               max_prompt_tokens=4000, max_output_tokens=400)
-    return poisson_workload(params, seed=seed)
 
 
 def test_policy_names_and_admission_override():
@@ -51,9 +38,9 @@ def test_policy_names_and_admission_override():
 @pytest.mark.parametrize("name", ["full", "h2o", "snapkv", "hikv-evict"])
 @pytest.mark.parametrize("policy", ["sarathi", "vllm-v1:prompt"])
 def test_prompt_admission_conserves_and_batched_runs_are_exact(name, policy):
-    cfg = _tight(get_preset("default"), 9_000)
+    cfg = tight(get_preset("default"), 9_000)
     spec = resolve_methods(cfg, name)[name]
-    wl = _burst(seed=11)
+    wl = burst_workload(seed=11)
     a = simulate(cfg, spec, wl, policy=policy)
     b = simulate(cfg, spec, wl, policy=policy, fast_forward=False)
     ctx = f"{name} {policy}, seed 11"
@@ -83,10 +70,10 @@ def test_prompt_admission_reserves_the_whole_prompt():
 
 
 def test_prompt_admission_preempts_less_under_memory_pressure():
-    cfg = _tight(get_preset("default"), 9_000)
+    cfg = tight(get_preset("default"), 9_000)
     spec = resolve_methods(cfg, "full")["full"]
     for seed in (11, 12, 13):
-        wl = _burst(seed=seed)
+        wl = burst_workload(seed=seed)
         chunk = simulate(cfg, spec, wl, policy="vllm-v1")
         whole = simulate(cfg, spec, wl, policy="sarathi")
         assert whole.preemptions.sum() < chunk.preemptions.sum(), f"seed {seed}"
@@ -96,7 +83,7 @@ def test_watermark_keeps_blocks_free_at_admission():
     """A burst of prompts with two output tokens (decode growth within their last block):
     without a watermark admissions fill the KV memory; with a 30% watermark they stop at 70%
     of it."""
-    cfg = _tight(get_preset("default"), 9_000)
+    cfg = tight(get_preset("default"), 9_000)
     spec = resolve_methods(cfg, "full")["full"]
     params = SyntheticWorkload(rate_per_s=5000.0, requests=80, prompt_median_tokens=600.0,
                                prompt_sigma=0.3, output_median_tokens=2.0, output_sigma=0.0,

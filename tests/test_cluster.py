@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _serving_helpers import burst_workload, tight
 
-from hikv.params import ParamError, SyntheticWorkload
+from hikv.params import ParamError
 from hikv.presets import get_preset, resolve_methods
 from hikv.scripts.cli import main
 from hikv.sim.closed_form import closed_form
@@ -23,24 +24,9 @@ from hikv.sim.cluster_sched import OutputPredictor, split_workload
 from hikv.sim.router import jain_index
 from hikv.sim.serving import simulate
 from hikv.sim.serving_report import steady_state
-from hikv.sim.workload import Workload, find_azure_trace, poisson_workload, read_azure_trace
+from hikv.sim.workload import Workload, find_azure_trace, read_azure_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _tight(cfg, kv_tokens: int):
-    """``cfg`` with device memory leaving room for about ``kv_tokens`` tokens of full KV."""
-    m = cfg.model
-    per_token = m.layers * m.kv_heads * 2 * cfg.layout.stride(cfg.layout.row_bytes)
-    mem = m.weight_bytes + cfg.serving.workspace_bytes + kv_tokens * per_token
-    return cfg.replace(accel=dataclasses.replace(cfg.accel, device_memory_bytes=mem))
-
-
-def _workload(seed: int, n: int = 150, rate: float = 60.0) -> Workload:
-    params = SyntheticWorkload(rate_per_s=rate, requests=n, prompt_median_tokens=600.0,
-                               prompt_sigma=0.8, output_median_tokens=60.0, output_sigma=0.8,
-                               max_prompt_tokens=4000, max_output_tokens=400)
-    return poisson_workload(params, seed=seed)
 
 
 def _pred(wl: Workload) -> OutputPredictor:
@@ -51,9 +37,9 @@ def _pred(wl: Workload) -> OutputPredictor:
 @pytest.mark.parametrize("name", ["full", "hikv-evict", "quest"])
 def test_one_replica_round_robin_is_the_lone_engine(name):
     seed = 3
-    cfg = _tight(get_preset("default"), 9_000)          # tight: preemptions happen
+    cfg = tight(get_preset("default"), 9_000)          # tight: preemptions happen
     spec = resolve_methods(cfg, name)[name]
-    wl = _workload(seed)
+    wl = burst_workload(seed)
     lone = simulate(cfg, spec, wl, method=name)
     cl = simulate_cluster(cfg, spec, wl, ClusterParams(), predictor=_pred(wl), method=name)
     inst = cl.instances[0]
@@ -77,7 +63,7 @@ def test_pd_with_an_ideal_link_reduces_to_known_behaviour(name):
     aggregated replica, and with a finite link exactly one transfer time later."""
     cfg = get_preset("default")
     spec = resolve_methods(cfg, name)[name]
-    wl = _workload(7, n=120)
+    wl = burst_workload(7, n=120)
     pd = ClusterParams(prefill=1, decode=1, link=LINKS["ideal"])
     res = simulate_cluster(cfg, spec, wl, pd, predictor=_pred(wl))
     one_token = simulate(cfg, spec, Workload(wl.arrival_s, wl.prompt_tokens,
@@ -119,7 +105,7 @@ def test_transfer_bytes_are_the_closed_forms():
     assert (got["hikv-evict"][long] < got["full"][long]).all()
     assert (got["quest"] >= got["full"]).all() and (got["hikv"] >= got["full"]).all()
     # what a run ships is these numbers, request by request
-    wl = _workload(2, n=60)
+    wl = burst_workload(2, n=60)
     res = simulate_cluster(cfg, specs["hikv-evict"], wl, ClusterParams(prefill=1, decode=2),
                            predictor=_pred(wl), with_isolated=False)
     want = np.where(wl.output_tokens > 1, transfer_bytes(cfg, specs["hikv-evict"],
@@ -138,9 +124,9 @@ LAYOUTS = [ClusterParams(replicas=3, router="least-tokens"),
 @pytest.mark.parametrize("params", LAYOUTS, ids=lambda p: f"{p.label}-{p.router}")
 def test_conservation_determinism_and_little(params):
     seed = 13
-    cfg = _tight(get_preset("default"), 12_000)
+    cfg = tight(get_preset("default"), 12_000)
     spec = resolve_methods(cfg, "full")["full"]
-    wl = _workload(seed, n=200, rate=120.0)
+    wl = burst_workload(seed, n=200, rate=120.0)
     # the bare roofline keeps this load below saturation, so every pool has a steady window for
     # Little's law (with the measured efficiencies of the default step cost, 120/s saturates)
     kw = dict(predictor=_pred(wl), with_isolated=False, cost_model="attention-model")
@@ -164,6 +150,10 @@ def test_conservation_determinism_and_little(params):
         if params.prefill else 0), ctx
     for f in ("first_token_s", "finish_s", "route", "decode_route", "transfer_end_s"):
         assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f"{ctx}: {f}"
+    # Little's law per pool, every term over the same window: exact (float rounding), also
+    # where roles move
+    for q in a.pools:
+        assert q.window.requests > 0 and abs(q.window.rel_error) < 1e-9, f"{ctx}: {q}"
     if params.dynamic is None:
         checked = 0
         for r in a.instances:
@@ -262,9 +252,9 @@ def test_ewsjf_cuts_head_of_line_blocking_and_bounds_starvation():
 
 def test_maps_admission_avoids_decode_preemptions():
     seed = 21
-    cfg = _tight(get_preset("default"), 14_000)
+    cfg = tight(get_preset("default"), 14_000)
     spec = resolve_methods(cfg, "full")["full"]
-    wl = _workload(seed, n=200, rate=150.0)
+    wl = burst_workload(seed, n=200, rate=150.0)
     pred = _pred(wl)
     runs = {d: simulate_cluster(cfg, spec, wl, ClusterParams(prefill=1, decode=2,
                                                              decode_router=d),

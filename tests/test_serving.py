@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _hikv_cost_helpers import assert_same_run
+from _serving_helpers import burst_workload, tight
 
 from hikv.params import ParamError, SyntheticWorkload
 from hikv.presets import get_preset, resolve_methods
@@ -51,29 +52,14 @@ def conv_trace() -> Path:
     return path
 
 
-def _tight(cfg, kv_tokens: int):
-    """``cfg`` with device memory leaving room for about ``kv_tokens`` tokens of full KV."""
-    m = cfg.model
-    per_token = m.layers * m.kv_heads * 2 * cfg.layout.stride(cfg.layout.row_bytes)
-    mem = m.weight_bytes + cfg.serving.workspace_bytes + kv_tokens * per_token
-    return cfg.replace(accel=dataclasses.replace(cfg.accel, device_memory_bytes=mem))
-
-
-def _burst_workload(seed: int, n: int = 160, rate: float = 60.0) -> Workload:
-    params = SyntheticWorkload(rate_per_s=rate, requests=n, prompt_median_tokens=600.0,
-                               prompt_sigma=0.8, output_median_tokens=60.0, output_sigma=0.8,
-                               max_prompt_tokens=4000, max_output_tokens=400)
-    return poisson_workload(params, seed=seed)
-
-
 # --------------------------------------------------------------------------- conservation
 @pytest.mark.parametrize("name", ["full", "h2o", "snapkv", "sparq", "hikv", "hikv-evict"])
 def test_every_request_completes_once_and_tokens_are_conserved(name):
     # room for 9,000 tokens of full KV: with the RTL loader timing full-KV decode is
     # memory-bound, not loader-bound, and 12,000 tokens no longer force a preemption
-    cfg = _tight(get_preset("default"), 9_000)
+    cfg = tight(get_preset("default"), 9_000)
     spec = resolve_methods(cfg, name)[name]
-    wl = _burst_workload(seed=11)
+    wl = burst_workload(seed=11)
     r = simulate(cfg, spec, wl, method=name)
     ctx = f"{name}, seed 11"
     assert (r.completions == 1).all(), ctx
@@ -92,8 +78,8 @@ def test_every_request_completes_once_and_tokens_are_conserved(name):
 
 
 def test_capacity_methods_preempt_less_under_memory_pressure():
-    cfg = _tight(get_preset("default"), 9_000)
-    wl = _burst_workload(seed=11)
+    cfg = tight(get_preset("default"), 9_000)
+    wl = burst_workload(seed=11)
     pre = {n: int(simulate(cfg, s, wl, method=n).preemptions.sum())
            for n, s in resolve_methods(cfg, "full,quest,h2o,hikv-evict").items()}
     assert pre["h2o"] < pre["full"] and pre["hikv-evict"] < pre["full"], pre
@@ -107,7 +93,7 @@ def test_capacity_methods_preempt_less_under_memory_pressure():
 def test_snapkv_holds_the_whole_prompt_until_its_last_chunk():
     """A prompt whose full KV exceeds the capacity: H2O (evicts after every chunk) serves it;
     SnapKV and evicting HiKV (evict after the last chunk) cannot."""
-    cfg = _tight(get_preset("default"), 3000)
+    cfg = tight(get_preset("default"), 3000)
     cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, max_batched_tokens=512))
     wl = Workload(np.array([0.0]), np.array([5000]), np.array([20]), 1.0, "one long prompt")
     specs = resolve_methods(cfg, "h2o,snapkv,hikv-evict")
@@ -123,9 +109,9 @@ def test_snapkv_holds_the_whole_prompt_until_its_last_chunk():
                                          ("snapkv", "vllm-v1"), ("hikv", "vllm-v1"),
                                          ("hikv-evict", "vllm-v1"), ("full", "sjf")])
 def test_batched_decode_runs_equal_iteration_by_iteration(name, policy):
-    cfg = _tight(get_preset("default"), 12_000)
+    cfg = tight(get_preset("default"), 12_000)
     spec = resolve_methods(cfg, name)[name]
-    wl = _burst_workload(seed=5, n=100, rate=40.0)
+    wl = burst_workload(seed=5, n=100, rate=40.0)
     a = simulate(cfg, spec, wl, fast_forward=True, policy=policy)
     b = simulate(cfg, spec, wl, fast_forward=False, policy=policy)
     assert_same_run(a, b, name)
@@ -148,7 +134,7 @@ def test_policies_registry():
     cfg = get_preset("default")
     cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, max_running=2))  # queues form
     spec = resolve_methods(cfg, "full")["full"]
-    wl = _burst_workload(seed=2, n=120, rate=200.0)
+    wl = burst_workload(seed=2, n=120, rate=200.0)
     fcfs = simulate(cfg, spec, wl, policy="vllm-v1")
     sjf = simulate(cfg, spec, wl, policy="sjf")
     assert np.mean(sjf.wait_s) < np.mean(fcfs.wait_s)   # SJF minimises mean wait
