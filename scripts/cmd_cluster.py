@@ -125,9 +125,8 @@ def run_cluster(args: argparse.Namespace) -> int:
     )
     from hikv.sim.cluster_sched import split_workload
     from hikv.sim.step_cost import DEFAULT_STEP_COST
-    from hikv.sim.workload import poisson_workload, read_azure_trace
 
-    from .cmd_serve import check_workload_flags, serving_config
+    from .cmd_serve import check_workload_flags, serving_config, workload_from_flags
 
     check_workload_flags(args)
     given = [f"--{f.replace('_', '-')}" for f in SERVE_ONLY
@@ -182,18 +181,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     out = prepare_out_dir(args.out, OWNED, force=args.force) if args.out else None
     cfg = serving_config(with_overrides(get_preset(args.preset or "paper"), args.set), args)
     methods = list(resolve_methods(cfg, args.method or "full,hikv-evict"))
-    if args.trace:
-        if args.requests is not None:
-            raise ParamError("--requests is for Poisson workloads; use --max-requests with "
-                             "--trace")
-        wl = read_azure_trace(args.trace, limit=args.max_requests)
-        seed = None
-    else:
-        if args.max_requests is not None:
-            raise ParamError("--max-requests is for --trace; use --requests for Poisson")
-        wl = poisson_workload(cfg.serving.synthetic, seed=args.seed, rate_per_s=args.rate,
-                              requests=args.requests)
-        seed = args.seed
+    wl, seed = workload_from_flags(args, cfg)
     predictor, served = split_workload(wl, base.train_fraction, q=base.quantile)
     if args.trace and args.rate is not None:
         served = served.at_rate(args.rate)

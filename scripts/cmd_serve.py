@@ -124,7 +124,6 @@ def run(args: argparse.Namespace) -> int:
         write_csv,
     )
     from hikv.sim.step_cost import DEFAULT_STEP_COST
-    from hikv.sim.workload import poisson_workload, read_azure_trace
 
     check_workload_flags(args)
     out = (prepare_out_dir(args.out, OWNED, force=args.force) if args.out else None)
@@ -156,20 +155,9 @@ def run(args: argparse.Namespace) -> int:
         for p in export_methods(cfg, args.method, args.export_vidur):
             print(f"wrote {p}")
         return 0
-    if args.trace:
-        if args.requests is not None:
-            raise ParamError("--requests is for Poisson workloads; use --max-requests with "
-                             "--trace")
-        wl = read_azure_trace(args.trace, limit=args.max_requests)
-        if args.rate is not None:
-            wl = wl.at_rate(args.rate)
-        seed = None
-    else:
-        if args.max_requests is not None:
-            raise ParamError("--max-requests is for --trace; use --requests for Poisson")
-        wl = poisson_workload(cfg.serving.synthetic, seed=args.seed, rate_per_s=args.rate,
-                              requests=args.requests)
-        seed = args.seed
+    wl, seed = workload_from_flags(args, cfg)
+    if args.trace and args.rate is not None:
+        wl = wl.at_rate(args.rate)
     if device_cost is not None and (args.breakdown or args.section):
         from hikv.sim.device_report import breakdown_table, device_section
 
@@ -253,6 +241,24 @@ def serving_config(cfg, args: argparse.Namespace, *, model: bool = True):
     if changes:
         cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, **changes))
     return cfg
+
+
+def workload_from_flags(args: argparse.Namespace, cfg):
+    """The workload of ``args`` and its seed: --trace (its first --max-requests, arrival times
+    as recorded: the caller rescales to --rate) with seed None, or the preset's Poisson
+    workload (--rate, --requests, --seed). Shared by the single-replica and the cluster run."""
+    from hikv.params import ParamError
+    from hikv.sim.workload import poisson_workload, read_azure_trace
+
+    if args.trace:
+        if args.requests is not None:
+            raise ParamError("--requests is for Poisson workloads; use --max-requests with "
+                             "--trace")
+        return read_azure_trace(args.trace, limit=args.max_requests), None
+    if args.max_requests is not None:
+        raise ParamError("--max-requests is for --trace; use --requests for Poisson")
+    return poisson_workload(cfg.serving.synthetic, seed=args.seed, rate_per_s=args.rate,
+                            requests=args.requests), args.seed
 
 
 def check_workload_flags(args: argparse.Namespace) -> None:
