@@ -68,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--preset", default="paper")
-    ap.add_argument("--traces", default="conv,code", help="Azure traces (conv, code)")
+    ap.add_argument("--traces", default="conv,code",
+                    help="Azure traces (conv, code) or shift (a Poisson workload whose mix "
+                         "shifts from prefill to decode work half-way, "
+                         "hikv.sim.cluster_report.shifting_workload)")
     ap.add_argument("--requests", type=int, default=4000,
                     help="first N requests of each trace (30%% train the predictor)")
     ap.add_argument("--rate", default="conv=10,code=6",
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                else sys.argv[1:])
     jobs = []
     for tr in args.traces.split(","):
-        path = find_azure_trace(tr)
+        path = "shift" if tr == "shift" else find_azure_trace(tr)
         if path is None:
             raise ParamError(f"trace {tr!r} not found (HIKV_DATA or shared/data/azure-llm-2023)")
         if tr not in rates:
@@ -109,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if params.prefill:
                 params = dataclasses.replace(params, link=link)
+            if tr == "shift":
+                # the predictor is trained on the whole workload (its first 30 % holds only
+                # the first phase, whose outputs say nothing of the second's)
+                params = dataclasses.replace(params, train_fraction=0.0)
             jobs.append({"preset": args.preset, "trace": str(path), "trace_name": tr,
                          "requests": args.requests, "rate": float(rates[tr]),
                          "ttft_slo_s": float(slos[tr]) if tr in slos else None,

@@ -24,7 +24,7 @@ from .step_cost import DEFAULT_STEP_COST
 from .workload import Workload
 
 __all__ = ["GridPoint", "run_grid", "result_row", "decision_rows", "format_table",
-           "plot_tails", "parse_pd", "markdown_table", "run_cell"]
+           "plot_tails", "parse_pd", "markdown_table", "run_cell", "shifting_workload"]
 
 
 @dataclass(frozen=True)
@@ -203,11 +203,27 @@ def write_rows(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> 
     return write_csv(path, clean)
 
 
+def shifting_workload(seed: int, n: int = 400, rate: float = 40.0) -> Workload:
+    """Poisson arrivals at ``rate``/s whose mix shifts half-way: prompts of 2,500-3,500 tokens
+    with 2-7 output tokens (prefill work), then prompts of 50-149 tokens with 300-499 output
+    tokens (decode work); seeded by ``seed`` (a dynamic-ratio test and benchmark workload)."""
+    rng = np.random.default_rng(seed)
+    arr = np.cumsum(rng.exponential(1 / rate, n))
+    arr -= arr[0]
+    half = n // 2
+    prompt = np.concatenate([rng.integers(2500, 3500, half), rng.integers(50, 150, n - half)])
+    output = np.concatenate([rng.integers(2, 8, half), rng.integers(300, 500, n - half)])
+    return Workload(arrival_s=arr, prompt_tokens=prompt.astype(np.int64),
+                    output_tokens=output.astype(np.int64), rate_per_s=rate,
+                    source=f"shifting mix, seed {seed}")
+
+
 def run_cell(job: dict[str, Any]) -> dict[str, Any]:
     """Run one cell of a cluster sweep (``benchmarks/cluster_bench.py``), a picklable job for
     :func:`hikv.executor.run_tasks` (local processes or Ray): ``preset``, ``method``,
-    ``params`` (:class:`ClusterParams`), ``trace`` (an Azure trace path, or None for the
-    preset's Poisson workload of ``requests`` at ``rate`` with seed ``params.seed``),
+    ``params`` (:class:`ClusterParams`), ``trace`` (an Azure trace path, ``"shift"`` for
+    :func:`shifting_workload`, or None for the preset's Poisson workload of ``requests`` at
+    ``rate``; both seeded by ``params.seed``),
     ``requests`` (the first N of the trace), ``rate`` (requests/s), ``ttft_slo_s`` (or None),
     ``cost_model``, ``goodput`` (search it), ``version``, ``keep`` (return the result too),
     ``experiment``, ``trace_name``, ``command``. Returns ``{"row": ..., "result": ...}``."""
@@ -227,6 +243,8 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
     if job["trace"] is None:
         wl = poisson_workload(cfg.serving.synthetic, seed=params.seed, rate_per_s=job["rate"],
                               requests=job["requests"])
+    elif job["trace"] == "shift":
+        wl = shifting_workload(params.seed, n=job["requests"], rate=job["rate"])
     else:
         wl = read_azure_trace(job["trace"], limit=job["requests"])
     pred, wl = split_workload(wl, params.train_fraction)

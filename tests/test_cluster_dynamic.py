@@ -14,30 +14,15 @@ from hikv.presets import get_preset, resolve_methods
 from hikv.scripts.cli import main
 from hikv.sim.cluster import simulate_cluster
 from hikv.sim.cluster_params import CLUSTER_PRESETS, ClusterParams, DynamicRatio
-from hikv.sim.cluster_report import run_cell
+from hikv.sim.cluster_report import run_cell, shifting_workload
 from hikv.sim.cluster_sched import OutputPredictor
 from hikv.sim.serving_result import little_window
-from hikv.sim.workload import Workload
-
-
-def _shifting(seed: int, n: int = 400, rate: float = 40.0) -> Workload:
-    """Poisson arrivals whose mix shifts half-way: long prompts with short outputs (prefill
-    work), then short prompts with long outputs (decode work)."""
-    rng = np.random.default_rng(seed)
-    arr = np.cumsum(rng.exponential(1 / rate, n))
-    arr -= arr[0]
-    half = n // 2
-    prompt = np.concatenate([rng.integers(2500, 3500, half), rng.integers(50, 150, n - half)])
-    output = np.concatenate([rng.integers(2, 8, half), rng.integers(300, 500, n - half)])
-    return Workload(arrival_s=arr, prompt_tokens=prompt.astype(np.int64),
-                    output_tokens=output.astype(np.int64), rate_per_s=rate,
-                    source=f"shifting seed {seed}")
 
 
 def _shift_run(policy: str, seed: int = 4):
     cfg = get_preset("default")
     spec = resolve_methods(cfg, "full")["full"]
-    wl = _shifting(seed)
+    wl = shifting_workload(seed)
     dr = DynamicRatio(policy=policy, interval_s=0.25, reconfig_s=0.1, cooldown_s=0.0)
     params = ClusterParams(prefill=2, decode=2, router="least-tokens", dynamic=dr)
     # the predictor knows both phases (the work DOPD forecasts is the arrivals' prompt and
