@@ -12,6 +12,10 @@ steady-state window; relative error). Files are written only with --out DIR: sum
 row per method, every configuration field, seed, code version), requests_<method>.csv (one row
 per request), latency_cdf.png and kv_use.png.
 
+Cluster flags (--cluster PRESET, --replicas, --pd, --dynamic-ratio, --router, --decode-router,
+--link, --scheduler, ...; scripts/cmd_cluster.py, which defines them for both commands) make it
+a cluster run: replicas behind a router or P/D disaggregation (docs/serving.md, "Cluster").
+
 --device a100 serves on a measured GPU (docs/serving.md, "Measured device"): every
 non-attention operator from a Vidur-format mlp.csv profile (--profile, default found under
 shared/data/vidur-profiles), attention and the LM head modelled; --breakdown prints
