@@ -255,7 +255,7 @@ class _Cluster:
         self.reset_tick()                             # work arrived since the last tick
         self.prefill_end = np.full(m, np.nan)
         # Little's law per pool: each engine's queue integral, split where its role changes
-        self.pool_of = ["mixed" if r == "mixed" else r for r in self.roles]
+        self.pool_of = list(self.roles)
         self.seg0 = [0.0] * n
         self.pool_l = {"prefill": 0.0, "decode": 0.0, "mixed": 0.0}
         if pd:
@@ -346,7 +346,6 @@ class _Cluster:
         self.pending_prefill[k] += int(self.prompt[i])
         self.tick_prompt += float(self.prompt[i])
         self.tick_decode += max(float(self.med[i]) - 1.0, 0.0)
-        self.tick_prompt_sum += float(self.prompt[i])
         self.tick_med_sum += float(self.med[i])
         self.tick_n += 1
         self._inject(k, _Seq(i, t, int(self.prompt[i]), 1 if pd else int(self.output[i])))
@@ -423,7 +422,7 @@ class _Cluster:
     def reset_tick(self) -> None:
         """Start a monitor interval: the work arrived in it so far is none."""
         self.tick_prompt = self.tick_decode = 0.0
-        self.tick_prompt_sum = self.tick_med_sum = 0.0
+        self.tick_med_sum = 0.0
         self.tick_n = 0
 
     def _tick(self, t: float) -> None:

@@ -129,7 +129,7 @@ class DopdRatio:
         under the SLO), ``S`` the mean prompt's prefill time at that rate."""
         rp = self.rate["prefill"]
         if cl.tick_n:
-            self.mean_prompt = cl.tick_prompt_sum / cl.tick_n
+            self.mean_prompt = cl.tick_prompt / cl.tick_n
         if math.isnan(rp) or math.isnan(self.mean_prompt):
             return math.nan
         return rp * max(0.05, 1 - self.mean_prompt / rp / cl.cfg.serving.ttft_slo_s)
@@ -144,7 +144,7 @@ class DopdRatio:
             p = float(np.mean([s.kv_prompt for s in seqs]))
             j = float(np.mean([s.step for s in seqs])) + 1
         elif cl.tick_n:
-            p, j = cl.tick_prompt_sum / cl.tick_n, max(1.0, cl.tick_med_sum / cl.tick_n / 2)
+            p, j = cl.tick_prompt / cl.tick_n, max(1.0, cl.tick_med_sum / cl.tick_n / 2)
         else:
             return self.rate["decode"]
         pi, ji = int(round(p)), int(round(j))
