@@ -10,6 +10,15 @@ tokens greedily, batch 1: the harness through :func:`hikv.model.lm.step` with a 
 (``model(next, past_key_values=...)``, what ``generate`` does per token), and ``generate``
 end to end. Prints one line per side and the ratio; ``--profile N`` prints the harness's
 N most expensive functions (cProfile, cumulative).
+
+``--trial N`` measures instead what one trial of a seed suite costs at ``N`` tokens, in process
+CPU seconds (the machine may be loaded; CPU time is what a projection needs): the prompt pass
+alone, then one trial of ``--task`` for every method of ``--suite`` under both protocols, run
+as before this harness shared the prompt pass (each protocol's cell alone:
+:func:`hikv.model.seed_suite.run_cell`) and shared (:func:`hikv.model.seed_suite.run_cells`),
+and whether the two give the same rows (answers, stops, bytes)::
+
+    python benchmarks/accuracy_speed.py --trial 2048 --ppl-rows OUT/cells/ppl_2048.json
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ import time
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--model", default=None, help="default: smollm2-135m (--trial: the "
+                    "suite's model)")
     ap.add_argument("--cache", default=None)
     ap.add_argument("--prompt", type=int, default=2048, help="prompt tokens (default 2048)")
     ap.add_argument("--new", type=int, default=64, help="decoded tokens (default 64)")
@@ -34,7 +44,16 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
+    ap.add_argument("--trial", type=int, default=0, metavar="N",
+                    help="measure one seed-suite trial at N tokens instead (see above)")
+    ap.add_argument("--suite", default="seed-smollm2")
+    ap.add_argument("--task", default="passkey")
+    ap.add_argument("--ppl-rows", default=None,
+                    help="a perplexity cell file of the suite at N (budgets over the "
+                    "perplexity tolerance then do not run, as in the suite)")
     a = ap.parse_args()
+    if a.trial:
+        return trial_cost(a)
 
     import torch
 
@@ -45,7 +64,7 @@ def main() -> int:
     from hikv.presets import get_preset
 
     torch.set_num_threads(a.threads)
-    lm = load_lm(a.model, cache=a.cache, device=a.device)
+    lm = load_lm(a.model or "smollm2-135m", cache=a.cache, device=a.device)
     cfg = lm_config(get_preset("default"), lm.shape)
     ids = text_windows(lm, essays_text(a.cache), a.prompt, 1)[0]
 
@@ -115,6 +134,65 @@ def main() -> int:
         s = io.StringIO()
         pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(a.profile)
         print(s.getvalue())
+    return 0
+
+
+def trial_cost(a: argparse.Namespace) -> int:
+    """CPU seconds of one suite trial at ``a.trial`` tokens, both protocols, before and after
+    sharing the prompt pass; prints them and whether the rows agree."""
+    import dataclasses
+    import random
+    import time
+
+    import torch
+
+    from hikv.model import accuracy as A
+    from hikv.model.accuracy_io import read_rows
+    from hikv.model.lm import Sequence, prefill
+    from hikv.model.seed_suite import SEED_SUITES, Cell, _setup, run_cell, run_cells, suite_specs
+    from hikv.model.tasks import make_case
+
+    suite = dataclasses.replace(SEED_SUITES[a.suite], trials=1, lengths=(a.trial,))
+    env = _setup(a.model or suite.model, a.cache, "default", a.device, a.threads)
+    lm, cfg = env["lm"], env["cfg"]
+    ppl = read_rows(a.ppl_rows)[0] if a.ppl_rows else []
+    case = make_case(lm, a.task, a.trial, random.Random(f"0/{a.task}/{a.trial}/0"),
+                     words=env["words"])
+    ctx, _ = A.split_prompt(case.context, case.question, "prompt")
+    t = time.process_time()
+    prefill(lm, [Sequence(lm, A.parse_method("full", cfg.policy, cfg.layout.head_dim), cfg)],
+            ctx)
+    pre = time.process_time() - t
+    pair = [Cell("task", a.trial, p, a.task) for p in ("prompt", "follow-up")]
+    t = time.process_time()
+    alone = {c.key: run_cell(c, suite, env, seed=0, ppl_rows=ppl) for c in pair}
+    before = time.process_time() - t
+    t = time.process_time()
+    shared = run_cells(pair, suite, env, seed=0, ppl_rows=ppl)
+    after = time.process_time() - t
+    same = alone == shared
+    ans = {k: sorted((r["label"], r["score_sum"]) for r in v) for k, v in shared.items()}
+    n_specs = len(suite_specs(suite, cfg, a.trial))
+    print(f"model {lm.shape.name}, task {a.task}, prompt {case.length} tokens, {n_specs} specs "
+          f"({sum(len(v) for v in shared.values())} rows run), threads {a.threads}, "
+          f"torch {torch.__version__}")
+    print(f"prompt pass alone (full KV)           {pre:8.1f} CPU s")
+    print(f"one trial, both protocols, before      {before:8.1f} CPU s (a prompt pass each)")
+    print(f"one trial, both protocols, shared pass {after:8.1f} CPU s")
+    print(f"rows identical (answers, stops, bytes): {same}")
+    if not same:
+        for k in shared:
+            for x, y in zip(shared[k], alone[k], strict=False):
+                if x != y:
+                    diff = sorted(f for f in x if x.get(f) != y.get(f))
+                    print(f"  {k} {x['label']}: fields differ {diff}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"model": lm.shape.name, "length": a.trial, "task": a.task,
+                       "prompt_tokens": case.length, "specs": n_specs, "threads": a.threads,
+                       "prefill_cpu_s": pre, "trial_cpu_s_before": before,
+                       "trial_cpu_s_shared": after, "rows_identical": same,
+                       "scores": ans}, f, indent=1)
     return 0
 
 
