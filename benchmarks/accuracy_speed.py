@@ -8,7 +8,8 @@ tokens greedily, batch 1: the harness through :func:`hikv.model.lm.step` with a 
 :class:`~hikv.model.lm.Sequence` (the golden model's attention and byte accounts per step);
 ``transformers`` through the model's own ``sdpa`` attention and its ``DynamicCache``
 (``model(next, past_key_values=...)``, what ``generate`` does per token), and ``generate``
-end to end. Prints one line per side and the ratio; ``--profile N`` prints the harness's
+end to end. Prints tokens/s of wall time and of process CPU time (what a loaded machine does
+not distort) per side and the ratio; ``--profile N`` prints the harness's
 N most expensive functions (cProfile, cumulative).
 
 ``--trial N`` measures instead what one trial of a seed suite costs at ``N`` tokens, in process
@@ -68,16 +69,20 @@ def main() -> int:
     cfg = lm_config(get_preset("default"), lm.shape)
     ids = text_windows(lm, essays_text(a.cache), a.prompt, 1)[0]
 
-    def harness() -> tuple[float, list[int]]:
+    def rates(t0: float, c0: float, n: int) -> tuple[float, float]:
+        """(tokens/s of wall time, tokens/s of process CPU time) since (t0, c0)."""
+        return n / (time.perf_counter() - t0), n / (time.process_time() - c0)
+
+    def harness() -> tuple[tuple[float, float], list[int]]:
         seq = Sequence(lm, MethodSpec(), cfg)
         logits = prefill(lm, [seq], ids)
         out = [int(logits.argmax())]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(a.new - 1):
             out.append(int(step(lm, [seq], [out[-1]])[0].argmax()))
-        return (a.new - 1) / (time.perf_counter() - t0), out
+        return rates(t0, c0, a.new - 1), out
 
-    def plain() -> tuple[float, list[int]]:
+    def plain() -> tuple[tuple[float, float], list[int]]:
         lm.model.set_attn_implementation("sdpa")
         try:
             with torch.inference_mode():
@@ -85,47 +90,53 @@ def main() -> int:
                 o = lm.model(input_ids=x, use_cache=True, logits_to_keep=1)
                 past = o.past_key_values
                 out = [int(o.logits[0, -1].argmax())]
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 for _ in range(a.new - 1):
                     o = lm.model(input_ids=torch.tensor([[out[-1]]], device=lm.device),
                                  past_key_values=past, use_cache=True)
                     past = o.past_key_values
                     out.append(int(o.logits[0, -1].argmax()))
-                return (a.new - 1) / (time.perf_counter() - t0), out
+                return rates(t0, c0, a.new - 1), out
         finally:
             lm.model.set_attn_implementation("hikv")
 
-    def generate() -> float:
+    def generate() -> tuple[float, float]:
         lm.model.set_attn_implementation("sdpa")
         try:
             with torch.inference_mode():
                 x = torch.tensor([ids], device=lm.device)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 lm.model.generate(x, max_new_tokens=a.new, min_new_tokens=a.new,
                                   do_sample=False, attention_mask=torch.ones_like(x))
-                return a.new / (time.perf_counter() - t0)
+                return rates(t0, c0, a.new)
         finally:
             lm.model.set_attn_implementation("hikv")
 
     h = [harness() for _ in range(a.repeat)]
     p = [plain() for _ in range(a.repeat)]
     g = [generate() for _ in range(a.repeat)]
-    h_tps = statistics.median(x[0] for x in h)
-    p_tps = statistics.median(x[0] for x in p)
-    g_tps = statistics.median(g)
+    h_tps = statistics.median(x[0][0] for x in h)
+    p_tps = statistics.median(x[0][0] for x in p)
+    g_tps = statistics.median(x[0] for x in g)
+    h_cpu = statistics.median(x[0][1] for x in h)
+    p_cpu = statistics.median(x[0][1] for x in p)
+    g_cpu = statistics.median(x[1] for x in g)
     same = h[0][1] == p[0][1]
     print(f"model {lm.shape.name}, prompt {len(ids)} tokens, {a.new} decoded, threads "
-          f"{a.threads}, device {lm.device}, median of {a.repeat}")
-    print(f"harness (full KV, golden attention)  {h_tps:7.2f} tokens/s (decode)")
-    print(f"transformers (sdpa, DynamicCache)    {p_tps:7.2f} tokens/s (decode)")
-    print(f"transformers generate (incl. prefill) {g_tps:6.2f} tokens/s")
-    print(f"harness time per decoded token / transformers': {p_tps / h_tps:.2f} (within 2x: "
-          f"{p_tps / h_tps <= 2.0}); same greedy tokens: {same}")
+          f"{a.threads}, device {lm.device}, median of {a.repeat}; tokens/s of wall time and "
+          "of process CPU time")
+    print(f"harness (full KV, golden attention)   {h_tps:7.2f} wall  {h_cpu:7.2f} CPU (decode)")
+    print(f"transformers (sdpa, DynamicCache)     {p_tps:7.2f} wall  {p_cpu:7.2f} CPU (decode)")
+    print(f"transformers generate (incl. prefill) {g_tps:7.2f} wall  {g_cpu:7.2f} CPU")
+    print(f"harness CPU time per decoded token / transformers': {p_cpu / h_cpu:.2f} (within "
+          f"2x: {p_cpu / h_cpu <= 2.0}); wall: {p_tps / h_tps:.2f}; same greedy tokens: {same}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"model": lm.shape.name, "prompt": len(ids), "new": a.new,
                        "threads": a.threads, "harness_tps": h_tps, "transformers_tps": p_tps,
-                       "generate_tps": g_tps, "same_tokens": same}, f, indent=1)
+                       "generate_tps": g_tps, "harness_cpu_tps": h_cpu,
+                       "transformers_cpu_tps": p_cpu, "generate_cpu_tps": g_cpu,
+                       "same_tokens": same}, f, indent=1)
     if a.profile:
         pr = cProfile.Profile()
         pr.enable()
@@ -142,7 +153,6 @@ def trial_cost(a: argparse.Namespace) -> int:
     sharing the prompt pass; prints them and whether the rows agree."""
     import dataclasses
     import random
-    import time
 
     import torch
 
