@@ -20,6 +20,17 @@ as before this harness shared the prompt pass (each protocol's cell alone:
 and whether the two give the same rows (answers, stops, bytes)::
 
     python benchmarks/accuracy_speed.py --trial 2048 --ppl-rows OUT/cells/ppl_2048.json
+
+``--project CELLS`` projects a seed suite's CPU hours per length from the CPU seconds its
+finished cells record (``cells/*.json`` of one length, e.g. 2k), before and after sharing the
+prompt pass: each cell's cost is split into its trials' prompt passes (``--prefill N=S``:
+measured CPU seconds of one pass at each length; lengths beyond the last are extrapolated
+linearly) and the rest (decode), which is scaled by ``--step N=R`` (measured cost of a decode
+step at N over the cells' length, linear beyond); sharing saves, per task, the follow-up
+cell's passes while both protocols run (``min`` of their trial counts)::
+
+    python benchmarks/accuracy_speed.py --project RUN/cells --prefill 2048=19.6,4096=38 \
+        --step 4096=1.21 --lengths 2048,4096,8192
 """
 
 from __future__ import annotations
@@ -52,9 +63,16 @@ def main() -> int:
     ap.add_argument("--ppl-rows", default=None,
                     help="a perplexity cell file of the suite at N (budgets over the "
                     "perplexity tolerance then do not run, as in the suite)")
+    ap.add_argument("--project", default=None, metavar="CELLS",
+                    help="project the suite's CPU hours from these cells (see above)")
+    ap.add_argument("--prefill", default="", help="N=CPU s of one prompt pass, comma-separated")
+    ap.add_argument("--step", default="", help="N=decode cost ratio to the cells' length")
+    ap.add_argument("--lengths", default="2048,4096,8192")
     a = ap.parse_args()
     if a.trial:
         return trial_cost(a)
+    if a.project:
+        return project(a)
 
     import torch
 
@@ -203,6 +221,69 @@ def trial_cost(a: argparse.Namespace) -> int:
                        "prefill_cpu_s": pre, "trial_cpu_s_before": before,
                        "trial_cpu_s_shared": after, "rows_identical": same,
                        "scores": ans}, f, indent=1)
+    return 0
+
+
+def _points(text: str) -> dict[int, float]:
+    return {int(k): float(v) for k, v in (x.split("=") for x in text.split(",") if x)}
+
+
+def _linear(points: dict[int, float], n: int) -> float:
+    """``points`` at ``n``, linear through the two largest lengths beyond them."""
+    if n in points:
+        return points[n]
+    (n0, y0), (n1, y1) = sorted(points.items())[-2:]
+    return y1 + (y1 - y0) * (n - n1) / (n1 - n0)
+
+
+def project(a: argparse.Namespace) -> int:
+    """CPU hours of a seed suite per length, before / after sharing the prompt pass,
+    projected from the CPU seconds of finished cells of one length (see the docstring)."""
+    from pathlib import Path
+
+    from hikv.model.accuracy_io import read_rows
+
+    cells: dict[str, tuple[float, int, dict]] = {}
+    paths = sorted(Path(a.project).glob("*_*.json"))
+    if not paths:
+        raise SystemExit(f"{a.project}: no cell files")
+    base = min(int(p.stem.rsplit("_", 1)[1]) for p in paths)
+    for path in paths:
+        if not path.stem.endswith(f"_{base}"):
+            continue                    # projected from the shortest length's cells only
+        rows, meta = read_rows(path)
+        if meta.get("cpu_s") is None:
+            continue
+        full = [r for r in rows if r["label"] == "full"]
+        if meta.get("pair_cpu_s") is not None:
+            raise SystemExit(f"{path}: a shared-pass cell; project from cells run alone")
+        trials = (full[0].get("windows") or 1) if full and full[0].get("ppl") is not None \
+            else (full[0]["trials"] if full else 0)
+        cells[path.stem] = (float(meta["cpu_s"]), int(trials), full[0] if full else {})
+    pre = _points(a.prefill)
+    step = {base: 1.0, **_points(a.step)}
+    print(f"cells of N = {base}: {len(cells)}, {sum(c[0] for c in cells.values()):.0f} CPU s; "
+          f"prompt pass {pre}, decode ratio {step}")
+    total = [0.0, 0.0]
+    for n in (int(x) for x in a.lengths.split(",")):
+        p_n, r_n = _linear(pre, n), _linear(step, n)
+        before = after = 0.0
+        for key, (cpu, t, _) in cells.items():
+            dec = max(0.0, cpu - t * pre[base])
+            c = t * p_n + dec * r_n
+            before += c
+            after += c
+            if "_follow-up_" in key:
+                mate = cells.get(key.replace("_follow-up_", "_prompt_"))
+                if mate is not None:
+                    after -= min(t, mate[1]) * p_n
+        total[0] += before
+        total[1] += after
+        print(f"N = {n}: prompt pass {p_n:.1f} CPU s, decode x{r_n:.2f}: before "
+              f"{before / 3600:.2f} CPU h, shared {after / 3600:.2f} CPU h")
+    print(f"suite: before {total[0] / 3600:.2f} CPU h, shared {total[1] / 3600:.2f} CPU h; "
+          f"on 2 cores (--workers 2, ideal) {total[1] / 7200:.2f} h: within 3 h: "
+          f"{total[1] / 7200 <= 3.0}")
     return 0
 
 

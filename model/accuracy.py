@@ -69,7 +69,7 @@ from .accuracy_iso import (
     wilson,
 )
 from .layout import ByteAccount
-from .lm import LM, Sequence, adopt_prefill, prefill, step
+from .lm import LM, Sequence, adopt_prefill, greedy, prefill, step
 
 __all__ = [
     "parse_method",
@@ -452,25 +452,10 @@ def _generate(lm: LM, specs: Seq[MethodSpec], cfg: Config, ctx: Seq[int], feed: 
 
 def _answer(lm: LM, seqs: Seq[Sequence], first: torch.Tensor, feed: Seq[int],
             references: Seq[str], max_new: int) -> list[list[int]]:
-    """Greedy answers of prefilled ``seqs`` (``first``: their prompt's last logits [V]):
-    ``feed`` through decode, then up to ``max_new`` tokens each (see :func:`_generate`)."""
+    """:func:`_generate`'s answers of prefilled ``seqs`` (``first``: the prompt's logits)."""
     eos = getattr(lm.tokenizer, "eos_token_id", None)
-    seqs = list(seqs)
-    outs: list[list[int]] = [[] for _ in seqs]
-    logits = first[None].expand(len(seqs), -1)
-    for tok in feed:
-        logits = step(lm, seqs, [tok] * len(seqs))
-    active = list(range(len(seqs)))
-    for t in range(max_new):
-        nxt = logits.argmax(-1).tolist()
-        for j, b in enumerate(active):
-            outs[b].append(int(nxt[j]))
-        active = [b for b in active if outs[b][-1] != eos and
-                  T.score(lm.decode(outs[b]), references) < 1.0]
-        if not active or t == max_new - 1:
-            break
-        logits = step(lm, [seqs[b] for b in active], [outs[b][-1] for b in active])
-    return outs
+    return greedy(lm, seqs, first, feed, max_new, lambda o: o[-1] == eos or T.score(
+        lm.decode(o), references) >= 1.0)
 
 
 def task_accuracy(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, task: str, length: int,

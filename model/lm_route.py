@@ -5,7 +5,8 @@ it): :class:`Sequence` (one method's caches, one per layer, and its byte account
 :class:`WindowKV` for sliding-window layers, :func:`prefill` (one prompt pass shared by several
 sequences, optionally recording what more sequences need: :class:`PrefillRecord`, and, with
 ``prefix``, forking the record of the prompt's first tokens for sequences that start from
-them), :func:`adopt_prefill` (a recorded prompt without running the model) and :func:`step`.
+them), :func:`adopt_prefill` (a recorded prompt without running the model), :func:`step` and
+:func:`greedy` (greedy continuations of prefilled sequences).
 The attention function registered with ``transformers`` (:data:`ATTN_NAME`) dispatches to the
 :class:`_Run` of the model call in progress.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from .lm import LM
 
 __all__ = ["ATTN_NAME", "WindowKV", "windowed_prefill", "Fidelity", "Sequence",
-           "PrefillRecord", "prefill", "adopt_prefill", "step"]
+           "PrefillRecord", "prefill", "adopt_prefill", "step", "greedy"]
 
 #: name under which the golden-model attention is registered with transformers
 ATTN_NAME = "hikv"
@@ -458,3 +460,24 @@ def step(lm: LM, seqs: Seq[Sequence], tokens: Seq[int]) -> torch.Tensor:
         s._end_step()
     return logits
 
+
+def greedy(lm: LM, seqs: Seq[Sequence], first: torch.Tensor, feed: Seq[int], max_new: int,
+           stop: Callable[[list[int]], bool]) -> list[list[int]]:
+    """Greedy continuations of prefilled ``seqs`` (``first``: their prompt's last logits
+    [V]): ``feed`` through decode (teacher-forced, all side by side), then up to ``max_new``
+    tokens each; a sequence stops once ``stop(its tokens so far)`` holds."""
+    seqs = list(seqs)
+    outs: list[list[int]] = [[] for _ in seqs]
+    logits = first[None].expand(len(seqs), -1)
+    for tok in feed:
+        logits = step(lm, seqs, [tok] * len(seqs))
+    active = list(range(len(seqs)))
+    for t in range(max_new):
+        nxt = logits.argmax(-1).tolist()
+        for j, b in enumerate(active):
+            outs[b].append(int(nxt[j]))
+        active = [b for b in active if not stop(outs[b])]
+        if not active or t == max_new - 1:
+            break
+        logits = step(lm, [seqs[b] for b in active], [outs[b][-1] for b in active])
+    return outs
