@@ -1,4 +1,4 @@
-"""The seed suites (issue 11): the protocol x length x task study as data, run cell by cell.
+"""The seed suites (issue 11): the protocol x length x task study, scheduled and run resumably.
 
 A :class:`SeedSuite` names a model, context lengths, protocols, tasks and budget rules; its
 cells (:func:`suite_cells`: per length one perplexity cell and one cell per protocol and task)
