@@ -23,11 +23,18 @@ Modules (import what you need; this package imports nothing heavy by itself):
 * :mod:`hikv.model.hikv_cache`      HiKV (Stage I and Stage II through the sorter reference)
 * :mod:`hikv.model.methods`         the registry ``METHODS`` and :func:`make_cache`
 * :mod:`hikv.model.lm`              a Hugging Face LM whose attention runs through the caches
+  (loading; re-exports :mod:`hikv.model.lm_route`)
+* :mod:`hikv.model.lm_route`        sequences, prefill (shared, recorded, forked at a prefix),
+  adoption of a recorded prompt, decode steps
 * :mod:`hikv.model.accuracy`        perplexity, passkey, tasks, fidelity, capture
 * :mod:`hikv.model.accuracy_iso`    protocols, Wilson intervals, the iso-accuracy table
 * :mod:`hikv.model.accuracy_suite`  the whole accuracy study as one resumable run
 * :mod:`hikv.model.seed_suite`      the seed suites: protocol x length x task cells, run
-  resumably (process pool or Ray), their task filter and iso tables
+  resumably (process pool or Ray); re-exports the three modules below
+* :mod:`hikv.model.seed_spec`       the seed suites as data: suites, cells, method specs
+* :mod:`hikv.model.seed_trials`     the trial runner: adaptive cells, both protocols of a task
+  sharing each trial's prompt pass
+* :mod:`hikv.model.seed_tables`     the task filter, iso tables and ``seed_table.md``
 * :mod:`hikv.model.accuracy_io`     result files and plots of the accuracy study
 * :mod:`hikv.model.assets`          real models and text fetched from PyPI
 """

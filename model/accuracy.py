@@ -69,7 +69,7 @@ from .accuracy_iso import (
     wilson,
 )
 from .layout import ByteAccount
-from .lm import LM, Sequence, adopt_prefill, prefill, step
+from .lm import LM, Sequence, adopt_prefill, greedy, prefill, step
 
 __all__ = [
     "parse_method",
@@ -442,24 +442,20 @@ def _generate(lm: LM, specs: Seq[MethodSpec], cfg: Config, ctx: Seq[int], feed: 
     """Greedy answers of every spec: one prefill of ``ctx`` shared by each batch of specs,
     ``feed`` through decode, then up to ``max_new`` generated tokens per spec (stopping at end
     of sequence or once every reference appears, after which the score cannot change)."""
-    eos = getattr(lm.tokenizer, "eos_token_id", None)
     outs: list[list[int]] = [[] for _ in specs]
     cap = _cap_batch(lm, batch, len(ctx) + len(feed) + max_new)
     for chunk, seqs, first in _shared_prefill(lm, specs, cfg, ctx, cap, share):
-        logits = first[None].expand(len(seqs), -1)
-        for tok in feed:
-            logits = step(lm, seqs, [tok] * len(seqs))
-        active = list(range(len(chunk)))
-        for t in range(max_new):
-            nxt = logits.argmax(-1).tolist()
-            for j, b in enumerate(active):
-                outs[chunk[b]].append(int(nxt[j]))
-            active = [b for b in active if outs[chunk[b]][-1] != eos and
-                      T.score(lm.decode(outs[chunk[b]]), references) < 1.0]
-            if not active or t == max_new - 1:
-                break
-            logits = step(lm, [seqs[b] for b in active], [outs[chunk[b]][-1] for b in active])
+        for b, o in enumerate(_answer(lm, seqs, first, feed, references, max_new)):
+            outs[chunk[b]] = o
     return outs
+
+
+def _answer(lm: LM, seqs: Seq[Sequence], first: torch.Tensor, feed: Seq[int],
+            references: Seq[str], max_new: int) -> list[list[int]]:
+    """:func:`_generate`'s answers of prefilled ``seqs`` (``first``: the prompt's logits)."""
+    eos = getattr(lm.tokenizer, "eos_token_id", None)
+    return greedy(lm, seqs, first, feed, max_new, lambda o: o[-1] == eos or T.score(
+        lm.decode(o), references) >= 1.0)
 
 
 def task_accuracy(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, task: str, length: int,

@@ -7,12 +7,15 @@ heads per KV head (query head ``h`` reads KV head ``h // G``, as in Llama and Ge
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from hikv.params import ParamError
 
-__all__ = ["group_queries", "ungroup", "attend", "causal_prefill", "default_scale"]
+__all__ = ["group_queries", "ungroup", "attend", "causal_prefill", "prefill_pass", "PrefixStats",
+           "default_scale"]
 
 
 def default_scale(head_dim: int) -> float:
@@ -57,14 +60,40 @@ def causal_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     accumulated attention); with ``window > 0`` the probabilities of the last ``window`` queries
     summed over them and the group (``[Hkv, N]``, SnapKV's observation).
     """
+    out, sums, obs, _ = prefill_pass(q, k, v, scale, col_sums=col_sums,
+                                     windows=(window,) if window > 0 else (), chunk=chunk)
+    return out, sums, obs.get(window)
+
+
+def prefill_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, *,
+                 col_sums: bool = False, windows: Sequence[int] = (), prefix: int = 0,
+                 prefix_col_sums: bool = False, prefix_windows: Sequence[int] = (),
+                 chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor | None,
+                                            dict[int, torch.Tensor], PrefixStats | None]:
+    """:func:`causal_prefill` with every observation window in ``windows`` from one pass
+    (``(out, sums, {window: obs})``, each the same tensor ``causal_prefill`` gives for it),
+    and, with ``prefix`` in ``[1, N]``, the statistics of the prompt's first ``prefix`` tokens
+    as if they were a prompt of their own (:class:`PrefixStats`: column sums if
+    ``prefix_col_sums``, the observations of ``prefix_windows``; causal attention makes the
+    first ``prefix`` rows' probabilities those of the shorter prompt, and each is summed over
+    the same query chunks as a pass over the prefix alone would sum it).
+    """
     hq, n, d = q.shape
     hkv = k.shape[0]
     g = hq // hkv
     if k.shape[1] != n or v.shape[1] != n:
         raise ParamError("prefill q, k and v must cover the same tokens")
+    if not 0 <= prefix <= n:
+        raise ParamError(f"prefix = {prefix} is out of range: allowed [0, {n}]")
     out = torch.empty_like(q)
     sums = torch.zeros(hkv, n, dtype=torch.float32) if col_sums else None
-    obs = torch.zeros(hkv, n, dtype=torch.float32) if window > 0 else None
+    obs = {w: torch.zeros(hkv, n, dtype=torch.float32) for w in windows if w > 0}
+    pre = None
+    if prefix:
+        pre = PrefixStats(prefix, torch.zeros(hkv, prefix, dtype=torch.float32)
+                          if prefix_col_sums else None,
+                          {w: torch.zeros(hkv, prefix, dtype=torch.float32)
+                           for w in prefix_windows if w > 0})
     qg = q.reshape(hkv, g, n, d)
     keys_pos = torch.arange(n)
     for s in range(0, n, chunk):
@@ -77,7 +106,25 @@ def causal_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
         out.reshape(hkv, g, n, d)[:, :, s:e] = torch.matmul(probs.to(q.dtype), v[:, None])
         if sums is not None:
             sums += probs.sum(dim=(1, 2))
-        if obs is not None and e > n - window:
-            lo = max(s, n - window) - s
-            obs += probs[:, :, lo:].sum(dim=(1, 2))
-    return out, sums, obs
+        for w, o in obs.items():
+            if e > n - w:
+                lo = max(s, n - w) - s
+                o += probs[:, :, lo:].sum(dim=(1, 2))
+        if pre is not None and s < prefix:
+            pe = min(e, prefix)                # a pass over the prefix ends its chunk here
+            pp = probs[:, :, :pe - s, :prefix]
+            if pre.sums is not None:
+                pre.sums += pp.sum(dim=(1, 2))
+            for w, o in pre.obs.items():
+                if pe > prefix - w:
+                    o += pp[:, :, max(s, prefix - w) - s:].sum(dim=(1, 2))
+    return out, sums, obs, pre
+
+
+@dataclass
+class PrefixStats:
+    """Prompt statistics of a prompt's first ``tokens`` tokens (:func:`prefill_pass`)."""
+
+    tokens: int
+    sums: torch.Tensor | None
+    obs: dict[int, torch.Tensor]

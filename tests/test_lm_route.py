@@ -21,7 +21,7 @@ from hikv.model.lm import (  # noqa: E402
     wrap_model,
 )
 from hikv.model.methods import KVCache  # noqa: E402
-from hikv.params import Method, MethodSpec  # noqa: E402
+from hikv.params import Method, MethodSpec, ParamError  # noqa: E402
 from hikv.presets import get_preset  # noqa: E402
 
 SEED = 1234
@@ -151,6 +151,56 @@ def test_shared_prefill_equals_separate_prefill() -> None:
         alone_lg, _ = _run(lm, cfg, [s], ids, 30)
         err = float((alone_lg[0] - together[b]).abs().max())
         assert err < 1e-4 * float(alone_lg.abs().max()), f"{labels[b]}: {err}"
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma"])
+def test_prefix_fork_equals_prefill_of_the_prefix(arch: str) -> None:
+    """One pass over a prompt with ``prefix`` gives the sequences of ``prefix_for`` (through
+    adopt_prefill of ``lm.last_prefix``) the state and logits a pass over the prefix alone
+    gives: the follow-up protocol forked from the prompt protocol's pass (issue 11 item 7).
+    Both methods' statistics (column sums, observation windows, windows not asked for by the
+    main sequences) and a window layer (Gemma) are covered; the main sequences' state is that
+    of a pass without the fork."""
+    from hikv.model.lm import adopt_prefill
+
+    lm, cfg = _tiny(arch)
+    d = lm.shape.head_dim
+    ids = _ids(200, lm.shape.vocab, SEED + 7)
+    labels = ["h2o@16", "snapkv@16", "hikv-evict@16", "hikv-qa@16", "quest@16", "full"]
+    specs = [A.parse_method(lab, cfg.policy, d) for lab in labels]
+    for cut, main in ((170, [1]), (191, [0, 3]), (199, [5])):
+        ref_main = [Sequence(lm, specs[i], cfg) for i in main]
+        lg_main = prefill(lm, ref_main, ids)
+        forked = [Sequence(lm, s, cfg) for s in specs]
+        seqs = [Sequence(lm, specs[i], cfg) for i in main]
+        lg = prefill(lm, seqs, ids, prefix=cut, prefix_for=forked)
+        assert torch.equal(lg, lg_main), f"{arch} cut {cut} seed {SEED + 7}"
+        for a, b in zip(seqs, ref_main, strict=True):
+            for c1, c2 in zip(a.caches, b.caches, strict=True):
+                if isinstance(c1, KVCache):
+                    for x, y in zip(_state(c1), _state(c2), strict=True):
+                        assert torch.equal(x, y), f"{arch} cut {cut}: main {a.label}"
+        fork = lm.last_prefix
+        assert fork is not None and fork.tokens == cut
+        lg_f = adopt_prefill(lm, forked, fork)
+        for s, sp in zip(forked, specs, strict=True):
+            alone = [Sequence(lm, sp, cfg)]
+            lg_a = prefill(lm, alone, ids[:cut])
+            err = float((lg_a - lg_f).abs().max())
+            # the dense layers see N rows instead of cut: equal up to BLAS blocking
+            assert err <= 1e-5 * float(lg_a.abs().max()), f"{arch} {s.label} cut {cut}: {err}"
+            for layer, (c1, c2) in enumerate(zip(s.caches, alone[0].caches, strict=True)):
+                if not isinstance(c1, KVCache):
+                    assert torch.allclose(c1.k, c2.k, rtol=1e-5, atol=1e-6)
+                    continue
+                for x, y in zip(_state(c1), _state(c2), strict=True):
+                    if x.dtype.is_floating_point:
+                        assert torch.allclose(x, y, rtol=1e-5, atol=1e-6), \
+                            f"{arch} {s.label} cut {cut} layer {layer}"
+                    else:
+                        assert torch.equal(x, y), f"{arch} {s.label} cut {cut} layer {layer}"
+    with pytest.raises(ParamError, match="prefix"):
+        prefill(lm, [Sequence(lm, specs[0], cfg)], ids[:20], prefix=20)
 
 
 def test_fidelity_and_capture() -> None:
