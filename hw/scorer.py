@@ -16,12 +16,19 @@ mapped like :func:`hikv.model.keys.float_to_key` with ``signed=True``. Token ``t
 gets the index ``first + t``, so the output feeds the sorter's Stage I directly.
 
 Microarchitecture (``L`` lanes, every lane one token per cycle; a global-stall pipeline of
-:data:`~hikv.hw.scorer_timing.SCORER_STAGES` registers)::
+:data:`~hikv.hw.scorer_timing.SCORER_STAGES` = 11 registers, cut so that no stage holds a carry
+chain longer than a 12-bit slice: 1 GHz at 28 nm on the kit's ASIC estimate, docs/timing.md)::
 
-    cfg (query, first) ──► query registers, Q = sum(q), index counter
-    i ──► [1] L x (d multipliers b x query_bits + adder tree) = D; lo, step, Q, index
-          [2] L x (M_step * D << e_step  +/-  M_lo * Q << e_lo) = S
-          [3] L x (|S|, leading one, round to 11 bits, saturate, sign map) = key ──► o
+    cfg (query, first) ──► query registers, index counter
+    i ──► [1-2] L x d x b partial products q << k (code bit k), 3:2 compressors; Q alike
+          [3]   carry-select adders: D per lane, Q (shared); lo, step decoded (M, shift, sign)
+          [4]   L x (M_step x D, M_lo x Q) as carry-save pairs (modulo 2**W, W = score_width)
+          [5]   each pair shifted by its exponent, inverted for a negative sign
+          [6]   reduced to one pair for S and one for -S (the inversions' ones as constants)
+          [7-8] carry-select adders (12-bit slices, then the carries): S, -S; |S|
+          [9]   leading one of |S|: sh1 = p - 11 (0 when |S| < 2**11)
+          [10]  11 kept bits and the guard (|S| >> sh1), sticky, round-up bit
+          [11]  rounded fp16 pattern (overflow to infinity), sign map = key ──► o
 
 Interfaces (``amaranth.lib.stream``):
 
@@ -42,13 +49,15 @@ from amaranth.lib.wiring import In, Out
 
 from hikv.params import Config, ParamError, ScorerParams, clog2
 
-from .scorer_timing import SCORER_STAGES, ScorerTiming
+from .scorer_timing import SCORER_DOT_STAGES, SCORER_STAGES, ScorerTiming
 from .sorter_compact import lanes_layout
-from .uops import uadd, uge, une, usub
+from .uops import popcount, uadd, uge, ult, usub
 
 __all__ = ["ScorerGeometry", "Scorer", "make_scorer"]
 
 _FP16_INF = 0x7C00
+#: bits per slice of the carry-select adders (one slice adder per pipeline stage)
+_CPA_CHUNK = 12
 
 
 class ScorerGeometry:
@@ -140,16 +149,6 @@ def _sext(x: Value, width: int) -> Value:
     return Cat(x, x[-1].replicate(width - len(x)))
 
 
-def _sadd(a: Value, b: Value, width: int) -> Value:
-    """``a + b`` modulo ``2**width`` as ``signed(width)`` (exact when the sum fits)."""
-    return uadd(_sext(a, width), _sext(b, width))[:width].as_signed()
-
-
-def _neg(x: Value, width: int) -> Value:
-    """``-x`` modulo ``2**width`` (unsigned view)."""
-    return uadd(~_sext(x, width), 1)[:width]
-
-
 def _shl(m: Module, x: Value, s: Value, width: int, name: str) -> Value:
     """``x << s`` modulo ``2**width``: a log shifter, one stage per bit of ``s``."""
     cur = Signal(width, name=f"{name}_in")
@@ -163,82 +162,103 @@ def _shl(m: Module, x: Value, s: Value, width: int, name: str) -> Value:
     return cur
 
 
-def _tree_sum(m: Module, terms: list[Value], width: int, name: str) -> Signal:
-    """Balanced adder tree of signed ``terms`` into a ``signed(width)`` signal."""
-    level = 0
-    while len(terms) > 1:
-        nxt = []
-        for j in range(0, len(terms) - 1, 2):
-            s = Signal(signed(width), name=f"{name}_l{level}_{j // 2}")
-            m.d.comb += s.eq(_sadd(terms[j], terms[j + 1], width))
-            nxt.append(s)
-        if len(terms) % 2:
-            nxt.append(terms[-1])
-        terms = nxt
-        level += 1
-    out = Signal(signed(width), name=name)
-    m.d.comb += out.eq(_sext(terms[0], width).as_signed())
+def _csa(a: Value, b: Value, c: Value, width: int) -> tuple[Value, Value]:
+    """3:2 compressor (carry-save adder): ``(s, cy)`` with ``s + cy == a + b + c``
+    modulo ``2**width`` (bitwise logic only, no carry chain)."""
+    s = a ^ b ^ c
+    cy = (a & b) | (a & c) | (b & c)
+    return s, Cat(Const(0, 1), cy[:width - 1])
+
+
+def _csa_levels(vecs: list[Value], width: int) -> int:
+    """3:2 levels that reduce ``len(vecs)`` vectors to two."""
+    n, lv = len(vecs), 0
+    while n > 2:
+        n, lv = n - n // 3, lv + 1
+    return lv
+
+
+def _csa_reduce(m: Module, vecs: list[Value], width: int, levels: int, name: str
+                ) -> list[Value]:
+    """Up to ``levels`` 3:2 levels (each level compresses every full triple)."""
+    for lv in range(levels):
+        if len(vecs) <= 2:
+            break
+        nxt: list[Value] = []
+        for j in range(0, len(vecs) - 2, 3):
+            s, cy = _csa(vecs[j], vecs[j + 1], vecs[j + 2], width)
+            ss = Signal(width, name=f"{name}_l{lv}_s{j // 3}")
+            cc = Signal(width, name=f"{name}_l{lv}_c{j // 3}")
+            m.d.comb += [ss.eq(s), cc.eq(cy)]
+            nxt += [ss, cc]
+        nxt += vecs[len(vecs) - len(vecs) % 3:]
+        vecs = nxt
+    return vecs
+
+
+def _csa_mul(m: Module, x: Value, factor: Value, width: int, name: str) -> list[Value]:
+    """``x * factor`` modulo ``2**width`` (``x`` an unsigned view of a ``width``-bit value,
+    ``factor`` unsigned) as a carry-save pair."""
+    pps = [Mux(factor[k], Cat(Const(0, k), x[:width - k]) if k else x, Const(0, width))
+           for k in range(len(factor)) if k < width]
+    return _csa_reduce(m, pps, width, _csa_levels(pps, width), name)
+
+
+def _chunk_sums(m: Module, x: Value, y: Value, chunk: int, name: str
+                ) -> list[tuple[Signal, Signal]]:
+    """Carry-select adder, first half: per ``chunk``-bit slice the sums with carry-in 0 and 1
+    (one bit wider: the carry out)."""
+    out = []
+    for k, lo in enumerate(range(0, len(x), chunk)):
+        hi = min(lo + chunk, len(x))
+        s0 = Signal(hi - lo + 1, name=f"{name}_c{k}_s0")
+        s1 = Signal(hi - lo + 1, name=f"{name}_c{k}_s1")
+        m.d.comb += [s0.eq(uadd(x[lo:hi], y[lo:hi])),
+                     # (2x + 1) + (2y + 1) = 2 (x + y + 1): one adder with a carry-in
+                     s1.eq(uadd(Cat(Const(1, 1), x[lo:hi]), Cat(Const(1, 1), y[lo:hi]))[1:])]
+        out.append((s0, s1))
     return out
 
 
-def _fp16_term(m: Module, pattern: Value, factor: Value, width: int, name: str) -> Value:
-    """``fp16(pattern) * factor`` exactly, in units of 2**-24, as ``signed(width)``."""
-    exp = pattern[10:15]
-    normal = exp.any()
-    sig = Cat(pattern[:10], normal)                       # 11-bit significand M
-    shift = Signal(5, name=f"{name}_shift")               # max(exp, 1) - 1
-    with m.If(normal):
-        m.d.comb += shift.eq(usub(exp, 1))
-    prod = Signal(signed(len(factor) + 12), name=f"{name}_prod")
-    m.d.comb += prod.eq(factor * sig)
-    mag = _shl(m, _sext(prod, width), shift, width, f"{name}_shl")
-    out = Signal(signed(width), name=name)
-    m.d.comb += out.eq(Mux(pattern[15], _neg(mag, width), mag))
+def _chunk_select(m: Module, sums: list[tuple[Value, Value]], name: str) -> Signal:
+    """Carry-select adder, second half: the carries between slices and the selected sums."""
+    parts = []
+    cin: Value = Const(0, 1)
+    for k, (s0, s1) in enumerate(sums):
+        w = len(s0) - 1
+        part = Signal(w, name=f"{name}_p{k}")
+        m.d.comb += part.eq(Mux(cin, s1[:w], s0[:w]))
+        parts.append(part)
+        c = Signal(name=f"{name}_cy{k}")
+        m.d.comb += c.eq(Mux(cin, s1[w], s0[w]))
+        cin = c
+    out = Signal(sum(len(p) for p in parts), name=name)
+    m.d.comb += out.eq(Cat(*parts))
     return out
 
 
-def _leading_one(m: Module, x: Value, name: str) -> Signal:
-    """Bit position of the most significant one of ``x`` (0 when ``x`` is 0 or 1)."""
-    pos = Signal(range(len(x)), name=name)
-    for b in range(len(x)):         # later statements win: the highest set bit
-        with m.If(x[b]):
-            m.d.comb += pos.eq(b)
-    return pos
+def _suffix_or(m: Module, x: Value, name: str) -> Signal:
+    """``above[i] = x[i] | x[i + 1] | ...``: a log-depth OR scan."""
+    w = len(x)
+    cur: Value = x
+    k, lv = 1, 0
+    while k < w:
+        shifted = Cat(cur[k:], Const(0, k))
+        nxt = Signal(w, name=f"{name}_l{lv}")
+        m.d.comb += nxt.eq(cur | shifted)
+        cur, k, lv = nxt, 2 * k, lv + 1
+    out = Signal(w, name=name)
+    m.d.comb += out.eq(cur)
+    return out
 
 
-def _round_fp16(m: Module, s: Value, name: str) -> Signal:
-    """fp16 pattern of ``s * 2**-24`` (``s`` signed): round to nearest even, overflow to
-    infinity, zero to +0 (:func:`hikv.model.lowbit.round_fp16`)."""
-    w = len(s)
-    neg = s[-1]
-    mag = Signal(w, name=f"{name}_abs")
-    m.d.comb += mag.eq(Mux(neg, _neg(s, w), s.as_unsigned()))
-    p = _leading_one(m, mag, f"{name}_lead")
-    small = ~mag[11:].any()                               # |s| < 2**11: exact
-    sh1 = Signal(range(w), name=f"{name}_sh1")            # bits dropped below the guard
-    with m.If(~small):
-        m.d.comb += sh1.eq(usub(p, 11))
-    r12 = Signal(12, name=f"{name}_r12")                  # 11 kept bits and the guard bit
-    m.d.comb += r12.eq(mag >> sh1)
-    r12w = Signal(w, name=f"{name}_r12w")
-    m.d.comb += r12w.eq(r12)
-    back = _shl(m, r12w, sh1, w, f"{name}_back")
-    sticky = une(back, mag)                               # a one below the guard bit
-    up = Signal(name=f"{name}_up")
-    m.d.comb += up.eq(~small & r12[0] & (sticky | r12[1]))
-    # kept bits 1.mant, exponent field sh1 + 2: the pattern is a concatenation; a carry
-    # out of the rounding increments the exponent
-    wide = Signal(len(sh1) + 12, name=f"{name}_wide")
-    m.d.comb += wide.eq(uadd(Cat(r12[1:11], uadd(sh1, 2)), up))
-    bits = Signal(15, name=f"{name}_bits")
-    with m.If(small):
-        m.d.comb += bits.eq(mag[:11])
-    with m.Elif(uge(wide, _FP16_INF)):
-        m.d.comb += bits.eq(_FP16_INF)
-    with m.Else():
-        m.d.comb += bits.eq(wide[:15])
-    out = Signal(16, name=name)
-    m.d.comb += out.eq(Cat(bits, neg & bits.any()))
+def _onehot_index(m: Module, onehot: Value, name: str) -> Signal:
+    """Binary index of a one-hot (or zero) vector (0 when zero)."""
+    w = len(onehot)
+    out = Signal(range(max(2, w)), name=name)
+    m.d.comb += out.eq(Cat(*[
+        Cat(*[onehot[i] for i in range(w) if (i >> b) & 1]).any()
+        for b in range(len(out))]))
     return out
 
 
@@ -277,11 +297,11 @@ class Scorer(wiring.Component):
         m = Module()
         g = self.geometry
         lanes, d, iw = g.lanes, g.head_dim, g.index_width
+        wd, wq, ws = g.dot_width, g.qsum_width, g.score_width
 
         # ---------------------------------------------------------------- job state
         query = [Signal(signed(g.query_bits), name=f"q{j}", reset_less=True)
                  for j in range(d)]
-        qsum = Signal(signed(g.qsum_width), reset_less=True)
         nxt = Signal(iw, reset_less=True)                 # index of the next token
         active = Signal()
         adv = Signal()                                    # global pipeline advance
@@ -292,71 +312,207 @@ class Scorer(wiring.Component):
             self.i.ready.eq(active & adv),
             self.cfg.ready.eq(~active | (take & self.i.payload.last)),
         ]
-        qsum_next = _tree_sum(m, [self.cfg.payload.query[j] for j in range(d)],
-                              g.qsum_width, "qsum_cfg")
         with m.If(take):
             m.d.sync += nxt.eq(uadd(nxt, lanes)[:iw])
             with m.If(self.i.payload.last):
                 m.d.sync += active.eq(0)
         with m.If(self.cfg.valid & self.cfg.ready):
             m.d.sync += [query[j].eq(self.cfg.payload.query[j]) for j in range(d)]
-            m.d.sync += [qsum.eq(qsum_next), nxt.eq(self.cfg.payload.first), active.eq(1)]
+            m.d.sync += [nxt.eq(self.cfg.payload.first), active.eq(1)]
 
-        # ---------------------------------------------------------------- stage 1: D
-        s1_dot = [Signal(signed(g.dot_width), name=f"s1_dot{j}", reset_less=True)
-                  for j in range(lanes)]
-        s1_lo = [Signal(16, name=f"s1_lo{j}", reset_less=True) for j in range(lanes)]
-        s1_step = [Signal(16, name=f"s1_step{j}", reset_less=True) for j in range(lanes)]
-        s1_qsum = Signal(signed(g.qsum_width), reset_less=True)
-        s1_ctl = Signal(lanes + 1 + iw, reset_less=True)  # valid mask, last, first index
+        stage = [0]
+
+        def reg(x: Value, name: str) -> Signal:
+            """``x`` registered in the current stage (advances with the pipeline)."""
+            r = Signal(len(Value.cast(x)), name=f"s{stage[0]}_{name}", reset_less=True)
+            with m.If(adv):
+                m.d.sync += r.eq(x)
+            return r
+
+        def next_stage() -> None:
+            stage[0] += 1
+
+        # control: valid bit and (lane mask, last, first index) through every stage
+        ctl: Value = Cat(self.i.payload.valid, self.i.payload.last, nxt)
+        vin: Value = take
+        for s in range(SCORER_STAGES):
+            stage[0] = s + 1
+            with m.If(adv):
+                m.d.sync += v[s].eq(vin)
+            vin = v[s]
+            ctl = reg(ctl, "ctl")
+
+        # ------------------------------------------- stages 1..DOT: D (and Q) in carry-save
+        # D = sum_e q[e] code[e] = sum_e sum_k code[e][k] (q[e] << k): d x b partial
+        # products reduced by 3:2 compressors over the first DOT - 1 stages (modulo
+        # 2**dot_width: D fits), the carry-save pair added by a carry-select adder in the last
+        # stage. Q = sum_e q[e] goes through the same stages (per beat, shared by the lanes).
+        def qext(e: int, width: int) -> Value:
+            return _sext(query[e].as_unsigned(), width)
+
+        dot_vecs = [[Mux(self.i.payload.lanes[j].codes[e][k],
+                         Cat(Const(0, k), qext(e, wd)[:wd - k]) if k else qext(e, wd),
+                         Const(0, wd))
+                     for e in range(d) for k in range(g.bits)] for j in range(lanes)]
+        q_vecs = [qext(e, wq) for e in range(d)]
+        # fp16 fields of lo and step: significand M, shift max(exp, 1) - 1, sign
+        fields = []
         for j in range(lanes):
             tok = self.i.payload.lanes[j]
-            prods = []
-            for e in range(d):
-                pr = Signal(signed(g.query_bits + g.bits + 1), name=f"prod{j}_{e}")
-                m.d.comb += pr.eq(query[e] * tok.codes[e])
-                prods.append(pr)
-            dot = _tree_sum(m, prods, g.dot_width, f"dot{j}")
-            with m.If(adv):
-                m.d.sync += [s1_dot[j].eq(dot), s1_lo[j].eq(tok.lo), s1_step[j].eq(tok.step)]
-        with m.If(adv):
-            m.d.sync += [v[0].eq(take), s1_qsum.eq(qsum),
-                         s1_ctl.eq(Cat(self.i.payload.valid, self.i.payload.last, nxt))]
+            f = []
+            for pat in (tok.step, tok.lo):
+                exp = pat[10:15]
+                normal = exp.any()
+                f.append(Cat(pat[:10], normal, Mux(normal, usub(exp, 1), 0)[:5], pat[15]))
+            fields.append(f)
+        csa_stages = SCORER_DOT_STAGES - 1
+        lv_dot = _csa_levels(dot_vecs[0], wd)
+        lv_q = _csa_levels(q_vecs, wq)
+        for s in range(csa_stages):
+            stage[0] = s + 1
+            # later stages take the extra level when the levels do not divide evenly
+            hi_d = lv_dot * (s + 1) // csa_stages
+            lo_d = lv_dot * s // csa_stages
+            hi_q = lv_q * (s + 1) // csa_stages
+            lo_q = lv_q * s // csa_stages
+            for j in range(lanes):
+                vec = _csa_reduce(m, dot_vecs[j], wd, hi_d - lo_d, f"dot{j}_{s}")
+                dot_vecs[j] = [reg(x, f"dot{j}_{i}") for i, x in enumerate(vec)]
+                fields[j] = [reg(x, f"f{j}_{i}") for i, x in enumerate(fields[j])]
+            vec = _csa_reduce(m, q_vecs, wq, hi_q - lo_q, f"qs_{s}")
+            q_vecs = [reg(x, f"qs_{i}") for i, x in enumerate(vec)]
+        stage[0] = SCORER_DOT_STAGES
 
-        # ---------------------------------------------------------------- stage 2: S
-        s2_score = [Signal(signed(g.score_width), name=f"s2_score{j}", reset_less=True)
-                    for j in range(lanes)]
-        s2_ctl = Signal.like(s1_ctl, reset_less=True)
-        for j in range(lanes):
-            a = _fp16_term(m, s1_step[j], s1_dot[j], g.score_width - 1, f"step_term{j}")
-            b = _fp16_term(m, s1_lo[j], s1_qsum, g.score_width - 1, f"lo_term{j}")
-            with m.If(adv):
-                m.d.sync += s2_score[j].eq(_sadd(a, b, g.score_width))
-        with m.If(adv):
-            m.d.sync += [v[1].eq(v[0]), s2_ctl.eq(s1_ctl)]
+        def cpa(vecs: list[Value], width: int, name: str) -> Value:
+            if len(vecs) == 1:
+                return vecs[0]
+            return _chunk_select(m, _chunk_sums(m, vecs[0], vecs[1], _CPA_CHUNK, name), name)
 
-        # ---------------------------------------------------------------- stage 3: key
-        out_key = [Signal(g.key_width, name=f"s3_key{j}", reset_less=True)
-                   for j in range(lanes)]
-        s3_ctl = Signal.like(s1_ctl, reset_less=True)
+        dots = [reg(cpa(dot_vecs[j], wd, f"dotsum{j}"), f"dot{j}") for j in range(lanes)]
+        qsum = reg(cpa(q_vecs, wq, "qsum"), "qsum")
+        fields = [[reg(x, f"f{j}_{i}") for i, x in enumerate(fields[j])] for j in range(lanes)]
+
+        # ------------------------------------------------------- the exact score S (W bits)
+        # S = (-1)^s_step M_step D 2^e_step + (-1)^s_lo M_lo Q 2^e_lo, all modulo 2**W (S
+        # fits): P1 the two products as carry-save pairs, P2 each shifted and inverted for a
+        # negative sign, P3 reduced to one pair for S and one for N = -S (~x = -x - 1, the
+        # missing ones as a small constant), C1/C2 both added by carry-select adders.
+        base = SCORER_DOT_STAGES
+        stage[0] = base + 1
+        pairs, shifts, signs = [], [], []
         for j in range(lanes):
-            pat = _round_fp16(m, s2_score[j], f"fp16_{j}")
+            st, lo = fields[j]
+            a = _csa_mul(m, _sext(dots[j], ws), st[:11], ws, f"pa{j}")
+            b = _csa_mul(m, _sext(qsum, ws), lo[:11], ws, f"pb{j}")
+            pairs.append([reg(x, f"pa{j}_{i}") for i, x in enumerate(a)]
+                         + [reg(x, f"pb{j}_{i}") for i, x in enumerate(b)])
+            shifts.append([reg(st[11:16], f"sha{j}")] * len(a)
+                          + [reg(lo[11:16], f"shb{j}")] * len(b))
+            signs.append([reg(st[16], f"sga{j}")] * len(a) + [reg(lo[16], f"sgb{j}")] * len(b))
+
+        stage[0] = base + 2
+        terms, ks = [], []
+        for j in range(lanes):
+            t = []
+            for i, (x, sh, sg) in enumerate(zip(pairs[j], shifts[j], signs[j], strict=True)):
+                moved = _shl(m, x, sh, ws, f"sh{j}_{i}")
+                t.append(reg(moved ^ sg.replicate(ws), f"t{j}_{i}"))
+            terms.append(t)
+            # -x = ~x + 1: one 1 per inverted vector
+            ks.append(reg(popcount(signs[j]), f"k{j}"))
+
+        stage[0] = base + 3
+        ssum, nsum = [], []
+        nt = len(terms[0])
+        for j in range(lanes):
+            kw = Signal(ws, name=f"kw{j}")
+            m.d.comb += kw.eq(ks[j])
+            knw = Signal(ws, name=f"knw{j}")       # -S = sum(~t) + nt - k
+            m.d.comb += knw.eq(usub(Const(nt, len(ks[j]) + 1), ks[j]))
+            sv = _csa_reduce(m, terms[j] + [kw], ws, 99, f"rs{j}")
+            nv = _csa_reduce(m, [~t for t in terms[j]] + [knw], ws, 99, f"rn{j}")
+            ssum.append([reg(x, f"s{j}_{i}") for i, x in enumerate(sv)])
+            nsum.append([reg(x, f"n{j}_{i}") for i, x in enumerate(nv)])
+
+        stage[0] = base + 4
+        sparts, nparts = [], []
+        for j in range(lanes):
+            sparts.append([(reg(a, f"sc{j}_{k}_0"), reg(b, f"sc{j}_{k}_1")) for k, (a, b)
+                           in enumerate(_chunk_sums(m, ssum[j][0], ssum[j][1], _CPA_CHUNK,
+                                                    f"ssum{j}"))])
+            nparts.append([(reg(a, f"nc{j}_{k}_0"), reg(b, f"nc{j}_{k}_1")) for k, (a, b)
+                           in enumerate(_chunk_sums(m, nsum[j][0], nsum[j][1], _CPA_CHUNK,
+                                                    f"nsum{j}"))])
+
+        stage[0] = base + 5
+        mags, negs = [], []
+        for j in range(lanes):
+            sc = _chunk_select(m, sparts[j], f"score{j}")
+            nc = _chunk_select(m, nparts[j], f"nscore{j}")
+            neg = sc[ws - 1]
+            negs.append(reg(neg, f"neg{j}"))
+            mags.append(reg(Mux(neg, nc, sc), f"mag{j}"))
+
+        # ------------------------------------------ fp16 rounding of S * 2**-24, the key
+        # R1: leading one p, sh1 = p - 11 (0 when |S| < 2**11); R2: the 11 kept bits and
+        # the guard bit mag[sh1], sticky = a one below the guard, the round-up bit;
+        # R3: the pattern (a carry out of the rounding increments the exponent field),
+        # overflow to infinity, the signed order-preserving key map.
+        stage[0] = base + 6
+        r1 = []
+        for j in range(lanes):
+            mag = mags[j]
+            above = _suffix_or(m, mag, f"above{j}")
+            lead = mag & ~Cat(above[1:], Const(0, 1))
+            small = ~mag[11:].any()
+            # the leading one at position p >= 11 gives sh1 = p - 11; none above 10: 0
+            sh1 = _onehot_index(m, lead[11:], f"sh1_{j}")
+            r1.append((reg(mag, f"mag{j}"), reg(sh1, f"sh1_{j}"), reg(small, f"small{j}"),
+                       reg(negs[j], f"neg{j}")))
+
+        stage[0] = base + 7
+        r2 = []
+        for j in range(lanes):
+            mag, sh1, small, neg = r1[j]
+            r12 = Signal(12, name=f"r12_{j}")
+            m.d.comb += r12.eq(mag >> sh1)
+            # sticky: a one in mag[:sh1], below the guard bit (a thermometer mask of sh1)
+            sticky = Cat(*[mag[i] & ult(i, sh1) for i in range(ws - 12)]).any()
+            up = ~small & r12[0] & (sticky | r12[1])
+            e2 = uadd(sh1, 2)                             # the exponent field, before a carry
+            e3 = uadd(sh1, 3)                             # ... after a carry out of rounding
+            r2.append((reg(r12, f"r12_{j}"), reg(e2, f"e2_{j}"), reg(e3, f"e3_{j}"),
+                       reg(uge(e2, 31), f"ovf2_{j}"), reg(uge(e3, 31), f"ovf3_{j}"),
+                       reg(small, f"small{j}"), reg(up, f"up{j}"), reg(neg, f"neg{j}")))
+
+        stage[0] = base + 8
+        keys = []
+        for j in range(lanes):
+            r12, e2, e3, ovf2, ovf3, small, up, neg = r2[j]
+            mant = Signal(11, name=f"mant{j}")            # the kept bits + up, and a carry
+            m.d.comb += mant.eq(uadd(r12[1:11], up))
+            carry = mant[10]
+            bits = Signal(15, name=f"bits{j}")
+            with m.If(small):
+                m.d.comb += bits.eq(r12[:11])
+            with m.Elif(Mux(carry, ovf3, ovf2)):
+                m.d.comb += bits.eq(_FP16_INF)
+            with m.Else():
+                m.d.comb += bits.eq(Cat(mant[:10], Mux(carry, e3, e2)[:5]))
+            pat = Cat(bits, neg & bits.any())
             mapped = Signal(16, name=f"mapped{j}")
             m.d.comb += mapped.eq(Mux(pat[15], ~pat, pat | 0x8000))
-            with m.If(adv):
-                m.d.sync += out_key[j].eq(mapped[16 - g.key_width:])
-        with m.If(adv):
-            m.d.sync += [v[2].eq(v[1]), s3_ctl.eq(s2_ctl)]
+            keys.append(reg(mapped[16 - g.key_width:], f"key{j}"))
 
-        base = s3_ctl[lanes + 1:]
+        first = ctl[lanes + 1:]
         m.d.comb += [
-            self.o.valid.eq(v[2]),
-            self.o.payload.valid.eq(s3_ctl[:lanes]),
-            self.o.payload.last.eq(s3_ctl[lanes]),
+            self.o.valid.eq(v[-1]),
+            self.o.payload.valid.eq(ctl[:lanes]),
+            self.o.payload.last.eq(ctl[lanes]),
         ]
         for j in range(lanes):
-            m.d.comb += [self.o.payload.lanes[j].key.eq(out_key[j]),
-                         self.o.payload.lanes[j].index.eq(uadd(base, j)[:iw])]
+            m.d.comb += [self.o.payload.lanes[j].key.eq(keys[j]),
+                         self.o.payload.lanes[j].index.eq(uadd(first, j)[:iw])]
         return m
 
 

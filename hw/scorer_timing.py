@@ -15,10 +15,15 @@ beat is accepted (``o.valid & o.ready``), with the input offered every cycle and
 always ready. The configuration beat (the query) may be accepted any time before and does not
 count::
 
-    cycles(n) = ceil(n / L) + latency,     latency = SCORER_STAGES = 3
+    cycles(n) = ceil(n / L) + latency,     latency = SCORER_STAGES = 11
 
-(stage 1: integer dot products; stage 2: the exact score ``step * D + lo * Q``; stage 3: fp16
-rounding and the sorter key, the output register). The unit accepts one beat per cycle in
+(stages 1-3, :data:`SCORER_DOT_STAGES`: the integer dot products ``D`` and the query sum ``Q``,
+a 3:2 compressor tree over two stages and a carry-select adder; 4-6: the exact score ``S =
+step * D + lo * Q`` and ``-S`` in carry-save form (products, shifts and signs, reduction);
+7-8: both added by carry-select adders, ``|S|``; 9-11: fp16 rounding (leading one; the kept
+bits, guard and sticky; the rounded pattern) and the sorter key, the output register). Every
+stage is cut so that no carry chain in it is longer than about 12 bits: the unit meets 1 GHz
+at 28 nm on the kit's ASIC estimate (docs/timing.md). The unit accepts one beat per cycle in
 steady state, so back-to-back jobs overlap: a job costs ``ceil(n / L)`` cycles of throughput.
 Backpressure stalls the whole pipeline (a global stall), so it only adds cycles.
 """
@@ -29,10 +34,12 @@ from dataclasses import dataclass
 
 from hikv.params import ParamError, ScorerParams
 
-__all__ = ["SCORER_STAGES", "ScorerTiming"]
+__all__ = ["SCORER_DOT_STAGES", "SCORER_STAGES", "ScorerTiming"]
 
+#: stages of the integer dot products D (3:2 compressor tree, then a carry-select adder)
+SCORER_DOT_STAGES = 3
 #: pipeline registers between an accepted input beat and its output beat
-SCORER_STAGES = 3
+SCORER_STAGES = SCORER_DOT_STAGES + 8
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from amaranth.hdl import Const
 from amaranth.sim import Simulator
 
 from hikv.hw.scorer import Scorer, ScorerGeometry
-from hikv.hw.scorer_timing import ScorerTiming
+from hikv.hw.scorer_timing import SCORER_DOT_STAGES, SCORER_STAGES, ScorerTiming
 from hikv.params import ParamError, ScorerParams
 from hikv.presets import get_preset
 from hikv.rtl_tests.scorer_jobs import JOB_KINDS, ScorerCodec, expected_beats, make_job
@@ -124,5 +124,6 @@ def test_chain_needs_equal_lanes():
     with pytest.raises(ParamError, match="scorer.lanes = 2 must equal sorter.lanes = 4"):
         ScorerSorter(cfg)
     tiny = get_preset("tiny")
+    assert SCORER_STAGES == SCORER_DOT_STAGES + 8 == 11
     assert chain_cycles(tiny, 30, 5) == (SorterTiming.from_params(tiny.sorter)
-                                         .stage1_cycles(30, 5) + 3)
+                                         .stage1_cycles(30, 5) + SCORER_STAGES)

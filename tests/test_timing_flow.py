@@ -1,7 +1,7 @@
 """The timing flow (hikv.sim.sta, hikv.sim.fpga, `hikv timing`): the STA on hand-built
 netlists, the node scaling, the pin-light wrapper, clear errors, and the ASIC timing of the
-`tiny` sorter and loader against tests/golden/timing_tiny.json (a change that lengthens a
-critical path beyond the tolerance fails, naming the path).
+`tiny` sorter, loader and scoring unit against tests/golden/timing_tiny.json (a change that
+lengthens a critical path beyond the tolerance fails, naming the path).
 
 Refresh the golden file after an intended change (then review its diff):
 
@@ -182,7 +182,7 @@ def _now(block: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", ["sorter", "loader"])
+@pytest.mark.parametrize("block", ["sorter", "loader", "scorer"])
 def test_tiny_critical_path_against_golden(block):
     cells_or_skip()
     now = _now(block)
