@@ -162,12 +162,16 @@ class KVLoader(wiring.Component):
                 st.slverr.eq(0), st.decerr.eq(0), st.err_addr.eq(0),
                 st.rlast_error.eq(0), st.order_error.eq(0),
             ]
-        rw = len(j.rec_len)
-        masked_len = add_w(Const(lay.mask_bytes), mul_w(j.kept, Const(lay.elem_bytes), rw), rw)
-        is_dense = eq_const(j.mode.as_value(), Mode.DENSE.value)
-        m.d.comb += [j.rec_len.eq(Mux(is_dense, lay.row_bytes, masked_len)),
-                     j.stride.eq(Cat(Const(0, al),
-                                     add_w(j.rec_len, Const(lay.align_bytes - 1), rw + 1)[al:]))]
+            # record length from the cfg payload, stride from it in the start cycle: both are
+            # registers by the first token (cycle 2), so neither is in the token's cycle
+            rw = len(j.rec_len)
+            kept = Mux(too_many, d, cp.kept)
+            masked_len = add_w(Const(lay.mask_bytes), mul_w(kept, Const(lay.elem_bytes), rw), rw)
+            dense = bad_mode | eq_const(cp.mode.as_value(), Mode.DENSE.value)
+            m.d.sync += j.rec_len.eq(Mux(dense, lay.row_bytes, masked_len))
+        with m.If(j.start):
+            m.d.sync += j.stride.eq(Cat(Const(0, al), add_w(j.rec_len, Const(lay.align_bytes - 1),
+                                                            len(j.rec_len) + 1)[al:]))
         return j
 
     # ------------------------------------------------------------------ address side

@@ -46,12 +46,12 @@ class AgenState(enum.Enum, shape=3):
 class AddressGen(wiring.Component):
     """Tokens to burst-block ranges (for the coalescer) and entries (for the packer).
 
-    ``start`` (one cycle, with the job's ``mode`` / ``base`` / ``rec_len`` / ``stride`` /
-    ``cmask`` stable until ``done``) begins a job. Rows and records: per token one range and
-    one entry, in the same cycle. Channel pages: tokens are gathered per page; when the page
-    closes (a token of another page, or the last token) its entry is pushed, then one
-    single-block range per (selected channel, group of retained tokens), in address order. The
-    job ends with an ``end`` range.
+    ``start`` (one cycle, with the job's ``base`` and ``rec_len``; these and ``mode`` /
+    ``stride`` / ``cmask`` stable from the cycle after it until ``done``) begins a job. Rows and
+    records: per token one range and one entry, in the same cycle. Channel pages: tokens are
+    gathered per page; when the page closes (a token of another page, or the last token) its
+    entry is pushed, then one single-block range per (selected channel, group of retained
+    tokens), in address order. The job ends with an ``end`` range.
 
     A token whose index is not above the previous one is not read: it pulses ``order_error``
     and becomes a *skip* entry (``nodata`` record), so the output stays one item per input
@@ -141,8 +141,15 @@ class AddressGen(wiring.Component):
         # records: byte address of the token's record and of its last byte
         a.rec_a = Signal(aw, name="agen_rec_a")
         a.rec_e = Signal(aw, name="agen_rec_e")
-        m.d.comb += [a.rec_a.eq(add_w(self.base, mul_w(tok.index, self.stride, aw), aw)),
-                     a.rec_e.eq(sub_w(add_w(a.rec_a, self.rec_len, aw), 1, aw))]
+        # the record's last byte from base + rec_len - 1, a register loaded at `start`, so the
+        # multiply-add is the only arithmetic between the token and the range
+        rec_last = Signal(aw, name="agen_rec_last")
+        with m.If(self.start):
+            m.d.sync += rec_last.eq(sub_w(add_w(self.base, self.rec_len, aw), 1, aw))
+        off = Signal(aw, name="agen_rec_off")
+        m.d.comb += [off.eq(mul_w(tok.index, self.stride, aw)),
+                     a.rec_a.eq(add_w(self.base, off, aw)),
+                     a.rec_e.eq(add_w(rec_last, off, aw))]
 
         # pages: page number, token in page, base, token groups, last beat
         a.tpage = tok.index[ptl:] if ptl < g.index_width else Const(0, 1)

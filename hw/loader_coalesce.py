@@ -10,6 +10,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hikv.params import ParamError
+
 from .loader_ports import range_layout, request_layout
 from .loader_timing import AXI_BOUNDARY, LoaderGeometry
 from .uops import add_w, is_zero, log2_int, sub_w, ult, zext
@@ -27,10 +29,17 @@ class Coalescer(wiring.Component):
     the run reaches that far (its length cannot change any more); the remainder when the run
     closes. One range and one request per cycle.
 
+    Timing (issue 12/13): the state is kept in burst units with the run's remaining length
+    (``left``, ``run_end - 1 - addr``) and ``addr + longest request`` in registers beside the
+    address, so the three comparisons that choose the request (remaining run, rest of the 4 KiB
+    line, longest request) read registers only, and every next value (address, remaining run,
+    run end) is one adder from registers, selected late by those comparisons. The cycle
+    behaviour is that of the plain recurrence ``addr += min(run_end - addr, cap(addr))``.
+
     Parameters
     ----------
     geo : LoaderGeometry
-        Layout and loader parameters (all widths).
+        Address width, burst, beat and longest-request sizes.
 
     Members
     -------
@@ -62,55 +71,81 @@ class Coalescer(wiring.Component):
     def elaborate(self, platform: object) -> Module:
         m = Module()
         g = self._geo
-        aw = g.loader.addr_width
-        bl, bbl = g.burst_shift, g.beat_shift
-        max_req = g.max_request_bytes
-        w = aw + 1                                   # byte addresses up to 2**aw inclusive
-        cw = max(max_req, AXI_BOUNDARY).bit_length()
+        aw, bl, bbl = g.loader.addr_width, g.burst_shift, g.beat_shift
+        if bl > log2_int(AXI_BOUNDARY):
+            raise ParamError(f"burst_bytes = {g.layout.burst_bytes} is larger than the AXI "
+                             f"4 KiB boundary ({AXI_BOUNDARY} B)")
+        w = aw + 1 - bl                 # burst addresses up to 2**aw bytes inclusive
+        k = log2_int(AXI_BOUNDARY) - bl  # bursts per 4 KiB line: 2**k
+        line = 1 << k
+        big = min(g.max_request_bytes >> bl, line)   # the longest request that fits a line
+        qw = w + 1                      # q = run_end - 1 - addr, two's complement (-1: empty)
 
-        addr = Signal(w, name="coal_addr")
-        run_end = Signal(w, name="coal_run_end")
+        # state (burst units): a = next burst to request, e = the run's end (exclusive),
+        # q = e - 1 - a, am = a + big; ~a[:k] = bursts left in a's 4 KiB line, minus one
+        a = Signal(w, name="coal_addr")
+        am = Signal(w, name="coal_addr_big")
+        e = Signal(w, name="coal_run_end")
+        q = Signal(qw, name="coal_left", init=(1 << qw) - 1)
         have = Signal(name="coal_have")
         ending = Signal(name="coal_ending")
 
-        # the next request: up to the run's end, the longest request, the next 4 KiB line
-        pending = Signal(w, name="coal_pending")
-        rem4k = Signal(cw, name="coal_rem4k")
-        cap = Signal(cw, name="coal_cap")
-        n = Signal(cw, name="coal_n")
-        m.d.comb += [
-            pending.eq(sub_w(run_end, addr, w)),
-            rem4k.eq(sub_w(Const(AXI_BOUNDARY), addr[:log2_int(AXI_BOUNDARY)], cw)),
-            cap.eq(Mux(ult(rem4k, Const(max_req)), rem4k, zext(Const(max_req), cw))),
-            n.eq(Mux(ult(pending, cap), pending[:cw], cap)),
-        ]
         head = self.ranges.payload
-        hstart = Signal(w, name="coal_hstart")
-        hend = Signal(w, name="coal_hend")
-        m.d.comb += [hstart.eq(zext(Cat(Const(0, bl), head.b0), w)),
-                     hend.eq(zext(Cat(Const(0, bl), add_w(head.b1, 1, len(head.b1) + 1)), w))]
-        adj = have & ~ult(run_end, hstart)
-        eager = have & ~ult(pending, cap)
-        closing = (ending | (self.ranges.valid & ~head.end & ~adj)) & pending.any()
+        b0, b1 = zext(head.b0, w), zext(head.b1, w)
+        a_lo, a_hi = a[:k], a[k:]
+        rem_m1 = ~a_lo                                   # 4 KiB line remainder - 1 (k bits)
+        # every comparison reads registers only (none follows an adder of the loop)
+        empty = q[-1]                                    # q = -1: nothing left in the run
+        q_small = is_zero(q[k:])
+        lt_rem = empty | (q_small & ult(q[:k], rem_m1))  # left < line remainder
+        lt_big = empty | (q_small & ult(q[:k], Const(big - 1, k)))   # left < big
+        rem_lt_big = ult(rem_m1, Const(big - 1, k))      # line remainder < big
+        sel_left = lt_rem & lt_big                       # the request takes the whole run
+        sel_line = ~sel_left & rem_lt_big                # ... the rest of the 4 KiB line
+        adj = have & ~ult(e, b0)                         # the range continues the run
+        grows = ~ult(b1, e)                              # ... and ends after it
 
+        # the request's length (bursts) and beats
+        n = Signal(k + 1, name="coal_n")
+        m.d.comb += n.eq(Mux(sel_left, add_w(q[:k + 1], 1, k + 1),
+                             Mux(sel_line, add_w(rem_m1, 1, k + 1), Const(big, k + 1))))
+        eager = have & ~sel_left
+        closing = (ending | (self.ranges.valid & ~head.end & ~adj)) & ~empty
         req = self.requests.payload
         m.d.comb += [
             self.requests.valid.eq(eager | closing),
-            req.addr.eq(addr[:aw]),
-            req.beats.eq(n[bbl:]),
-            self.ranges.ready.eq(~ending & (head.end | adj | is_zero(pending))),
-            self.done.eq(ending & is_zero(pending)),
+            req.addr.eq(Cat(Const(0, bl), a)[:aw]),
+            req.beats.eq(Cat(Const(0, bl - bbl), n)),
+            self.ranges.ready.eq(~ending & (head.end | adj | empty)),
+            self.done.eq(ending & empty),
         ]
-        with m.If(self.requests.valid & self.requests.ready):
-            m.d.sync += addr.eq(add_w(addr, n, w))
-        with m.If(self.ranges.valid & self.ranges.ready):
-            with m.If(head.end):
-                m.d.sync += ending.eq(1)
-            with m.Elif(adj):
-                with m.If(ult(run_end, hend)):
-                    m.d.sync += run_end.eq(hend)
-            with m.Else():
-                m.d.sync += [addr.eq(hstart), run_end.eq(hend), have.eq(1)]
+
+        # candidates, each one adder from registers; the compares above only select
+        fire = self.requests.valid & self.requests.ready
+        take = self.ranges.valid & self.ranges.ready & ~head.end
+        hi_w = w - k
+        a_line = Cat(Const(0, k), add_w(a_hi, 1, hi_w))             # a + line remainder
+        big_lo, big_hi = big % line, big // line
+        line_big = Cat(Const(big_lo, k), add_w(a_hi, 1 + big_hi, hi_w))   # a_line + big
+        a_next = Mux(sel_left, e, Mux(sel_line, a_line, am))
+        am_next = Mux(sel_left, add_w(e, big, w), Mux(sel_line, line_big, add_w(am, big, w)))
+        b1_line = Cat(b1[:k], add_w(zext(b1[k:], qw - k), ~zext(a_hi, qw - k), qw - k))
+        q_fire = Mux(sel_left, Const((1 << qw) - 1, qw),
+                     Mux(sel_line, add_w(q, ~zext(rem_m1, qw), qw), sub_w(q, big, qw)))
+        q_grow = Mux(fire, Mux(sel_left, sub_w(b1, e, qw),
+                               Mux(sel_line, b1_line, sub_w(b1, am, qw))),
+                     sub_w(b1, a, qw))
+        with m.If(take & ~adj):                          # a new run (nothing is pending)
+            m.d.sync += [a.eq(b0), am.eq(add_w(b0, big, w)), e.eq(add_w(b1, 1, w)),
+                         q.eq(sub_w(b1, b0, qw)), have.eq(1)]
+        with m.Else():
+            with m.If(fire):
+                m.d.sync += [a.eq(a_next), am.eq(am_next), q.eq(q_fire)]
+            with m.If(take & grows):                     # the range extends the run
+                m.d.sync += [e.eq(add_w(b1, 1, w)), q.eq(q_grow)]
+        with m.If(self.ranges.valid & self.ranges.ready & head.end):
+            m.d.sync += ending.eq(1)
         with m.If(self.start):
-            m.d.sync += [addr.eq(0), run_end.eq(0), have.eq(0), ending.eq(0)]
+            m.d.sync += [a.eq(0), am.eq(big), e.eq(0), q.eq((1 << qw) - 1), have.eq(0),
+                         ending.eq(0)]
         return m

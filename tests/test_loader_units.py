@@ -19,7 +19,7 @@ from hikv.hw.loader_addr import AddressGen
 from hikv.hw.loader_coalesce import Coalescer
 from hikv.hw.loader_pack import Packer
 from hikv.hw.loader_ports import MODE_OF_LAYOUT
-from hikv.hw.loader_timing import LoaderGeometry, job_timing
+from hikv.hw.loader_timing import AXI_BOUNDARY, LoaderGeometry, job_timing
 from hikv.model.layout import Ranges
 from hikv.model.loader_ref import axi_requests, job_requests
 from hikv.params import RecordLayout
@@ -41,28 +41,35 @@ def _needs_pages(cfg, mode: RecordLayout) -> None:
 
 
 # --------------------------------------------------------------------------- coalescer
-def _random_blocks(rng: random.Random, n: int, space_blocks: int) -> list[tuple[int, int]]:
+def _random_blocks(rng: random.Random, n: int, space_blocks: int,
+                   line_blocks: int) -> list[tuple[int, int]]:
     out, b = [], rng.randrange(space_blocks // 4)
     for _ in range(n):
         b += rng.choice([0, 0, 1, 1, 1, 2, 5, 40])
-        width = rng.choice([0, 0, 1, 3, 9])
+        if rng.random() < 0.1:      # just before a 4 KiB line: requests cut at the boundary
+            b += -(b + 3) % line_blocks
+        width = line_blocks + 3 if rng.random() < 0.05 else rng.choice([0, 0, 1, 3, 9])
+        if b + width >= space_blocks:
+            break
         out.append((b, b + width))
         b += rng.choice([0, width])
     return out
 
 
+@pytest.mark.parametrize("cfg_name", ["tiny", "packed", "wide"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_coalescer_matches_axi_requests(seed: int) -> None:
+def test_coalescer_matches_axi_requests(seed: int, cfg_name: str) -> None:
     rng = random.Random(seed)
-    burst = CFG.layout.burst_bytes
-    lp = CFG.loader
-    blocks = _random_blocks(rng, 40, (1 << lp.addr_width) // burst)
+    cfg = CONFIGS[cfg_name]
+    burst = cfg.layout.burst_bytes
+    lp = cfg.loader
+    blocks = _random_blocks(rng, 40, (1 << lp.addr_width) // burst, AXI_BOUNDARY // burst)
     ranges = Ranges(torch.tensor([b0 * burst for b0, _ in blocks]),
                     torch.tensor([(b1 - b0 + 1) * burst for b0, b1 in blocks]))
     want = [(r.addr, r.beats) for r in axi_requests(ranges, burst=burst,
                                                     beat_bytes=lp.beat_bytes,
                                                     max_beats=lp.max_burst_beats)]
-    dut = Coalescer(GEO)
+    dut = Coalescer(LoaderGeometry(cfg.layout, lp))
     got: list[tuple[int, int]] = []
 
     async def driver(ctx):
@@ -85,7 +92,8 @@ def test_coalescer_matches_axi_requests(seed: int) -> None:
 
     run_until(dut, [driver], collector, deadline=5000)
     for i, (g, w) in enumerate(zip(got, want, strict=False)):
-        assert g == w, f"seed {seed}: request {i}: expected {w}, got {g}; blocks {blocks}"
+        assert g == w, (f"seed {seed} ({cfg_name}): request {i}: expected {w}, got {g}; "
+                        f"blocks {blocks}")
     assert len(got) == len(want), f"seed {seed}: {len(got)} requests, expected {len(want)}"
 
 
