@@ -7,7 +7,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .uops import is_zero, uadd, ueq, uge, ult, usub
+from .uops import is_zero, uadd, uge, ult, usub
 
 __all__ = ["LaneQueue", "RowQueue", "late_select"]
 
@@ -219,23 +219,7 @@ class LaneQueue(wiring.Component):
             return Mux(uge(v, depth), usub(v, depth), v)
 
         for j in range(p):
-            # two synchronous read ports: ``rp0`` reads the head as it stays (no pop; after
-            # ``end`` the item ``amt`` further on), ``rp1`` the item after it (a pop); their
-            # addresses come from registers (``end``: an adder on registers). A registered
-            # ``took`` (this cycle popped) picks between them next cycle, so the comparator's
-            # pop reaches flip-flops (``took``, pointers, counts) and no memory address: the
-            # FLiMS recurrence is head register -> multiplexer -> comparator -> late select.
-            # The ports are not transparent, so the read data is a register after the memory
-            # (a transparent port may be mapped as an address register before an
-            # asynchronous LUT RAM, which puts the memory back into the loop); a write to
-            # the address being read is forwarded from registers (``fwd*``, ``wlast``).
-            # Same values as one transparent port reading the next pointer.
-            rp0 = mem.read_port()
-            rp1 = mem.read_port()
-            took = Signal(name=f"took{j}")
-            fwd0 = Signal(name=f"fwd0_{j}")
-            fwd1 = Signal(name=f"fwd1_{j}")
-            wlast = Signal(w, name=f"wlast{j}", reset_less=True)
+            rp = mem.read_port(transparent_for=(wp,))
             # the read pointer and its successor are registers, and every next value of the
             # pointer and the count is computed from registers before the pop is known: the
             # engine's pop (after its comparator) only selects among them
@@ -262,19 +246,11 @@ class LaneQueue(wiring.Component):
                 # pop and end never come together: the pop (latest) selects last
                 rd_next.eq(late_select(self.pop_sel[j], self.pop1[j], self.pop0[j], rd1,
                                        Mux(self.end, r_amt, rd))),
-                rp0.addr.eq(Mux(self.end, r_amt, rd)),
-                rp1.addr.eq(rd1),
+                rp.addr.eq(rd_next),
                 self.r_valid[j].eq(~count[cw - 1] & ~is_zero(count)),
-                self.r_data[j * w:(j + 1) * w].eq(
-                    Mux(took, Mux(fwd1, wlast, rp1.data[j * w:(j + 1) * w]),
-                        Mux(fwd0, wlast, rp0.data[j * w:(j + 1) * w]))),
+                self.r_data[j * w:(j + 1) * w].eq(rp.data[j * w:(j + 1) * w]),
             ]
-            m.d.sync += [fwd0.eq(self.w_en & ueq(wr_ptr, rp0.addr)),
-                         fwd1.eq(self.w_en & ueq(wr_ptr, rp1.addr))]
-            with m.If(self.w_en):
-                m.d.sync += wlast.eq(self.w_data[j * w:(j + 1) * w])
             m.d.sync += [rd.eq(rd_next),
-                         took.eq(late_select(self.pop_sel[j], self.pop1[j], self.pop0[j], 1, 0)),
                          rd1.eq(late_select(self.pop_sel[j], self.pop1[j], self.pop0[j],
                                             r_inc1, Mux(self.end, r_amt1, rd1))),
                          # w_en, pop and end arrive late: they select among values computed
