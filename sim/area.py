@@ -53,6 +53,7 @@ __all__ = [
     "yosys_command",
     "synthesize",
     "synth_key",
+    "pipeline_buffer_items",
     "netlist_path",
     "nand2_area_m2",
     "logic_area_m2",
@@ -516,6 +517,19 @@ def _item(name: str, count: float, res: SynthResult, tech_nm: int, what: str) ->
     return items
 
 
+def pipeline_buffer_items(cfg: Config) -> list[AreaItem]:
+    """The double-buffered score and index SRAMs the pipelined schedule needs
+    (:func:`hikv.sim.attention_model.pipeline_buffers`), by the SRAM capacity model."""
+    from .attention_model import pipeline_buffers
+
+    t = cfg.accel.tech_nm
+    what = {"score": "scorer -> sorter keys", "index": "sorter -> loader indices"}
+    return [AreaItem(f"SRAM: pipeline {k} buffer (2 heads, {what[k]}, {b:,} B)", 1,
+                     float(sram_area_m2(b, t)), 0.0,
+                     "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)")
+            for k, b in pipeline_buffers(cfg).items()]
+
+
 def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
                      sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
                      loader_clock_hz: float | None = None) -> AcceleratorArea:
@@ -524,9 +538,10 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
     Baseline: ``pe_lanes`` MAC lanes + ``softmax_lanes`` x (exp unit + MAC lane) + SRAM
     (``sram_kv_bytes + sram_q_bytes``). HiKV (``blocks``, default :func:`hikv_blocks`): one
     sorter, :func:`loader_instances` loaders at ``loader_clock_hz`` (counted in full: the
-    baseline's own DMA is not subtracted, so the overhead is an upper bound) and one scoring
-    unit where the preset uses it. Blocks not registered yet are listed in ``missing`` and the
-    ratios are NaN.
+    baseline's own DMA is not subtracted, so the overhead is an upper bound), one scoring
+    unit where the preset uses it and, with the sorter, the pipeline's double-buffered score
+    and index SRAMs (:func:`pipeline_buffer_items`). Blocks not registered yet are listed in
+    ``missing`` and the ratios are NaN.
     """
     from hikv.hw.blocks import BLOCKS
 
@@ -559,5 +574,7 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
         res = block_synth(BLOCKS[name], cfg, sram_min_bits=sram_min_bits)
         synth[name] = res
         hikv += _item(name, counts.get(name, 1), res, t, "synthesised")
+    if "sorter" in blocks:
+        hikv += pipeline_buffer_items(cfg)
     return AcceleratorArea(tech_nm=t, baseline=tuple(base), hikv=tuple(hikv),
                            missing=tuple(missing), synth=synth)

@@ -78,9 +78,11 @@ from .closed_form_base import SortJob, StepAccount
 from .timing import TimingModel, default_timing, loader_instances, unique_apply
 
 __all__ = ["Overrides", "SortJob", "StepWork", "AttentionCost", "step_work", "attention_cost",
-           "scorer_cycles"]
+           "scorer_cycles", "SCHEDULES", "pipeline_buffers", "pipelined_layer_cycles"]
 
 ArrayLike = Any
+#: layer schedules of :func:`attention_cost`
+SCHEDULES = ("pipelined", "serial")
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,20 @@ class AttentionCost:
     scorer_macs: ArrayLike = 0.0
     bytes_bound_s: ArrayLike = 0.0
     clocks: Clocks | None = None
+    schedule: str = "pipelined"
+    serial_layer_cycles: ArrayLike = 0.0   # the serial schedule's layer (== layer if serial)
+    busy_cycles: dict[str, ArrayLike] = field(default_factory=dict)  # per head, per unit
+
+    @property
+    def bottleneck(self) -> ArrayLike:
+        """The unit with the most busy cycles per head (pipelined schedule; '' if serial)."""
+        if not self.busy_cycles:
+            return ""
+        names = list(self.busy_cycles)
+        arr = np.stack(np.broadcast_arrays(*(np.asarray(self.busy_cycles[k], dtype=float)
+                                             for k in names)))
+        out = np.asarray(names)[np.argmax(arr, axis=0)]
+        return str(out) if out.ndim == 0 else out
 
     @property
     def energy_j(self) -> ArrayLike:
@@ -201,8 +217,10 @@ class AttentionCost:
 
     @property
     def sorter_exposed_cycles(self) -> ArrayLike:
-        """Layer cycles beyond the datapath bound (sorter time not hidden), per layer."""
-        return self.layer_cycles - self.kv_heads * (self.select_cycles + self.attend_cycles)
+        """Layer cycles of the serial schedule beyond its datapath bound (sorter time not
+        hidden), per layer."""
+        return self.serial_layer_cycles - self.kv_heads * (self.select_cycles
+                                                           + self.attend_cycles)
 
     @property
     def bytes_bound_fraction(self) -> ArrayLike:
@@ -235,13 +253,18 @@ def scorer_cycles(params: ScorerParams, tokens: ArrayLike, jobs: int,
 
 
 def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *,
-                   timing: TimingModel | None = None, clocks: Clocks | None = None
-                   ) -> AttentionCost:
+                   timing: TimingModel | None = None, clocks: Clocks | None = None,
+                   schedule: str = "pipelined") -> AttentionCost:
     """Time and energy of one decode step of ``spec`` on the accelerator of ``cfg``.
 
     ``clocks``: every block's clock (:func:`hikv.sim.clocks.accelerator_clocks`); default
     :func:`hikv.sim.clocks.assumed_clocks` (hand-set clocks, else ``accel.clock_hz``, no
-    synthesis)."""
+    synthesis). ``schedule``: ``"pipelined"`` (default; the KV heads of a layer pipelined over
+    the units, :func:`pipelined_layer_cycles`, with the double-buffered score and index SRAMs
+    of :func:`pipeline_buffers` priced) or ``"serial"`` (the phases of each head serial, only
+    the sorter overlapped across heads: the model before the pipeline)."""
+    if schedule not in SCHEDULES:
+        raise ParamError(f"schedule = {schedule!r} is not one of {SCHEDULES}")
     ov = ov or Overrides()
     _check_overrides(cfg, ov)
     timing = timing or default_timing()
@@ -313,7 +336,29 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     sort = sort * r_so
     H = cfg.model.kv_heads
     L = cfg.model.layers
-    layer = np.maximum(H * (sel + att), np.where(sort > 0, sel + H * sort + att, 0.0))
+    serial = np.maximum(H * (sel + att), np.where(sort > 0, sel + H * sort + att, 0.0))
+    if schedule == "serial":
+        layer = serial
+        busy: dict[str, ArrayLike] = {}
+    else:
+        def one_job(bytes_: ArrayLike, req: ArrayLike, records: ArrayLike = 0,
+                    page_tokens: ArrayLike = 0) -> ArrayLike:
+            # a whole phase as one job on one loader instance (its latency included)
+            return timing.loader_cycles(cfg.loader, lay, bytes=np.asarray(bytes_),
+                                        requests=req, mem_latency_cycles=lat_ld,
+                                        records=records, page_tokens=page_tokens) * r_ld
+
+        busy = {
+            "memory": (np.asarray(w.select_bytes) + attend_bytes) / bw_cyc,
+            "loaders": (one_job(w.select_bytes, w.select_requests)
+                        + one_job(attend_bytes, attend_req, w.masked_records, w.page_tokens)
+                        ) / inst,
+            "scorer": sc_cyc,
+            "pe_lanes": np.ceil(pe_score_macs / pe) + np.ceil(w.attend_macs / pe),
+            "softmax": np.ceil(score_exps / sm) + np.ceil(w.attend_exps / sm),
+            "sorter": sort,
+        }
+        layer = pipelined_layer_cycles(H, sel, sort, att, busy, lat, drain, serial)
     time_s = L * layer / clock
     units = L * H
     bytes_burst = units * sb.burst
@@ -323,11 +368,22 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     roof_pe = macs / (pe * clock)
     eb = lay.elem_bytes
     q_reads = units * G * d * eb * (1 + (np.asarray(w.select_bytes) > 0))
+    if schedule == "pipelined":
+        buf = pipeline_buffers(cfg)
+        sw, iw = cfg.sorter.key_width / 8, cfg.sorter.index_width / 8
+        keys = sum(np.asarray(j.n, dtype=float) * j.per_step for j in w.sorts
+                   if j.mode == "stage1")
+        picks = sum(np.asarray(j.k, dtype=float) * j.per_step for j in w.sorts
+                    if j.mode == "stage1")
+        buf_j = (E.sram_energy_j(units * keys * sw, units * keys * sw, buf["score"], tech)
+                 + E.sram_energy_j(units * picks * iw, units * picks * iw, buf["index"], tech))
+    else:
+        buf_j = 0.0
     parts = {
         "dram": E.dram_energy_j(bytes_burst, mem) if isinstance(mem, MemoryType | str)
         else bytes_burst * _dram_per_byte_v(mem),
         "sram": E.sram_energy_j(bytes_ideal, bytes_ideal, a.sram_kv_bytes, tech)
-        + E.sram_energy_j(0, q_reads, a.sram_q_bytes, tech),
+        + E.sram_energy_j(0, q_reads, a.sram_q_bytes, tech) + buf_j,
         "mac": E.mac_energy_j(macs, tech),
         "softmax": E.softmax_energy_j(units * (score_exps + w.attend_exps), tech),
         "sorter": E.sorter_energy_j(units * compares,
@@ -345,8 +401,67 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         memory_bound=roof_mem >= roof_pe, bytes_burst=bytes_burst, bytes_ideal=bytes_ideal,
         macs=macs, energy_parts_j=parts, timing=timing.name, kv_heads=H,
         scorer_cycles=sc_cyc, scorer_macs=units * sc_macs, bytes_bound_s=roof_mem,
-        clocks=clocks)
+        clocks=clocks, schedule=schedule, serial_layer_cycles=serial, busy_cycles=busy)
     return res
+
+
+def pipeline_buffers(cfg: Config) -> dict[str, int]:
+    """Bytes of the SRAM buffers the pipelined schedule needs (double-buffered, so one head's
+    contents are read while the next head's are written):
+
+    * ``score``: between the scoring engine and the sorter, ``2 x max_n`` Stage I keys of
+      ``key_width`` bits (the sorter works on head ``h`` while head ``h + 1``'s scores arrive);
+    * ``index``: between the sorter and the loaders, ``2 x max_k`` selected indices of
+      ``index_width`` bits (the loaders read head ``h``'s selection while the sorter writes
+      head ``h + 1``'s).
+
+    Both are sized by the built sorter (:class:`~hikv.params.SorterParams`), priced by the
+    SRAM capacity model in :func:`hikv.sim.area.accelerator_area` and by
+    :func:`hikv.sim.energy.sram_energy_j` per key and index written and read."""
+    so = cfg.sorter
+    return {"score": -(-2 * so.max_n * so.key_width // 8),
+            "index": -(-2 * so.max_k * so.index_width // 8)}
+
+
+def pipelined_layer_cycles(heads: int, sel: ArrayLike, sort: ArrayLike, att: ArrayLike,
+                           busy: dict[str, ArrayLike], latency: ArrayLike, drain: ArrayLike,
+                           serial: ArrayLike) -> ArrayLike:
+    """Cycles of one layer with its ``heads`` KV heads pipelined over the units.
+
+    Each unit ``u`` (memory channel, loader pool, scoring unit, PE lanes, softmax lanes,
+    sorter) is busy ``busy[u]`` cycles per head; a layer takes at least ``heads x busy[u]``
+    plus the time before the unit can start on the first head and after it ends the last:
+
+    * memory channel: ``latency + H busy + drain`` (the latency once: every later read's
+      addresses are known before the channel frees: metadata at the layer's start, a head's
+      K/V when its sort ends, while the channel serves the next head's metadata);
+    * loader pool: ``H busy + drain`` (``busy`` = each phase as one job on one loader, its
+      latency included, over the instances: a loader runs one job at a time, but the
+      instances run different jobs at once);
+    * scoring unit: ``H busy + sort + att`` (the last head's sort and attend follow it);
+    * PE and softmax lanes: ``H busy + drain``;
+    * sorter: ``sel + H sort + att`` (as in the serial schedule);
+    * one head's chain ``sel + sort + att`` (its phases depend on each other).
+
+    The layer time is the largest of these bounds (the bottleneck unit kept busy once the
+    pipeline is full: an estimate that assumes the buffers of :func:`pipeline_buffers` let the
+    units run ahead), and never more than ``serial`` (that schedule stays available). Units
+    with no work (busy 0) give no bound.
+    """
+    H = heads
+    b = {k: np.asarray(v, dtype=float) for k, v in busy.items()}
+    zero = np.zeros_like(np.asarray(serial, dtype=float))
+    has = lambda x: x > 0  # noqa: E731
+    bounds = [
+        np.asarray(sel + sort + att, dtype=float) + zero,
+        np.where(has(b["memory"]), latency + H * b["memory"] + drain, 0.0),
+        np.where(has(b["loaders"]), H * b["loaders"] + drain, 0.0),
+        np.where(has(b["scorer"]), H * b["scorer"] + sort + att, 0.0),
+        np.where(has(b["pe_lanes"]), H * b["pe_lanes"] + drain, 0.0),
+        np.where(has(b["softmax"]), H * b["softmax"] + drain, 0.0),
+        np.where(has(b["sorter"]), sel + H * b["sorter"] + att, 0.0),
+    ]
+    return np.minimum(serial, np.maximum.reduce(np.broadcast_arrays(*bounds)))
 
 
 def _lowbit_bits(spec: MethodSpec) -> int:
