@@ -33,8 +33,14 @@ pipeline depth). Within one KV head the phases are serial: the sort needs all sc
 loads need the sort's result. Across the KV heads of a layer the work is independent, so the
 sorter (its own resource) works on one head while the memory and PE lanes serve another: with
 ``H`` heads per layer, ``select`` ``a1``, sort ``b`` and attend ``a2`` cycles per head,
-``T_layer = max(H (a1 + a2), a1 + H b + a2)`` (datapath-bound or sorter-bound, the two bounds
-of this two-resource pipeline). Layers are serial (layer l+1's query needs layer l's output).
+``T_serial = max(H (a1 + a2), a1 + H b + a2)`` (datapath-bound or sorter-bound, the two bounds
+of this two-resource pipeline; ``schedule="serial"``). The default ``schedule="pipelined"``
+runs the heads of a layer through the units as a pipeline (:func:`pipelined_layer_cycles`):
+each unit (memory channel, loader pool, scoring unit, PE and softmax lanes, sorter) busy its
+cycles per head, the memory latency paid once per layer (the next head's metadata read while
+a head attends), bounded by the slowest unit plus the pipeline's fill and drain and never above
+``T_serial``; it needs the double-buffered score and index SRAMs of :func:`pipeline_buffers`,
+priced in area and energy. Layers are serial (layer l+1's query needs layer l's output).
 
 **Roofline bound**: ``max(bytes / bandwidth, MACs / (pe_lanes x clock))`` per step (PE-lane
 MACs), without latencies, the sorter, the scoring unit or the softmax lanes; the ratio of two
@@ -93,7 +99,9 @@ class Overrides:
     ``P`` and ``step`` the decode step ``j >= 1`` (default 1): the step attends ``P + j``
     tokens, the current one included (the serving model prices each sequence state this way).
     ``keep_v`` / ``keep_k`` are HiKV's Stage II keeps (``r``); ``memory`` is a MemoryType or an
-    array of their values.
+    array of their values. ``loader_instances`` replaces the instance rule
+    (:func:`~hikv.sim.timing.loader_instances`: enough loaders for the bandwidth) by a count
+    (fewer loaders make the attend and select phases loader-bound).
     """
 
     context: ArrayLike | None = None
@@ -109,6 +117,7 @@ class Overrides:
     mem_bandwidth_bytes_per_s: ArrayLike | None = None
     memory: Any = None
     tech_nm: ArrayLike | None = None
+    loader_instances: ArrayLike | None = None
 
 
 @dataclass(frozen=True)
@@ -287,7 +296,8 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     # the loaders run at their own clock: their latency in their cycles, their count from
     # their rate at that clock (loader_instances), their cycles scaled to the reference clock
     lat_ld = a.mem_latency_s * f_ld
-    inst = loader_instances(_at_clock(cfg, f_ld), bw)
+    inst = (loader_instances(_at_clock(cfg, f_ld), bw) if ov.loader_instances is None
+            else np.asarray(ov.loader_instances))
     r_ld, r_so, r_sc = clock / f_ld, clock / f_so, clock / f_sc
 
     def loader(bytes_: ArrayLike, req: ArrayLike, records: ArrayLike = 0,
@@ -302,8 +312,9 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     def phase(bytes_: ArrayLike, req: ArrayLike, macs: ArrayLike, exps: ArrayLike,
               records: ArrayLike = 0, page_tokens: ArrayLike = 0) -> ArrayLike:
         memt = np.where(np.asarray(bytes_) > 0, np.asarray(bytes_) / bw_cyc + lat, 0.0)
-        return np.maximum.reduce([memt, loader(bytes_, req, records, page_tokens),
-                                  np.ceil(macs / pe), np.ceil(exps / sm)])
+        return np.maximum.reduce(np.broadcast_arrays(
+            memt, loader(bytes_, req, records, page_tokens), np.ceil(macs / pe),
+            np.ceil(exps / sm)))
 
     # select: the low-bit scores of query-aware HiKV run on the scoring unit (one job of n
     # tokens per query head of the group, streamed as the metadata arrives); with one query
@@ -502,6 +513,8 @@ def _check_overrides(cfg: Config, ov: Overrides) -> None:
     if ov.scorer_lanes is not None:
         for x in np.unique(np.asarray(ov.scorer_lanes)):
             ScorerParams(lanes=int(x), query_bits=cfg.scorer.query_bits)
+    if ov.loader_instances is not None and (np.asarray(ov.loader_instances) < 1).any():
+        raise ParamError("loader_instances must be >= 1 at every design point")
     if ov.context is not None and (np.asarray(ov.context) < 1).any():
         raise ParamError("context (N) must be >= 1 at every design point")
     if ov.step is not None and (np.asarray(ov.step) < 1).any():
