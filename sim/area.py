@@ -54,6 +54,7 @@ __all__ = [
     "synthesize",
     "synth_key",
     "pipeline_buffer_items",
+    "pipeline_buffers",
     "netlist_path",
     "nand2_area_m2",
     "logic_area_m2",
@@ -517,11 +518,27 @@ def _item(name: str, count: float, res: SynthResult, tech_nm: int, what: str) ->
     return items
 
 
+def pipeline_buffers(cfg: Config) -> dict[str, int]:
+    """Bytes of the SRAM buffers the pipelined schedule needs (double-buffered, so one head's
+    contents are read while the next head's are written):
+
+    * ``score``: between the scoring engine and the sorter, ``2 x max_n`` Stage I keys of
+      ``key_width`` bits (the sorter works on head ``h`` while head ``h + 1``'s scores arrive);
+    * ``index``: between the sorter and the loaders, ``2 x max_k`` selected indices of
+      ``index_width`` bits (the loaders read head ``h``'s selection while the sorter writes
+      head ``h + 1``'s).
+
+    Both are sized by the built sorter (:class:`~hikv.params.SorterParams`), priced by the
+    SRAM capacity model in :func:`accelerator_area` and by
+    :func:`hikv.sim.energy.sram_energy_j` per key and index written and read."""
+    so = cfg.sorter
+    return {"score": -(-2 * so.max_n * so.key_width // 8),
+            "index": -(-2 * so.max_k * so.index_width // 8)}
+
+
 def pipeline_buffer_items(cfg: Config) -> list[AreaItem]:
     """The double-buffered score and index SRAMs the pipelined schedule needs
-    (:func:`hikv.sim.attention_model.pipeline_buffers`), by the SRAM capacity model."""
-    from .attention_model import pipeline_buffers
-
+    (:func:`pipeline_buffers`), by the SRAM capacity model."""
     t = cfg.accel.tech_nm
     what = {"score": "scorer -> sorter keys", "index": "sorter -> loader indices"}
     return [AreaItem(f"SRAM: pipeline {k} buffer (2 heads, {what[k]}, {b:,} B)", 1,

@@ -77,6 +77,7 @@ from hikv.params import (
 )
 
 from . import energy as E
+from .area import pipeline_buffers
 from .bursts import Geometry
 from .clocks import Clocks, assumed_clocks
 from .closed_form import closed_form, step_bytes
@@ -414,24 +415,6 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         scorer_cycles=sc_cyc, scorer_macs=units * sc_macs, bytes_bound_s=roof_mem,
         clocks=clocks, schedule=schedule, serial_layer_cycles=serial, busy_cycles=busy)
     return res
-
-
-def pipeline_buffers(cfg: Config) -> dict[str, int]:
-    """Bytes of the SRAM buffers the pipelined schedule needs (double-buffered, so one head's
-    contents are read while the next head's are written):
-
-    * ``score``: between the scoring engine and the sorter, ``2 x max_n`` Stage I keys of
-      ``key_width`` bits (the sorter works on head ``h`` while head ``h + 1``'s scores arrive);
-    * ``index``: between the sorter and the loaders, ``2 x max_k`` selected indices of
-      ``index_width`` bits (the loaders read head ``h``'s selection while the sorter writes
-      head ``h + 1``'s).
-
-    Both are sized by the built sorter (:class:`~hikv.params.SorterParams`), priced by the
-    SRAM capacity model in :func:`hikv.sim.area.accelerator_area` and by
-    :func:`hikv.sim.energy.sram_energy_j` per key and index written and read."""
-    so = cfg.sorter
-    return {"score": -(-2 * so.max_n * so.key_width // 8),
-            "index": -(-2 * so.max_k * so.index_width // 8)}
 
 
 def pipelined_layer_cycles(heads: int, sel: ArrayLike, sort: ArrayLike, att: ArrayLike,

@@ -185,7 +185,7 @@ def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int) -> dict[str
             sel = lanes == lv
             sorter_area = np.where(sel, logic_area_m2(s.nand2_equivalents, tech)
                                    + sram_area_m2(s.macro_bytes, tech), sorter_area)
-        from .attention_model import pipeline_buffers
+        from .area import pipeline_buffers
 
         buf_area = sum(sram_area_m2(b, tech) for b in pipeline_buffers(cfg).values())
         hikv = sorter_area + inst * ld_area + buf_area

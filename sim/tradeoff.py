@@ -16,7 +16,8 @@ prices each point's HiKV units by our own synthesis:
 Block areas come from the synthesis cache only (:func:`cached_synth`: the Verilog of the
 block at that lane count, its cache key, no Yosys run) unless ``synthesise=True``; a lane
 count with no cached synthesis is **interpolated** linearly in the lane count between the
-nearest cached counts (**extrapolated** from the two nearest beyond them), and every row says
+nearest cached counts (**extrapolated** from the two nearest beyond them; from a single cached
+build, its logic scaled by the lane ratio and its SRAM macros kept), and every row says
 which. The summary states the fastest point within :data:`TARGET_SHARE` (the seed's 8 %), the
 smallest share that reaches :data:`ROOFLINE_TARGET` of the bytes roofline, and what holding
 8 % costs in throughput.
@@ -79,23 +80,27 @@ def cached_synth(block: str, cfg: Config) -> Any:
     return SynthResult.from_dict(json.loads(hit.read_text())) if hit.exists() else None
 
 
-def _area_of(res: Any, tech_nm: int) -> float:
+def _area_of(res: Any, tech_nm: int) -> tuple[float, float]:
+    """(logic, SRAM macros) area in m^2 of a synthesis result at ``tech_nm``."""
     from .area import logic_area_m2, sram_area_m2
 
-    return float(logic_area_m2(res.nand2_equivalents, tech_nm)
-                 + sram_area_m2(res.macro_bytes, tech_nm))
+    return (float(logic_area_m2(res.nand2_equivalents, tech_nm)),
+            float(sram_area_m2(res.macro_bytes, tech_nm)) if res.macro_bytes else 0.0)
 
 
 def block_areas(cfg: Config, block: str, lanes: list[int], *, synthesise: bool = False
                 ) -> dict[int, BlockArea]:
     """Area of ``block`` at each lane count (the preset's build otherwise): cached syntheses,
-    or synthesised when ``synthesise``; the others interpolated linearly in the lane count
-    (extrapolated beyond the cached range). Raises ParamError if no lane count is known."""
+    or synthesised when ``synthesise``; the others from the cached builds, logic and SRAM
+    macros separately: linear in the lane count between two builds (interpolated, or
+    extrapolated beyond them); from a single build its logic scaled by ``lanes / built lanes``
+    and its SRAM macros kept (extrapolated: a guess that the lanes' datapaths dominate the
+    logic). Raises ParamError if no lane count is known."""
     from .area import block_synth
 
     field = _LANE_FIELD[block]
     tech = cfg.accel.tech_nm
-    known: dict[int, float] = {}
+    known: dict[int, tuple[float, float]] = {}
     for n in sorted(set(lanes) | {getattr(cfg, field).lanes}):
         c = cfg.replace(**{field: dataclasses.replace(getattr(cfg, field), lanes=int(n))})
         res = block_synth(block, c) if synthesise else cached_synth(block, c)
@@ -109,18 +114,20 @@ def block_areas(cfg: Config, block: str, lanes: list[int], *, synthesise: bool =
     out = {}
     for n in lanes:
         if n in known:
-            out[n] = BlockArea(block, n, known[n], "synthesised")
+            out[n] = BlockArea(block, n, sum(known[n]), "synthesised")
             continue
-        if len(xs) == 1:          # one build: area proportional to the lanes is a guess; say so
-            out[n] = BlockArea(block, n, known[xs[0]] * n / xs[0],
-                               f"extrapolated (x lanes from {xs[0]})")
+        if len(xs) == 1:
+            lg, sr = known[xs[0]]
+            out[n] = BlockArea(block, n, lg * n / xs[0] + sr,
+                               f"extrapolated (logic x lanes / {xs[0]}, SRAM kept)")
             continue
         lo = [x for x in xs if x < n]
         hi = [x for x in xs if x > n]
         a, b = ((lo[-1], hi[0]) if lo and hi else (xs[0], xs[1]) if hi else (xs[-2], xs[-1]))
-        y = known[a] + (known[b] - known[a]) * (n - a) / (b - a)
+        y = sum(max(0.0, known[a][j] + (known[b][j] - known[a][j]) * (n - a) / (b - a))
+                for j in (0, 1))
         kind = "interpolated" if lo and hi else "extrapolated"
-        out[n] = BlockArea(block, n, max(y, 0.0), f"{kind} (lanes {a}, {b})")
+        out[n] = BlockArea(block, n, y, f"{kind} (lanes {a}, {b})")
     return out
 
 
@@ -186,7 +193,7 @@ def tradeoff(cfg: Config, *, sorter_lanes: list[int], scorer_lanes: list[int],
     if ld_res is None:
         raise ParamError(f"no synthesis of the loader of preset {cfg.name!r} is cached: run "
                          f"`hikv report --preset {cfg.name}` (or pass --synthesise) first")
-    ld = _area_of(ld_res, t)
+    ld = sum(_area_of(ld_res, t))
     buf = sum(i.area_m2 for i in pipeline_buffer_items(cfg))
     hikv = np.array([so[p].area_m2 + (sc[q].area_m2 if used else 0.0) + i * ld + buf
                      for p, q, i in combos])
