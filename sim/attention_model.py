@@ -85,7 +85,8 @@ from .closed_form_base import SortJob, StepAccount
 from .timing import TimingModel, default_timing, loader_instances, unique_apply
 
 __all__ = ["Overrides", "SortJob", "StepWork", "AttentionCost", "step_work", "attention_cost",
-           "scorer_cycles", "SCHEDULES", "pipeline_buffers", "pipelined_layer_cycles"]
+           "scorer_cycles", "SCHEDULES", "pipeline_buffers", "pipelined_layer_cycles",
+           "pipeline_bounds"]
 
 ArrayLike = Any
 #: layer schedules of :func:`attention_cost`
@@ -210,15 +211,20 @@ class AttentionCost:
     serial_layer_cycles: ArrayLike = 0.0   # the serial schedule's layer (== layer if serial)
     busy_cycles: dict[str, ArrayLike] = field(default_factory=dict)  # per head, per unit
 
+    bound_cycles: dict[str, ArrayLike] = field(default_factory=dict)  # per layer, per unit
+
     @property
     def bottleneck(self) -> ArrayLike:
-        """The unit with the most busy cycles per head (pipelined schedule; '' if serial)."""
-        if not self.busy_cycles:
+        """The bound that sets the pipelined layer time (a unit of :attr:`busy_cycles`,
+        ``"chain"`` for one head's phases, ``"serial"`` where the serial schedule is shorter;
+        ``""`` for the serial schedule)."""
+        if not self.bound_cycles:
             return ""
-        names = list(self.busy_cycles)
-        arr = np.stack(np.broadcast_arrays(*(np.asarray(self.busy_cycles[k], dtype=float)
-                                             for k in names)))
-        out = np.asarray(names)[np.argmax(arr, axis=0)]
+        names = [*self.bound_cycles, "serial"]
+        vals = [*self.bound_cycles.values(), np.asarray(self.serial_layer_cycles) * 0.0]
+        arr = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in vals)))
+        top = np.asarray(names)[np.argmax(arr, axis=0)]
+        out = np.where(np.asarray(self.layer_cycles) < arr.max(axis=0), "serial", top)
         return str(out) if out.ndim == 0 else out
 
     @property
@@ -352,6 +358,7 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     if schedule == "serial":
         layer = serial
         busy: dict[str, ArrayLike] = {}
+        bounds: dict[str, ArrayLike] = {}
     else:
         def one_job(bytes_: ArrayLike, req: ArrayLike, records: ArrayLike = 0,
                     page_tokens: ArrayLike = 0) -> ArrayLike:
@@ -371,6 +378,7 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
             "sorter": sort,
         }
         layer = pipelined_layer_cycles(H, sel, sort, att, busy, lat, drain, serial)
+        bounds = pipeline_bounds(H, sel, sort, att, busy, lat, drain)
     time_s = L * layer / clock
     units = L * H
     bytes_burst = units * sb.burst
@@ -413,7 +421,8 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         memory_bound=roof_mem >= roof_pe, bytes_burst=bytes_burst, bytes_ideal=bytes_ideal,
         macs=macs, energy_parts_j=parts, timing=timing.name, kv_heads=H,
         scorer_cycles=sc_cyc, scorer_macs=units * sc_macs, bytes_bound_s=roof_mem,
-        clocks=clocks, schedule=schedule, serial_layer_cycles=serial, busy_cycles=busy)
+        clocks=clocks, schedule=schedule, serial_layer_cycles=serial, busy_cycles=busy,
+        bound_cycles=bounds)
     return res
 
 
@@ -442,20 +451,27 @@ def pipelined_layer_cycles(heads: int, sel: ArrayLike, sort: ArrayLike, att: Arr
     units run ahead), and never more than ``serial`` (that schedule stays available). Units
     with no work (busy 0) give no bound.
     """
+    bounds = pipeline_bounds(heads, sel, sort, att, busy, latency, drain)
+    return np.minimum(serial, np.maximum.reduce(np.broadcast_arrays(*bounds.values())))
+
+
+def pipeline_bounds(heads: int, sel: ArrayLike, sort: ArrayLike, att: ArrayLike,
+                    busy: dict[str, ArrayLike], latency: ArrayLike, drain: ArrayLike
+                    ) -> dict[str, ArrayLike]:
+    """The per-unit layer bounds of :func:`pipelined_layer_cycles` (and ``"chain"``, one
+    head's phases); 0 for a unit with no work."""
     H = heads
     b = {k: np.asarray(v, dtype=float) for k, v in busy.items()}
-    zero = np.zeros_like(np.asarray(serial, dtype=float))
     has = lambda x: x > 0  # noqa: E731
-    bounds = [
-        np.asarray(sel + sort + att, dtype=float) + zero,
-        np.where(has(b["memory"]), latency + H * b["memory"] + drain, 0.0),
-        np.where(has(b["loaders"]), H * b["loaders"] + drain, 0.0),
-        np.where(has(b["scorer"]), H * b["scorer"] + sort + att, 0.0),
-        np.where(has(b["pe_lanes"]), H * b["pe_lanes"] + drain, 0.0),
-        np.where(has(b["softmax"]), H * b["softmax"] + drain, 0.0),
-        np.where(has(b["sorter"]), sel + H * b["sorter"] + att, 0.0),
-    ]
-    return np.minimum(serial, np.maximum.reduce(np.broadcast_arrays(*bounds)))
+    return {
+        "chain": np.asarray(sel + sort + att, dtype=float),
+        "memory": np.where(has(b["memory"]), latency + H * b["memory"] + drain, 0.0),
+        "loaders": np.where(has(b["loaders"]), H * b["loaders"] + drain, 0.0),
+        "scorer": np.where(has(b["scorer"]), H * b["scorer"] + sort + att, 0.0),
+        "pe_lanes": np.where(has(b["pe_lanes"]), H * b["pe_lanes"] + drain, 0.0),
+        "softmax": np.where(has(b["softmax"]), H * b["softmax"] + drain, 0.0),
+        "sorter": np.where(has(b["sorter"]), sel + H * b["sorter"] + att, 0.0),
+    }
 
 
 def _lowbit_bits(spec: MethodSpec) -> int:

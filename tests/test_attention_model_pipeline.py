@@ -119,6 +119,11 @@ def test_scorer_bound_hikv_follows_the_scorer_rule():
                           Overrides(scorer_lanes=32, sorter_lanes=16))
     assert fast.bottleneck in ("memory", "loaders")
     assert float(fast.bytes_bound_fraction) >= 0.9
+    # the binding bound, not the busiest unit: with P = 8 the sorter's a1 + H b + a2 binds
+    mid = attention_cost(MethodSpec.for_hikv(cfg.policy), cfg, Overrides(scorer_lanes=16))
+    assert mid.bottleneck == "sorter"
+    assert float(mid.layer_cycles) == pytest.approx(float(mid.bound_cycles["sorter"]))
+    assert attention_cost(MethodSpec(Method.FULL), cfg, schedule="serial").bottleneck == ""
 
 
 def test_pipelined_layer_cycles_vectorised_and_bounds():
