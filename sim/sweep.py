@@ -15,7 +15,8 @@ blocks (``hikv sweep --clocks sta``): a sweep does not run the timing flow per p
 
 Area per design point comes from synthesis results (cached; one synthesis per distinct unit or
 block configuration): baseline = ``pe_lanes`` MAC lanes + ``softmax_lanes`` (exp + MAC) + SRAM;
-HiKV adds the sorter (per sorter-lane value), ``loader_instances`` loaders and, where the preset
+HiKV adds the sorter (per sorter-lane value), ``loader_instances`` loaders, the pipelined
+schedule's score and index buffers (:func:`hikv.sim.area.pipeline_buffers`) and, where the preset
 scores Stage I from low-bit keys, the scoring unit (per scorer-lane value), once those blocks
 are registered (until then their area is NaN and the plots say so).
 """
