@@ -238,8 +238,12 @@ def summary(r: Tradeoff) -> list[str]:
     out = [f"Fastest point: {at(fast)}.", f"Smallest HiKV area: {at(small)}."]
     w = r.best_within()
     if w is None:
-        out.append(f"No point reaches <= {100 * TARGET_SHARE:.0f} % of the system: the "
-                   f"smallest share is {100 * r.share[small]:.1f} %.")
+        budget = TARGET_SHARE / (1 - TARGET_SHARE) * r.area_baseline_m2
+        out.append(f"No point reaches <= {100 * TARGET_SHARE:.0f} % of the system: that "
+                   f"allows {budget * 1e6:.3f} mm^2 of HiKV units beside this baseline, the "
+                   f"smallest point takes {r.area_hikv_m2[small] * 1e6:.3f} mm^2 "
+                   f"({100 * r.share[small]:.1f} %, {r.area_hikv_m2[small] / budget:.1f}x "
+                   "the budget).")
     else:
         loss = 1 - r.steps_per_s[w] / r.steps_per_s[fast]
         out.append(f"Fastest point within {100 * TARGET_SHARE:.0f} % of the system: {at(w)}; "
