@@ -124,6 +124,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--bench", action="store_true",
                    help="benchmark: time the analytic evaluation on random points")
+    p.add_argument("--tradeoff", action="store_true",
+                   help="issue 13's trade-off curve instead of a sweep: the preset's HiKV over "
+                   "--sorter-lanes x --scorer-lanes x --loaders (defaults 4,8,16,32 x "
+                   "4,8,16,32,64 x 1,2,4,8), HiKV units' share of the system area (cached "
+                   "syntheses; other lane counts interpolated) vs attention throughput; "
+                   "writes tradeoff.csv, tradeoff.md (table with the 8 %% line) and "
+                   "tradeoff.png")
+    p.add_argument("--loaders", type=_ints, help="--tradeoff: loader instances I")
+    p.add_argument("--synthesise", action="store_true",
+                   help="--tradeoff: synthesise lane counts not in the cache (slow: minutes "
+                   "to an hour per build) instead of interpolating their area")
     p.add_argument("--points", type=int, default=100_000, help="--bench design points")
     p.add_argument("--seed", type=int, default=0, help="--bench sampling seed")
 
@@ -148,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
               f"{r['points_per_s']:,.0f} design points/s; preset {cfg.name}, "
               f"axes {', '.join(r['axes'])}; code {code_version()}")
         return 0
+    if args.tradeoff:
+        return _tradeoff(args, cfg)
+    if args.loaders is not None or args.synthesise:
+        raise ParamError("--loaders and --synthesise apply only with --tradeoff")
     axes = {k: v for k, v in (("context", args.context), ("budget", args.budget),
                               ("keep_v", args.keep_v), ("keep_k", args.keep_k),
                               ("head_dim", args.head_dim), ("pe_lanes", args.pe_lanes),
@@ -211,10 +226,47 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tradeoff(args: argparse.Namespace, cfg) -> int:
+    """``hikv sweep --tradeoff``: area share vs throughput (hikv.sim.tradeoff)."""
+    from hikv.io import prepare_out_dir
+    from hikv.params import ParamError
+    from hikv.sim import tradeoff as to
+
+    other = [f"--{k.replace('_', '-')}" for k in ("context", "budget", "keep_v", "keep_k",
+                                                  "head_dim", "pe_lanes", "memory",
+                                                  "bandwidth", "node")
+             if getattr(args, k) is not None]
+    if other:
+        raise ParamError(f"--tradeoff varies only --sorter-lanes, --scorer-lanes and "
+                         f"--loaders; not allowed with it: {', '.join(other)}")
+    check_axes(cfg, {k: v for k, v in (("sorter_lanes", args.sorter_lanes),
+                                       ("scorer_lanes", args.scorer_lanes)) if v is not None})
+    for v in args.loaders or []:
+        if v < 1:
+            raise ParamError(f"--loaders {v} is out of range: allowed >= 1")
+    out = prepare_out_dir(args.out or f"out/tradeoff-{args.preset}", OWNED, force=args.force)
+    clocks = None
+    if args.clocks == "sta":
+        from hikv.sim.clocks import accelerator_clocks
+
+        clocks = accelerator_clocks(cfg)
+    r = to.tradeoff(cfg, sorter_lanes=args.sorter_lanes or [4, 8, 16, 32],
+                    scorer_lanes=args.scorer_lanes or [4, 8, 16, 32, 64],
+                    loaders=args.loaders or [1, 2, 4, 8], clocks=clocks,
+                    synthesise=args.synthesise)
+    for p in to.write_tradeoff(r, out):
+        print(f"wrote {p}")
+    if not args.no_plots:
+        print(f"wrote {to.plot_tradeoff(r, out)}")
+    for line in to.summary(r):
+        print(line)
+    return 0
+
+
 #: Most design points one sweep or --bench evaluates (the arrays are held in memory).
 MAX_POINTS = 10_000_000
 #: The files ``hikv sweep`` writes into --out (cleared by --force).
-OWNED = ("sweep.csv", "*.png")
+OWNED = ("sweep.csv", "*.png", "tradeoff.csv", "tradeoff.md")
 
 
 def _check_results(res) -> None:

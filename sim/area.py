@@ -53,6 +53,8 @@ __all__ = [
     "yosys_command",
     "synthesize",
     "synth_key",
+    "pipeline_buffer_items",
+    "pipeline_buffers",
     "netlist_path",
     "nand2_area_m2",
     "logic_area_m2",
@@ -516,6 +518,35 @@ def _item(name: str, count: float, res: SynthResult, tech_nm: int, what: str) ->
     return items
 
 
+def pipeline_buffers(cfg: Config) -> dict[str, int]:
+    """Bytes of the SRAM buffers the pipelined schedule needs (double-buffered, so one head's
+    contents are read while the next head's are written):
+
+    * ``score``: between the scoring engine and the sorter, ``2 x max_n`` Stage I keys of
+      ``key_width`` bits (the sorter works on head ``h`` while head ``h + 1``'s scores arrive);
+    * ``index``: between the sorter and the loaders, ``2 x max_k`` selected indices of
+      ``index_width`` bits (the loaders read head ``h``'s selection while the sorter writes
+      head ``h + 1``'s).
+
+    Both are sized by the built sorter (:class:`~hikv.params.SorterParams`), priced by the
+    SRAM capacity model in :func:`accelerator_area` and by
+    :func:`hikv.sim.energy.sram_energy_j` per key and index written and read."""
+    so = cfg.sorter
+    return {"score": -(-2 * so.max_n * so.key_width // 8),
+            "index": -(-2 * so.max_k * so.index_width // 8)}
+
+
+def pipeline_buffer_items(cfg: Config) -> list[AreaItem]:
+    """The double-buffered score and index SRAMs the pipelined schedule needs
+    (:func:`pipeline_buffers`), by the SRAM capacity model."""
+    t = cfg.accel.tech_nm
+    what = {"score": "scorer -> sorter keys", "index": "sorter -> loader indices"}
+    return [AreaItem(f"SRAM: pipeline {k} buffer (2 heads, {what[k]}, {b:,} B)", 1,
+                     float(sram_area_m2(b, t)), 0.0,
+                     "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)")
+            for k, b in pipeline_buffers(cfg).items()]
+
+
 def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
                      sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
                      loader_clock_hz: float | None = None) -> AcceleratorArea:
@@ -524,9 +555,10 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
     Baseline: ``pe_lanes`` MAC lanes + ``softmax_lanes`` x (exp unit + MAC lane) + SRAM
     (``sram_kv_bytes + sram_q_bytes``). HiKV (``blocks``, default :func:`hikv_blocks`): one
     sorter, :func:`loader_instances` loaders at ``loader_clock_hz`` (counted in full: the
-    baseline's own DMA is not subtracted, so the overhead is an upper bound) and one scoring
-    unit where the preset uses it. Blocks not registered yet are listed in ``missing`` and the
-    ratios are NaN.
+    baseline's own DMA is not subtracted, so the overhead is an upper bound), one scoring
+    unit where the preset uses it and, with the sorter, the pipeline's double-buffered score
+    and index SRAMs (:func:`pipeline_buffer_items`). Blocks not registered yet are listed in
+    ``missing`` and the ratios are NaN.
     """
     from hikv.hw.blocks import BLOCKS
 
@@ -559,5 +591,7 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
         res = block_synth(BLOCKS[name], cfg, sram_min_bits=sram_min_bits)
         synth[name] = res
         hikv += _item(name, counts.get(name, 1), res, t, "synthesised")
+    if "sorter" in blocks:
+        hikv += pipeline_buffer_items(cfg)
     return AcceleratorArea(tech_nm=t, baseline=tuple(base), hikv=tuple(hikv),
                            missing=tuple(missing), synth=synth)

@@ -33,8 +33,14 @@ pipeline depth). Within one KV head the phases are serial: the sort needs all sc
 loads need the sort's result. Across the KV heads of a layer the work is independent, so the
 sorter (its own resource) works on one head while the memory and PE lanes serve another: with
 ``H`` heads per layer, ``select`` ``a1``, sort ``b`` and attend ``a2`` cycles per head,
-``T_layer = max(H (a1 + a2), a1 + H b + a2)`` (datapath-bound or sorter-bound, the two bounds
-of this two-resource pipeline). Layers are serial (layer l+1's query needs layer l's output).
+``T_serial = max(H (a1 + a2), a1 + H b + a2)`` (datapath-bound or sorter-bound, the two bounds
+of this two-resource pipeline; ``schedule="serial"``). The default ``schedule="pipelined"``
+runs the heads of a layer through the units as a pipeline (:func:`pipelined_layer_cycles`):
+each unit (memory channel, loader pool, scoring unit, PE and softmax lanes, sorter) busy its
+cycles per head, the memory latency paid once per layer (the next head's metadata read while
+a head attends), bounded by the slowest unit plus the pipeline's fill and drain and never above
+``T_serial``; it needs the double-buffered score and index SRAMs of :func:`pipeline_buffers`,
+priced in area and energy. Layers are serial (layer l+1's query needs layer l's output).
 
 **Roofline bound**: ``max(bytes / bandwidth, MACs / (pe_lanes x clock))`` per step (PE-lane
 MACs), without latencies, the sorter, the scoring unit or the softmax lanes; the ratio of two
@@ -71,6 +77,7 @@ from hikv.params import (
 )
 
 from . import energy as E
+from .area import pipeline_buffers
 from .bursts import Geometry
 from .clocks import Clocks, assumed_clocks
 from .closed_form import closed_form, step_bytes
@@ -78,9 +85,12 @@ from .closed_form_base import SortJob, StepAccount
 from .timing import TimingModel, default_timing, loader_instances, unique_apply
 
 __all__ = ["Overrides", "SortJob", "StepWork", "AttentionCost", "step_work", "attention_cost",
-           "scorer_cycles"]
+           "scorer_cycles", "SCHEDULES", "pipeline_buffers", "pipelined_layer_cycles",
+           "pipeline_bounds"]
 
 ArrayLike = Any
+#: layer schedules of :func:`attention_cost`
+SCHEDULES = ("pipelined", "serial")
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,9 @@ class Overrides:
     ``P`` and ``step`` the decode step ``j >= 1`` (default 1): the step attends ``P + j``
     tokens, the current one included (the serving model prices each sequence state this way).
     ``keep_v`` / ``keep_k`` are HiKV's Stage II keeps (``r``); ``memory`` is a MemoryType or an
-    array of their values.
+    array of their values. ``loader_instances`` replaces the instance rule
+    (:func:`~hikv.sim.timing.loader_instances`: enough loaders for the bandwidth) by a count
+    (fewer loaders make the attend and select phases loader-bound).
     """
 
     context: ArrayLike | None = None
@@ -107,6 +119,7 @@ class Overrides:
     mem_bandwidth_bytes_per_s: ArrayLike | None = None
     memory: Any = None
     tech_nm: ArrayLike | None = None
+    loader_instances: ArrayLike | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +207,25 @@ class AttentionCost:
     scorer_macs: ArrayLike = 0.0
     bytes_bound_s: ArrayLike = 0.0
     clocks: Clocks | None = None
+    schedule: str = "pipelined"
+    serial_layer_cycles: ArrayLike = 0.0   # the serial schedule's layer (== layer if serial)
+    busy_cycles: dict[str, ArrayLike] = field(default_factory=dict)  # per head, per unit
+
+    bound_cycles: dict[str, ArrayLike] = field(default_factory=dict)  # per layer, per unit
+
+    @property
+    def bottleneck(self) -> ArrayLike:
+        """The bound that sets the pipelined layer time (a unit of :attr:`busy_cycles`,
+        ``"chain"`` for one head's phases, ``"serial"`` where the serial schedule is shorter;
+        ``""`` for the serial schedule)."""
+        if not self.bound_cycles:
+            return ""
+        names = [*self.bound_cycles, "serial"]
+        vals = [*self.bound_cycles.values(), np.asarray(self.serial_layer_cycles) * 0.0]
+        arr = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in vals)))
+        top = np.asarray(names)[np.argmax(arr, axis=0)]
+        out = np.where(np.asarray(self.layer_cycles) < arr.max(axis=0), "serial", top)
+        return str(out) if out.ndim == 0 else out
 
     @property
     def energy_j(self) -> ArrayLike:
@@ -201,8 +233,10 @@ class AttentionCost:
 
     @property
     def sorter_exposed_cycles(self) -> ArrayLike:
-        """Layer cycles beyond the datapath bound (sorter time not hidden), per layer."""
-        return self.layer_cycles - self.kv_heads * (self.select_cycles + self.attend_cycles)
+        """Layer cycles of the serial schedule beyond its datapath bound (sorter time not
+        hidden), per layer."""
+        return self.serial_layer_cycles - self.kv_heads * (self.select_cycles
+                                                           + self.attend_cycles)
 
     @property
     def bytes_bound_fraction(self) -> ArrayLike:
@@ -235,13 +269,18 @@ def scorer_cycles(params: ScorerParams, tokens: ArrayLike, jobs: int,
 
 
 def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *,
-                   timing: TimingModel | None = None, clocks: Clocks | None = None
-                   ) -> AttentionCost:
+                   timing: TimingModel | None = None, clocks: Clocks | None = None,
+                   schedule: str = "pipelined") -> AttentionCost:
     """Time and energy of one decode step of ``spec`` on the accelerator of ``cfg``.
 
     ``clocks``: every block's clock (:func:`hikv.sim.clocks.accelerator_clocks`); default
     :func:`hikv.sim.clocks.assumed_clocks` (hand-set clocks, else ``accel.clock_hz``, no
-    synthesis)."""
+    synthesis). ``schedule``: ``"pipelined"`` (default; the KV heads of a layer pipelined over
+    the units, :func:`pipelined_layer_cycles`, with the double-buffered score and index SRAMs
+    of :func:`pipeline_buffers` priced) or ``"serial"`` (the phases of each head serial, only
+    the sorter overlapped across heads: the model before the pipeline)."""
+    if schedule not in SCHEDULES:
+        raise ParamError(f"schedule = {schedule!r} is not one of {SCHEDULES}")
     ov = ov or Overrides()
     _check_overrides(cfg, ov)
     timing = timing or default_timing()
@@ -264,7 +303,8 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     # the loaders run at their own clock: their latency in their cycles, their count from
     # their rate at that clock (loader_instances), their cycles scaled to the reference clock
     lat_ld = a.mem_latency_s * f_ld
-    inst = loader_instances(_at_clock(cfg, f_ld), bw)
+    inst = (loader_instances(_at_clock(cfg, f_ld), bw) if ov.loader_instances is None
+            else np.asarray(ov.loader_instances))
     r_ld, r_so, r_sc = clock / f_ld, clock / f_so, clock / f_sc
 
     def loader(bytes_: ArrayLike, req: ArrayLike, records: ArrayLike = 0,
@@ -279,8 +319,9 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     def phase(bytes_: ArrayLike, req: ArrayLike, macs: ArrayLike, exps: ArrayLike,
               records: ArrayLike = 0, page_tokens: ArrayLike = 0) -> ArrayLike:
         memt = np.where(np.asarray(bytes_) > 0, np.asarray(bytes_) / bw_cyc + lat, 0.0)
-        return np.maximum.reduce([memt, loader(bytes_, req, records, page_tokens),
-                                  np.ceil(macs / pe), np.ceil(exps / sm)])
+        return np.maximum.reduce(np.broadcast_arrays(
+            memt, loader(bytes_, req, records, page_tokens), np.ceil(macs / pe),
+            np.ceil(exps / sm)))
 
     # select: the low-bit scores of query-aware HiKV run on the scoring unit (one job of n
     # tokens per query head of the group, streamed as the metadata arrives); with one query
@@ -313,7 +354,31 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     sort = sort * r_so
     H = cfg.model.kv_heads
     L = cfg.model.layers
-    layer = np.maximum(H * (sel + att), np.where(sort > 0, sel + H * sort + att, 0.0))
+    serial = np.maximum(H * (sel + att), np.where(sort > 0, sel + H * sort + att, 0.0))
+    if schedule == "serial":
+        layer = serial
+        busy: dict[str, ArrayLike] = {}
+        bounds: dict[str, ArrayLike] = {}
+    else:
+        def one_job(bytes_: ArrayLike, req: ArrayLike, records: ArrayLike = 0,
+                    page_tokens: ArrayLike = 0) -> ArrayLike:
+            # a whole phase as one job on one loader instance (its latency included)
+            return timing.loader_cycles(cfg.loader, lay, bytes=np.asarray(bytes_),
+                                        requests=req, mem_latency_cycles=lat_ld,
+                                        records=records, page_tokens=page_tokens) * r_ld
+
+        busy = {
+            "memory": (np.asarray(w.select_bytes) + attend_bytes) / bw_cyc,
+            "loaders": (one_job(w.select_bytes, w.select_requests)
+                        + one_job(attend_bytes, attend_req, w.masked_records, w.page_tokens)
+                        ) / inst,
+            "scorer": sc_cyc,
+            "pe_lanes": np.ceil(pe_score_macs / pe) + np.ceil(w.attend_macs / pe),
+            "softmax": np.ceil(score_exps / sm) + np.ceil(w.attend_exps / sm),
+            "sorter": sort,
+        }
+        layer = pipelined_layer_cycles(H, sel, sort, att, busy, lat, drain, serial)
+        bounds = pipeline_bounds(H, sel, sort, att, busy, lat, drain)
     time_s = L * layer / clock
     units = L * H
     bytes_burst = units * sb.burst
@@ -323,11 +388,22 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     roof_pe = macs / (pe * clock)
     eb = lay.elem_bytes
     q_reads = units * G * d * eb * (1 + (np.asarray(w.select_bytes) > 0))
+    if schedule == "pipelined":
+        buf = pipeline_buffers(cfg)
+        sw, iw = cfg.sorter.key_width / 8, cfg.sorter.index_width / 8
+        keys = sum(np.asarray(j.n, dtype=float) * j.per_step for j in w.sorts
+                   if j.mode == "stage1")
+        picks = sum(np.asarray(j.k, dtype=float) * j.per_step for j in w.sorts
+                    if j.mode == "stage1")
+        buf_j = (E.sram_energy_j(units * keys * sw, units * keys * sw, buf["score"], tech)
+                 + E.sram_energy_j(units * picks * iw, units * picks * iw, buf["index"], tech))
+    else:
+        buf_j = 0.0
     parts = {
         "dram": E.dram_energy_j(bytes_burst, mem) if isinstance(mem, MemoryType | str)
         else bytes_burst * _dram_per_byte_v(mem),
         "sram": E.sram_energy_j(bytes_ideal, bytes_ideal, a.sram_kv_bytes, tech)
-        + E.sram_energy_j(0, q_reads, a.sram_q_bytes, tech),
+        + E.sram_energy_j(0, q_reads, a.sram_q_bytes, tech) + buf_j,
         "mac": E.mac_energy_j(macs, tech),
         "softmax": E.softmax_energy_j(units * (score_exps + w.attend_exps), tech),
         "sorter": E.sorter_energy_j(units * compares,
@@ -345,8 +421,57 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         memory_bound=roof_mem >= roof_pe, bytes_burst=bytes_burst, bytes_ideal=bytes_ideal,
         macs=macs, energy_parts_j=parts, timing=timing.name, kv_heads=H,
         scorer_cycles=sc_cyc, scorer_macs=units * sc_macs, bytes_bound_s=roof_mem,
-        clocks=clocks)
+        clocks=clocks, schedule=schedule, serial_layer_cycles=serial, busy_cycles=busy,
+        bound_cycles=bounds)
     return res
+
+
+def pipelined_layer_cycles(heads: int, sel: ArrayLike, sort: ArrayLike, att: ArrayLike,
+                           busy: dict[str, ArrayLike], latency: ArrayLike, drain: ArrayLike,
+                           serial: ArrayLike) -> ArrayLike:
+    """Cycles of one layer with its ``heads`` KV heads pipelined over the units.
+
+    Each unit ``u`` (memory channel, loader pool, scoring unit, PE lanes, softmax lanes,
+    sorter) is busy ``busy[u]`` cycles per head; a layer takes at least ``heads x busy[u]``
+    plus the time before the unit can start on the first head and after it ends the last:
+
+    * memory channel: ``latency + H busy + drain`` (the latency once: every later read's
+      addresses are known before the channel frees: metadata at the layer's start, a head's
+      K/V when its sort ends, while the channel serves the next head's metadata);
+    * loader pool: ``H busy + drain`` (``busy`` = each phase as one job on one loader, its
+      latency included, over the instances: a loader runs one job at a time, but the
+      instances run different jobs at once);
+    * scoring unit: ``H busy + sort + att`` (the last head's sort and attend follow it);
+    * PE and softmax lanes: ``H busy + drain``;
+    * sorter: ``sel + H sort + att`` (as in the serial schedule);
+    * one head's chain ``sel + sort + att`` (its phases depend on each other).
+
+    The layer time is the largest of these bounds (the bottleneck unit kept busy once the
+    pipeline is full: an estimate that assumes the buffers of :func:`pipeline_buffers` let the
+    units run ahead), and never more than ``serial`` (that schedule stays available). Units
+    with no work (busy 0) give no bound.
+    """
+    bounds = pipeline_bounds(heads, sel, sort, att, busy, latency, drain)
+    return np.minimum(serial, np.maximum.reduce(np.broadcast_arrays(*bounds.values())))
+
+
+def pipeline_bounds(heads: int, sel: ArrayLike, sort: ArrayLike, att: ArrayLike,
+                    busy: dict[str, ArrayLike], latency: ArrayLike, drain: ArrayLike
+                    ) -> dict[str, ArrayLike]:
+    """The per-unit layer bounds of :func:`pipelined_layer_cycles` (and ``"chain"``, one
+    head's phases); 0 for a unit with no work."""
+    H = heads
+    b = {k: np.asarray(v, dtype=float) for k, v in busy.items()}
+    has = lambda x: x > 0  # noqa: E731
+    return {
+        "chain": np.asarray(sel + sort + att, dtype=float),
+        "memory": np.where(has(b["memory"]), latency + H * b["memory"] + drain, 0.0),
+        "loaders": np.where(has(b["loaders"]), H * b["loaders"] + drain, 0.0),
+        "scorer": np.where(has(b["scorer"]), H * b["scorer"] + sort + att, 0.0),
+        "pe_lanes": np.where(has(b["pe_lanes"]), H * b["pe_lanes"] + drain, 0.0),
+        "softmax": np.where(has(b["softmax"]), H * b["softmax"] + drain, 0.0),
+        "sorter": np.where(has(b["sorter"]), sel + H * b["sorter"] + att, 0.0),
+    }
 
 
 def _lowbit_bits(spec: MethodSpec) -> int:
@@ -387,6 +512,8 @@ def _check_overrides(cfg: Config, ov: Overrides) -> None:
     if ov.scorer_lanes is not None:
         for x in np.unique(np.asarray(ov.scorer_lanes)):
             ScorerParams(lanes=int(x), query_bits=cfg.scorer.query_bits)
+    if ov.loader_instances is not None and (np.asarray(ov.loader_instances) < 1).any():
+        raise ParamError("loader_instances must be >= 1 at every design point")
     if ov.context is not None and (np.asarray(ov.context) < 1).any():
         raise ParamError("context (N) must be >= 1 at every design point")
     if ov.step is not None and (np.asarray(ov.step) < 1).any():

@@ -64,7 +64,7 @@ def markdown(rep: Report) -> str:
             f"{r.hikv_bytes_reduction_vs_this:.2f}x |")
     lines += ["", "Cycles per (layer, KV head), in the PE array's clock: select (scoring "
               "metadata; of which the low-bit scoring unit), sort, attend; layer time with the "
-              "sorter overlapped across KV heads; bytes roofline (bytes / bandwidth) over the "
+              "KV heads pipelined over the units; bytes roofline (bytes / bandwidth) over the "
               "time.", "",
               "| method | select | of it: scorer | sort | attend | layer | at bytes bound | "
               "energy split (DRAM / SRAM / MAC / softmax / sorter / loader / scorer, %) |",

@@ -15,7 +15,8 @@ blocks (``hikv sweep --clocks sta``): a sweep does not run the timing flow per p
 
 Area per design point comes from synthesis results (cached; one synthesis per distinct unit or
 block configuration): baseline = ``pe_lanes`` MAC lanes + ``softmax_lanes`` (exp + MAC) + SRAM;
-HiKV adds the sorter (per sorter-lane value), ``loader_instances`` loaders and, where the preset
+HiKV adds the sorter (per sorter-lane value), ``loader_instances`` loaders, the pipelined
+schedule's score and index buffers (:func:`hikv.sim.area.pipeline_buffers`) and, where the preset
 scores Stage I from low-bit keys, the scoring unit (per scorer-lane value), once those blocks
 are registered (until then their area is NaN and the plots say so).
 """
@@ -185,7 +186,10 @@ def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int) -> dict[str
             sel = lanes == lv
             sorter_area = np.where(sel, logic_area_m2(s.nand2_equivalents, tech)
                                    + sram_area_m2(s.macro_bytes, tech), sorter_area)
-        hikv = sorter_area + inst * ld_area
+        from .area import pipeline_buffers
+
+        buf_area = sum(sram_area_m2(b, tech) for b in pipeline_buffers(cfg).values())
+        hikv = sorter_area + inst * ld_area + buf_area
         from .area import scorer_used
 
         if scorer_used(cfg) and "scorer" in BLOCKS:

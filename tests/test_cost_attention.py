@@ -29,7 +29,7 @@ def test_full_kv_time_is_the_phase_maximum(preset):
     hold + 1 + 2 after the last beat: 7 cycles for dense rows), never by a bandwidth shortfall.
     """
     cfg = get_preset(preset)
-    c = attention_cost(MethodSpec(Method.FULL), cfg)
+    c = attention_cost(MethodSpec(Method.FULL), cfg, schedule="serial")
     a, lay, m, lp = cfg.accel, cfg.layout, cfg.model, cfg.loader
     n, G = cfg.context, m.group
     bytes_head = 2 * n * lay.row_bytes
@@ -55,7 +55,7 @@ def test_full_kv_time_is_the_phase_maximum(preset):
     if preset == "default":
         few = cfg.replace(loader=dataclasses.replace(lp, max_outstanding=4))
         assert loader_instances(few) == 26 and loader_instances(cfg) == 4
-        c4 = attention_cost(MethodSpec(Method.FULL), few)
+        c4 = attention_cost(MethodSpec(Method.FULL), few, schedule="serial")
         assert float(c4.attend_cycles) <= float(c.attend_cycles) + 7
 
 
@@ -86,14 +86,14 @@ def test_sorter_bound_layers_follow_the_pipeline_rule():
     cfg = get_preset("default")
     cfg = cfg.replace(sorter=dataclasses.replace(cfg.sorter, lanes=2))
     spec = MethodSpec.for_hikv(cfg.policy)
-    c = attention_cost(spec, cfg)
+    c = attention_cost(spec, cfg, schedule="serial")
     H = cfg.model.kv_heads
     a1, b, a2 = float(c.select_cycles), float(c.sort_cycles), float(c.attend_cycles)
     assert b > 0
     assert float(c.layer_cycles) == pytest.approx(max(H * (a1 + a2), a1 + H * b + a2))
     assert float(c.sorter_exposed_cycles) == pytest.approx(
         max(0.0, a1 + H * b + a2 - H * (a1 + a2)))
-    fast = attention_cost(spec, get_preset("default"))
+    fast = attention_cost(spec, get_preset("default"), schedule="serial")
     assert float(fast.layer_cycles) <= float(c.layer_cycles)
 
 
