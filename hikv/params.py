@@ -537,10 +537,11 @@ class Config:
 
 # --------------------------------------------------------------------------- JSON
 def to_dict(obj: Any) -> Any:
-    """Plain JSON-able structure of a parameter object (enums become their values)."""
+    """Plain JSON-able structure of a parameter object (enums and methods become their
+    values)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, enum.Enum):
+    if isinstance(obj, (enum.Enum, Method)):
         return obj.value
     return obj
 
@@ -560,7 +561,7 @@ def from_dict(cls: type, data: dict[str, Any]) -> Any:
         typ = _strip_optional(hints[key]) if value is not None else None
         if isinstance(typ, type) and dataclasses.is_dataclass(typ):
             kwargs[key] = from_dict(typ, value)
-        elif isinstance(typ, type) and issubclass(typ, enum.Enum):
+        elif isinstance(typ, type) and issubclass(typ, (enum.Enum, Method)):
             try:
                 kwargs[key] = typ(value)
             except ValueError:
