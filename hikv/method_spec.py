@@ -1,7 +1,12 @@
-"""KV-cache methods and their operating points: HiKV's policy, the method names and the
+"""KV-cache methods and their operating points: HiKV's policy, the method registry and the
 label grammar (``h2o@256``, ``hikv-evict@256/v:static48``, ...).
 
-Standard library only. :mod:`hikv.params` re-exports every name here, so
+A method is one :class:`MethodInfo` (name, label options, which :class:`MethodSpec` fields it
+uses) given to :func:`register_method` by the method's closed form
+(:mod:`hikv.sim.closed_form_baselines`, :mod:`hikv.sim.closed_form_hikv`); :class:`Method` is
+built from the registry, and :class:`MethodSpec` checks, spells and parses (:func:`parse_method`)
+a spec by it. Standard library only: :class:`Method` imports the built-in closed forms (numpy,
+no torch) when first used. :mod:`hikv.params` re-exports the names most code uses, so
 ``from hikv.params import MethodSpec`` keeps working; new code may import from either.
 Adding a method: docs/design.md, "Adding a KV method".
 """
@@ -16,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .param_checks import ParamError, _enum, _int, _pow2
+from .param_checks import ParamError, _bool, _enum, _int, _pow2
 
 __all__ = ["Stage1Variant", "Stage1Scorer", "Stage2Kind", "Stage2Rule", "HiKVPolicy",
            "LabelOption", "LabelGrammar", "MethodInfo", "Method", "register_method",
@@ -216,7 +221,8 @@ class MethodInfo:
     ``budgeted = False``: the label is the bare name (full KV). ``policy``: the operating
     point is a :class:`HiKVPolicy` (``MethodSpec.hikv``). ``grammar`` replaces the
     ``name@B[/options]`` label. ``order`` is the method's place in tables and in iteration
-    over :class:`Method` (ties: registration order)."""
+    over :class:`Method` (ties: registration order): full KV 0, the baselines 1 to 10, HiKV
+    last (1000); the default puts a new method after the built-in baselines, before HiKV."""
 
     name: str
     attr: str
@@ -227,7 +233,7 @@ class MethodInfo:
     budgeted: bool = True
     policy: bool = False
     grammar: LabelGrammar | None = None
-    order: int = 1000
+    order: int = 100
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9]*", self.name):
@@ -308,10 +314,12 @@ class Method(metaclass=_MethodRegistry):
 
     @property
     def value(self) -> str:
+        """The label name (``h2o``), where the enum had its value."""
         return self.info.name
 
     @property
     def name(self) -> str:
+        """The attribute (``H2O`` of ``Method.H2O``), where the enum had its member name."""
         return self.info.attr
 
     def __repr__(self) -> str:
@@ -422,8 +430,7 @@ class MethodSpec:
         _int(o, "budget", self.budget, 1)
         _int(o, "recent", self.recent, 0, self.budget if info.windowed else None)
         _int(o, "sinks", self.sinks, 0, self.budget if info.sinks else None)
-        if not isinstance(self.averaged, bool):
-            raise ParamError(f"{o}.averaged = {self.averaged!r} must be a bool")
+        _bool(o, "averaged", self.averaged)
         if self.averaged:
             _check_flag(o, "averaged", self.method)
         _int(o, "channels", self.channels, 1, 1024)

@@ -92,15 +92,20 @@ def _tiny() -> Config:
     )
 
 
+def _chosen_policy(*, budget: int, recent: int, compact_interval: int) -> HiKVPolicy:
+    """HiKV as the accuracy study chose it (docs/RESULTS.md, SmolLM2-135M and Gemma-3-270M):
+    query-aware Stage I scored by 4-bit keys reaches iso-accuracy with the fewest bytes; no
+    Stage II. The presets that use it set the sizes."""
+    return HiKVPolicy(budget=budget, sinks=4, recent=recent, obs_window=32, pool_kernel=7,
+                      compact_interval=compact_interval, stage1=Stage1Variant.QUERY_AWARE,
+                      scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
+                      k_rule=Stage2Rule(), v_rule=Stage2Rule())
+
+
 def _default() -> Config:
-    # HiKV as the accuracy study chose it (docs/RESULTS.md, SmolLM2-135M and Gemma-3-270M):
-    # query-aware Stage I scored by 4-bit keys reaches iso-accuracy with the fewest bytes;
     # Stage II is off: a V record of 48 of 64 elements (8 + 96 B) still takes two 64-byte
     # bursts, so it saves no DRAM bytes in this layout and only costs accuracy
-    policy = HiKVPolicy(budget=256, sinks=4, recent=32, obs_window=32, pool_kernel=7,
-                        compact_interval=16, stage1=Stage1Variant.QUERY_AWARE,
-                        scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
-                        k_rule=Stage2Rule(), v_rule=Stage2Rule())
+    policy = _chosen_policy(budget=256, recent=32, compact_interval=16)
     return Config(
         name="default",
         layout=KVLayout(head_dim=64, elem_bytes=2, burst_bytes=64, align_bytes=64,
@@ -130,10 +135,7 @@ def _default() -> Config:
 
 def _paper() -> Config:
     # the same choice as `default` (a 96-of-128 V record, 16 + 192 B, still fills 256 B)
-    policy = HiKVPolicy(budget=2048, sinks=4, recent=64, obs_window=32, pool_kernel=7,
-                        compact_interval=64, stage1=Stage1Variant.QUERY_AWARE,
-                        scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
-                        k_rule=Stage2Rule(), v_rule=Stage2Rule())
+    policy = _chosen_policy(budget=2048, recent=64, compact_interval=64)
     return Config(
         name="paper",
         layout=KVLayout(head_dim=128, elem_bytes=2, burst_bytes=64, align_bytes=64,

@@ -55,7 +55,7 @@ class HiKVBytes(ClosedForm):
     """HiKV's two stages in closed form (see the module docstring)."""
 
     method = register_method(MethodInfo("hikv", "HIKV", "HiKV", policy=True,
-                                        grammar=HIKV_GRAMMAR, order=11))
+                                        grammar=HIKV_GRAMMAR, order=1000))
 
     @property
     def policy(self) -> HiKVPolicy:

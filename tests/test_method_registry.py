@@ -13,16 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_kv_bytes import _check, _small_cfg
 
+from hikv import method_spec as ms
 from hikv.method_spec import (
     LabelOption,
     Method,
     MethodInfo,
     MethodSpec,
     ParamError,
-    Stage1Scorer,
-    Stage1Variant,
-    Stage2Kind,
-    Stage2Rule,
     parse_method,
     register_method,
     unregister_method,
@@ -30,7 +27,7 @@ from hikv.method_spec import (
 from hikv.model.baselines import StreamingLLM
 from hikv.model.methods import METHODS, make_cache
 from hikv.params import from_dict, to_dict
-from hikv.presets import get_preset
+from hikv.presets import baseline_names, get_preset, method_specs
 from hikv.sim.closed_form import CLOSED_FORMS, closed_form, step_bytes
 from hikv.sim.closed_form_baselines import StreamingLLMBytes
 
@@ -72,19 +69,19 @@ def _hikv_spec(draw) -> MethodSpec:
     """Any HiKV spec a label can name: Stage I, its scorer and width, Stage II rules."""
     p = CFG.policy
     budget = draw(st.integers(p.sinks, 4096))
-    stage1 = draw(st.sampled_from(list(Stage1Variant)))
+    stage1 = draw(st.sampled_from(list(ms.Stage1Variant)))
     scorer, bits = p.scorer, p.lowbit_bits
-    if stage1 is Stage1Variant.QUERY_AWARE:
-        scorer = draw(st.sampled_from(list(Stage1Scorer)))
-        if scorer is Stage1Scorer.LOWBIT_KEYS:
+    if stage1 is ms.Stage1Variant.QUERY_AWARE:
+        scorer = draw(st.sampled_from(list(ms.Stage1Scorer)))
+        if scorer is ms.Stage1Scorer.LOWBIT_KEYS:
             bits = draw(st.integers(1, 8))
-    k_kind = draw(st.sampled_from(list(Stage2Kind)))
+    k_kind = draw(st.sampled_from(list(ms.Stage2Kind)))
     group = draw(st.sampled_from((1, 2, 4, 8, 16)))
     keep = draw(st.integers(1, D // group)) * group
-    k_rule = Stage2Rule() if k_kind is Stage2Kind.NONE else Stage2Rule(k_kind, keep, group)
-    if k_kind is not Stage2Kind.CHANNEL_GROUPS:
-        k_rule = dataclasses.replace(k_rule, group=Stage2Rule().group)
-    v_rule = draw(st.sampled_from([Stage2Rule(), Stage2Rule(Stage2Kind.STATIC, keep)]))
+    k_rule = ms.Stage2Rule() if k_kind is ms.Stage2Kind.NONE else ms.Stage2Rule(k_kind, keep, group)
+    if k_kind is not ms.Stage2Kind.CHANNEL_GROUPS:
+        k_rule = dataclasses.replace(k_rule, group=ms.Stage2Rule().group)
+    v_rule = draw(st.sampled_from([ms.Stage2Rule(), ms.Stage2Rule(ms.Stage2Kind.STATIC, keep)]))
     pol = dataclasses.replace(p, budget=budget, recent=min(p.recent, budget - p.sinks),
                               stage1=stage1, scorer=scorer, lowbit_bits=bits, k_rule=k_rule,
                               v_rule=v_rule)
@@ -167,7 +164,10 @@ def test_a_method_registered_in_a_test_module_runs_end_to_end(toy: Method) -> No
         parse_method("toy", p, d)
     with pytest.raises(ParamError, match="MethodSpec.sinks = 17"):
         parse_method("toy@16/s17", p, d)
-    assert Method.TOY is toy and Method("toy") is toy and list(Method)[-1] is toy
+    assert Method.TOY is toy and Method("toy") is toy and list(Method)[-2:] == [toy, Method.HIKV]
+    # the operating point takes it as a baseline (report, sweeps, serve, accuracy study)
+    assert baseline_names()[-1] == "toy"
+    assert method_specs(cfg)["toy"] == parse_method(f"toy@{p.budget}", p, d)
     # closed form at an operating point: StreamingLLM's with the same sinks
     same = dataclasses.replace(parse_method("streamingllm@16", p, d), sinks=2)
     for n in (8, 1000):
