@@ -61,3 +61,14 @@ def _enum(owner: str, name: str, value: Any, cls: type[enum.Enum]) -> None:
     if not isinstance(value, cls):
         allowed = ", ".join(repr(m.value) for m in cls)
         raise ParamError(f"{owner}.{name} = {value!r} is not one of: {allowed}")
+
+
+def _bool(owner: str, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ParamError(f"{owner}.{name} must be a bool (True or False), not {value!r}")
+
+
+def _name(owner: str, name: str, value: Any) -> None:
+    """A non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise ParamError(f"{owner}.{name} must be a non-empty string, not {value!r}")

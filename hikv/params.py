@@ -57,7 +57,17 @@ from .method_spec import (  # noqa: F401  (re-exported: one definition, two impo
     Stage2Rule,
     parse_method,
 )
-from .param_checks import INT_MAX, ParamError, _enum, _int, _num, _pow2, clog2  # noqa: F401
+from .param_checks import (  # noqa: F401
+    INT_MAX,
+    ParamError,
+    _bool,
+    _enum,
+    _int,
+    _name,
+    _num,
+    _pow2,
+    clog2,
+)
 
 
 # --------------------------------------------------------------------------- enums
@@ -327,8 +337,7 @@ class ModelShape:
 
     def __post_init__(self) -> None:
         o = "ModelShape"
-        if not isinstance(self.name, str) or not self.name:
-            raise ParamError(f"{o}.name must be a non-empty string, not {self.name!r}")
+        _name(o, "name", self.name)
         _int(o, "layers", self.layers, 1, 1024)
         _int(o, "q_heads", self.q_heads, 1, 1024)
         _int(o, "kv_heads", self.kv_heads, 1, self.q_heads)
@@ -340,9 +349,7 @@ class ModelShape:
         _int(o, "intermediate", self.intermediate, 8)
         _int(o, "vocab", self.vocab, 2)
         _num(o, "weight_bytes_per_param", self.weight_bytes_per_param, 0, 8, lo_open=True)
-        if not isinstance(self.tied_embeddings, bool):
-            raise ParamError(f"{o}.tied_embeddings must be true or false, "
-                             f"not {self.tied_embeddings!r}")
+        _bool(o, "tied_embeddings", self.tied_embeddings)
 
     @property
     def group(self) -> int:
@@ -418,8 +425,7 @@ class ServingParams:
 
     def __post_init__(self) -> None:
         o = "ServingParams"
-        if not isinstance(self.policy, str) or not self.policy:
-            raise ParamError(f"{o}.policy must be a non-empty string, not {self.policy!r}")
+        _name(o, "policy", self.policy)
         _int(o, "max_batched_tokens", self.max_batched_tokens, 1, 1 << 24)
         _int(o, "max_running", self.max_running, 1, 1 << 20)
         _int(o, "block_tokens", self.block_tokens, 1, 4096)
@@ -537,10 +543,11 @@ class Config:
 
 # --------------------------------------------------------------------------- JSON
 def to_dict(obj: Any) -> Any:
-    """Plain JSON-able structure of a parameter object (enums become their values)."""
+    """Plain JSON-able structure of a parameter object (enums and methods become their
+    values)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, enum.Enum):
+    if isinstance(obj, (enum.Enum, Method)):
         return obj.value
     return obj
 
@@ -560,7 +567,7 @@ def from_dict(cls: type, data: dict[str, Any]) -> Any:
         typ = _strip_optional(hints[key]) if value is not None else None
         if isinstance(typ, type) and dataclasses.is_dataclass(typ):
             kwargs[key] = from_dict(typ, value)
-        elif isinstance(typ, type) and issubclass(typ, enum.Enum):
+        elif isinstance(typ, type) and issubclass(typ, (enum.Enum, Method)):
             try:
                 kwargs[key] = typ(value)
             except ValueError:

@@ -32,7 +32,7 @@ from .params import (
 )
 
 __all__ = ["MODEL_SHAPES", "PRESETS", "get_preset", "get_model_shape", "with_overrides",
-           "BASELINES", "METHOD_NAMES", "baselines_at", "method_specs", "baseline_specs",
+           "baseline_names", "method_names", "baselines_at", "method_specs", "baseline_specs",
            "resolve_methods", "seed_hikv", "SEED_ALIGN_BYTES", "THINK_METHODS"]
 
 #: Transformer shapes. Real LMs used by the accuracy study, and a serving-scale model.
@@ -92,15 +92,20 @@ def _tiny() -> Config:
     )
 
 
+def _chosen_policy(*, budget: int, recent: int, compact_interval: int) -> HiKVPolicy:
+    """HiKV as the accuracy study chose it (docs/RESULTS.md, SmolLM2-135M and Gemma-3-270M):
+    query-aware Stage I scored by 4-bit keys reaches iso-accuracy with the fewest bytes; no
+    Stage II. The presets that use it set the sizes."""
+    return HiKVPolicy(budget=budget, sinks=4, recent=recent, obs_window=32, pool_kernel=7,
+                      compact_interval=compact_interval, stage1=Stage1Variant.QUERY_AWARE,
+                      scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
+                      k_rule=Stage2Rule(), v_rule=Stage2Rule())
+
+
 def _default() -> Config:
-    # HiKV as the accuracy study chose it (docs/RESULTS.md, SmolLM2-135M and Gemma-3-270M):
-    # query-aware Stage I scored by 4-bit keys reaches iso-accuracy with the fewest bytes;
     # Stage II is off: a V record of 48 of 64 elements (8 + 96 B) still takes two 64-byte
     # bursts, so it saves no DRAM bytes in this layout and only costs accuracy
-    policy = HiKVPolicy(budget=256, sinks=4, recent=32, obs_window=32, pool_kernel=7,
-                        compact_interval=16, stage1=Stage1Variant.QUERY_AWARE,
-                        scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
-                        k_rule=Stage2Rule(), v_rule=Stage2Rule())
+    policy = _chosen_policy(budget=256, recent=32, compact_interval=16)
     return Config(
         name="default",
         layout=KVLayout(head_dim=64, elem_bytes=2, burst_bytes=64, align_bytes=64,
@@ -130,10 +135,7 @@ def _default() -> Config:
 
 def _paper() -> Config:
     # the same choice as `default` (a 96-of-128 V record, 16 + 192 B, still fills 256 B)
-    policy = HiKVPolicy(budget=2048, sinks=4, recent=64, obs_window=32, pool_kernel=7,
-                        compact_interval=64, stage1=Stage1Variant.QUERY_AWARE,
-                        scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4,
-                        k_rule=Stage2Rule(), v_rule=Stage2Rule())
+    policy = _chosen_policy(budget=2048, recent=64, compact_interval=64)
     return Config(
         name="paper",
         layout=KVLayout(head_dim=128, elem_bytes=2, burst_bytes=64, align_bytes=64,
@@ -217,9 +219,11 @@ def with_overrides(cfg: Config, items: list[str] | tuple[str, ...]) -> Config:
 
 
 # --------------------------------------------------------------------------- operating point
-#: the baselines HiKV is compared with, by label prefix, in table order: every method of
-#: :class:`~hikv.params.Method` but full KV and HiKV
-BASELINES = tuple(m.value for m in Method if m not in (Method.FULL, Method.HIKV))
+def baseline_names() -> tuple[str, ...]:
+    """The baselines HiKV is compared with, by label name, in table order: every registered
+    :class:`~hikv.method_spec.Method` but full KV and HiKV (also :data:`BASELINES`)."""
+    return tuple(m.value for m in Method if m not in (Method.FULL, Method.HIKV))
+
 
 #: ThinK as a baseline (a HiKV Stage II kind, docs/accuracy.md): ``think`` keeps every token and
 #: prunes K channels (``hikv-none/k:thinkR``), ``think-evict`` does so on the SnapKV-seeded
@@ -227,10 +231,23 @@ BASELINES = tuple(m.value for m in Method if m not in (Method.FULL, Method.HIKV)
 #: 50 % pruning)
 THINK_METHODS = ("think", "think-evict")
 
-#: method names of :func:`method_specs` (``hikv serve --method`` accepts them and ``all``);
-#: ``h2o-avg`` is H2O with kvpress's averaged score (``h2o@B/avg``)
-METHOD_NAMES = ("full", *BASELINES, "hikv", "hikv-evict", "hikv-query", *THINK_METHODS,
-                "h2o-avg")
+
+def method_names() -> tuple[str, ...]:
+    """Method names of :func:`method_specs` (``hikv serve --method`` accepts them and
+    ``all``; also :data:`METHOD_NAMES`); ``h2o-avg`` is H2O with kvpress's averaged score
+    (``h2o@B/avg``)."""
+    return ("full", *baseline_names(), "hikv", "hikv-evict", "hikv-query", *THINK_METHODS,
+            "h2o-avg")
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    # BASELINES and METHOD_NAMES come from the method registry, which the closed forms fill
+    # (numpy): computed when asked, so importing this module stays standard-library only
+    if name == "BASELINES":
+        return baseline_names()
+    if name == "METHOD_NAMES":
+        return method_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def baselines_at(budget: int, policy: HiKVPolicy, head_dim: int, *,
@@ -238,10 +255,16 @@ def baselines_at(budget: int, policy: HiKVPolicy, head_dim: int, *,
     """The baselines at budget ``budget``, by name, with the accuracy study's settings (see
     :func:`~hikv.params.parse_method`): SparQ's and Double Sparsity's ``r = head_dim / 4``,
     16-bit Double Sparsity labels, H2O's and SnapKV's windows ``min(policy.recent, B / 2)``;
-    Quest's pages are ``page_tokens`` (default 16) tokens."""
-    pages = "" if page_tokens in (None, 16) else f"/p{page_tokens}"
-    return {m: parse_method(f"{m}@{budget}{pages if m == 'quest' else ''}", policy, head_dim)
-            for m in BASELINES}
+    methods with pages (Quest) on pages of ``page_tokens`` tokens (default: their label's
+    default)."""
+    out = {}
+    for m in baseline_names():
+        spec = parse_method(f"{m}@{budget}", policy, head_dim)
+        paged = any(o.field == "page_tokens" for o in spec.method.info.options)
+        if paged and page_tokens is not None:
+            spec = dataclasses.replace(spec, page_tokens=page_tokens)
+        out[m] = spec
+    return out
 
 
 def method_specs(cfg: Config) -> dict[str, MethodSpec]:
@@ -274,7 +297,7 @@ def baseline_specs(cfg: Config) -> list[MethodSpec]:
     """The report's rows at the nominal operating point: full KV, each baseline at HiKV's
     budget, and HiKV (``cfg.policy``), from :func:`method_specs`."""
     specs = method_specs(cfg)
-    return [specs[n] for n in ("full", *BASELINES, "hikv")]
+    return [specs[n] for n in ("full", *baseline_names(), "hikv")]
 
 
 def resolve_methods(cfg: Config, names: str | list[str] | tuple[str, ...]
@@ -292,7 +315,7 @@ def resolve_methods(cfg: Config, names: str | list[str] | tuple[str, ...]
     out: dict[str, MethodSpec] = {}
     for name in names:
         if name == "all":
-            for n in METHOD_NAMES:
+            for n in method_names():
                 if specs[n] not in out.values():
                     out[n] = specs[n]
         elif name in specs:
@@ -300,7 +323,7 @@ def resolve_methods(cfg: Config, names: str | list[str] | tuple[str, ...]
         elif "@" in name:
             out[name] = parse_method(name, cfg.policy, cfg.layout.head_dim)
         else:
-            raise ParamError(f"method = {name!r} is not one of: all, {', '.join(METHOD_NAMES)} "
+            raise ParamError(f"method = {name!r} is not one of: all, {', '.join(method_names())} "
                              "(or a method label such as h2o@256/avg)")
     if not out:
         raise ParamError("method: give at least one method name")

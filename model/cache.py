@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from hikv.method_spec import register_class
 from hikv.params import (
     KeyFormat,
     KVLayout,
@@ -64,10 +66,24 @@ def static_mask(x: torch.Tensor, keep: int, key_format: KeyFormat, key_width: in
 
 
 
+#: each method's golden class, filled by :class:`KVCache` subclasses that set ``method``
+#: (re-exported by :mod:`hikv.model.methods`; the closed form of the same method:
+#: :data:`hikv.sim.closed_form.CLOSED_FORMS`)
+METHODS: dict[Method, type[KVCache]] = {}
+
+
 class KVCache(ABC):
-    """Per-layer KV cache of one sequence under one method."""
+    """Per-layer KV cache of one sequence under one method.
+
+    A subclass that sets :attr:`method` (a registered :class:`~hikv.method_spec.Method`, whose
+    closed form declares it) is that method's golden class in :data:`METHODS`."""
 
     method: Method
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "method" in cls.__dict__:      # a class that names its method is its golden class
+            register_class(METHODS, cls.method, cls)
 
     def __init__(self, spec: MethodSpec, layout: KVLayout, *, q_heads: int, kv_heads: int,
                  scale: float | None = None, key_format: KeyFormat = KeyFormat.FP16,

@@ -7,16 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from hikv.params import (
-    HiKVPolicy,
-    KVLayout,
-    Method,
-    MethodSpec,
-    Stage1Scorer,
-    Stage1Variant,
-    Stage2Kind,
-    Stage2Rule,
-)
+from hikv.method_spec import Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
+from hikv.params import HiKVPolicy, KVLayout, Method, MethodSpec
 
 from . import lowbit
 from .account import (

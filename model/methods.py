@@ -24,12 +24,14 @@ hardware chooses. Baselines are software methods and select on exact float score
 
 from __future__ import annotations
 
-from hikv.params import Config, Method, MethodSpec
+from hikv.params import Config, MethodSpec, ParamError
 
 from .account import SCORE_BYTES
+
+# importing the golden classes fills METHODS (each KVCache subclass that sets ``method``)
 from .baselines import H2O, TOVA, DoubleSparsity, FullKV, Quest, SnapKV, SparQ, StreamingLLM
 from .baselines_adaptive import AdaKV, GAdaKV, PyramidKV
-from .cache import KVCache, static_mask
+from .cache import METHODS, KVCache, static_mask
 from .hikv_cache import HiKV, hikv_resident_bytes
 
 __all__ = [
@@ -54,26 +56,13 @@ __all__ = [
 ]
 
 
-METHODS: dict[Method, type[KVCache]] = {
-    Method.FULL: FullKV,
-    Method.H2O: H2O,
-    Method.SNAPKV: SnapKV,
-    Method.QUEST: Quest,
-    Method.SPARQ: SparQ,
-    Method.DOUBLE_SPARSITY: DoubleSparsity,
-    Method.STREAMING_LLM: StreamingLLM,
-    Method.TOVA: TOVA,
-    Method.ADAKV: AdaKV,
-    Method.G_ADAKV: GAdaKV,
-    Method.PYRAMIDKV: PyramidKV,
-    Method.HIKV: HiKV,
-}
-
-
 def make_cache(spec: MethodSpec, cfg: Config, *, scale: float | None = None,
                q_heads: int | None = None, kv_heads: int | None = None) -> KVCache:
     """A fresh per-layer cache for ``spec`` with layout, key format and shape from ``cfg``."""
-    cls = METHODS[spec.method]
+    try:
+        cls = METHODS[spec.method]
+    except KeyError:
+        raise ParamError(f"no golden class for method {spec.method.value!r}") from None
     return cls(spec, cfg.layout, q_heads=q_heads or cfg.model.q_heads,
                kv_heads=kv_heads or cfg.model.kv_heads, scale=scale,
                key_format=cfg.key_format, key_width=cfg.sorter.key_width)

@@ -23,35 +23,36 @@ def _items(s: str) -> list[str]:
     return items
 
 
-def _ints(s: str) -> list[int]:
-    """Integers, exactly: ``8.9`` is an error, never truncated to 8 (``1e3`` is 1000)."""
-    out = []
-    for x in _items(s):
+def _int(x: str) -> int:
+    """An integer, exactly: ``8.9`` is an error, never truncated to 8 (``1e3`` is 1000)."""
+    try:
+        return int(x)
+    except ValueError:
         try:
-            v = int(x)
+            f = float(x)
         except ValueError:
-            try:
-                f = float(x)
-            except ValueError:
-                f = math.nan
-            if not (math.isfinite(f) and f == int(f)):
-                raise argparse.ArgumentTypeError(f"{x!r} is not an integer") from None
-            v = int(f)
-        out.append(v)
-    return out
+            f = math.nan
+        if not (math.isfinite(f) and f == int(f)):
+            raise argparse.ArgumentTypeError(f"{x!r} is not an integer") from None
+        return int(f)
+
+
+def _float(x: str) -> float:
+    try:
+        v = float(x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{x!r} is not a number") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{x!r} is not a finite number")
+    return v
+
+
+def _ints(s: str) -> list[int]:
+    return [_int(x) for x in _items(s)]
 
 
 def _floats(s: str) -> list[float]:
-    out = []
-    for x in _items(s):
-        try:
-            v = float(x)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{x!r} is not a number") from None
-        if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{x!r} is not a finite number")
-        out.append(v)
-    return out
+    return [_float(x) for x in _items(s)]
 
 
 def _strs(s: str) -> list[str]:

@@ -1,8 +1,11 @@
 """One closed-form byte model per KV method, registered like the golden model's ``METHODS``.
 
-:data:`CLOSED_FORMS` maps each :class:`~hikv.params.Method` to its
+:data:`CLOSED_FORMS` maps each :class:`~hikv.method_spec.Method` to its
 :class:`~hikv.sim.closed_form_base.ClosedForm` (baselines in
-:mod:`hikv.sim.closed_form_baselines`, HiKV in :mod:`hikv.sim.closed_form_hikv`); the golden
+:mod:`hikv.sim.closed_form_baselines`, HiKV in :mod:`hikv.sim.closed_form_hikv`). A closed form
+registers itself and its method: its ``method = register_method(MethodInfo(...))`` declares
+the method's name, label options and parameters (importing this module registers the
+built-in ones; :class:`~hikv.method_spec.Method` imports it when first used); the golden
 class of the same method is :data:`hikv.model.methods.METHODS` ``[method]``, and
 ``tests/test_kv_bytes.py`` / ``tests/test_cost_bytes.py`` check each closed form against it on
 every layout. The cost model (:mod:`hikv.sim.attention_model`, sweeps, the report) and the
@@ -16,44 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from hikv.params import KVLayout, LoaderParams, Method, MethodSpec, ParamError
+from hikv.params import KVLayout, LoaderParams, MethodSpec, ParamError
 
+# importing the closed forms registers the built-in methods (hikv.method_spec.Method) and
+# fills CLOSED_FORMS
+from . import closed_form_baselines, closed_form_hikv  # noqa: F401
 from .bursts import Geometry
-from .closed_form_base import ClosedForm, StepAccount
-from .closed_form_baselines import (
-    AdaKVBytes,
-    DSBytes,
-    FullBytes,
-    GAdaKVBytes,
-    H2OBytes,
-    PyramidKVBytes,
-    QuestBytes,
-    SnapKVBytes,
-    SparQBytes,
-    StreamingLLMBytes,
-    TOVABytes,
-)
-from .closed_form_hikv import HiKVBytes
+from .closed_form_base import CLOSED_FORMS, ClosedForm, StepAccount
 
 __all__ = ["CLOSED_FORMS", "closed_form", "step_bytes", "Geometry", "StepAccount",
            "ClosedForm"]
 
 ArrayLike = Any
-
-CLOSED_FORMS: dict[Method, type[ClosedForm]] = {
-    Method.FULL: FullBytes,
-    Method.H2O: H2OBytes,
-    Method.SNAPKV: SnapKVBytes,
-    Method.QUEST: QuestBytes,
-    Method.SPARQ: SparQBytes,
-    Method.DOUBLE_SPARSITY: DSBytes,
-    Method.STREAMING_LLM: StreamingLLMBytes,
-    Method.TOVA: TOVABytes,
-    Method.ADAKV: AdaKVBytes,
-    Method.G_ADAKV: GAdaKVBytes,
-    Method.PYRAMIDKV: PyramidKVBytes,
-    Method.HIKV: HiKVBytes,
-}
 
 
 def closed_form(spec: MethodSpec, layout: KVLayout | None = None) -> ClosedForm:

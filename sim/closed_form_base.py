@@ -29,12 +29,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from hikv.method_spec import register_class
 from hikv.model.account import ByteAccount
 from hikv.params import KVLayout, Method, MethodSpec, ParamError
 
 from .bursts import Geometry, Piece, cdiv
 
-__all__ = ["StepAccount", "SortJob", "Work", "ClosedForm", "account_of", "read_account", "cdiv"]
+__all__ = ["StepAccount", "SortJob", "Work", "ClosedForm", "CLOSED_FORMS", "account_of",
+           "read_account", "cdiv"]
 
 ArrayLike = Any
 _I64 = np.int64
@@ -89,11 +91,19 @@ def account_of(k_ideal: ArrayLike, v_ideal: ArrayLike, meta_ideal: ArrayLike, k:
                        requests=f(k.requests + v.requests + meta.requests))
 
 
+#: each method's closed form, filled by :class:`ClosedForm` subclasses that set ``method``
+#: (the golden class of the same method: :data:`hikv.model.methods.METHODS`)
+CLOSED_FORMS: dict[Method, type[ClosedForm]] = {}
+
+
 class ClosedForm:
     """Closed-form bytes of one method on one layout, per (layer, KV head).
 
-    Subclasses set :attr:`method` and implement :meth:`storage`, :meth:`step` and
-    :meth:`_read`; evicting methods override :meth:`resident_after_step` and the flags.
+    A subclass that sets :attr:`method` (``register_method(MethodInfo(...))``: the method's
+    name, label options and parameters, :class:`~hikv.method_spec.MethodInfo`) is that
+    method's closed form in :data:`CLOSED_FORMS`. Subclasses set :attr:`method` and implement
+    :meth:`storage`, :meth:`step` and :meth:`_read`; evicting methods override
+    :meth:`resident_after_step` and the flags.
     ``layout`` may be ``None`` when only :meth:`step` (which takes its own geometry) is used.
     """
 
@@ -102,6 +112,11 @@ class ClosedForm:
     evicts: ClassVar[bool] = False
     #: evicts after every prefill chunk (H2O), not only after the last one
     evicts_during_prefill: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "method" in cls.__dict__:      # a class that names its method is its closed form
+            register_class(CLOSED_FORMS, cls.method, cls)
 
     def __init__(self, spec: MethodSpec, layout: KVLayout | None = None) -> None:
         if spec.method is not self.method:

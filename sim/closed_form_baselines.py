@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from hikv.method_spec import LabelOption, MethodInfo, register_method
 from hikv.model.account import h2o_meta_bytes, label_row_bytes
-from hikv.params import Method
 
 from .bursts import Geometry, Rows, cdiv, contig_burst, contiguous, rows, run, zero_piece
 from .closed_form_base import ClosedForm, SortJob, StepAccount, Work, account_of, read_account
@@ -33,7 +33,7 @@ ArrayLike = Any
 class FullBytes(ClosedForm):
     """Every token resident, every cached token read (one contiguous run)."""
 
-    method = Method.FULL
+    method = register_method(MethodInfo("full", "FULL", "full KV", budgeted=False, order=0))
 
     def storage(self, g: Geometry, r: ArrayLike, keep_k: ArrayLike | None = None,
                 keep_v: ArrayLike | None = None) -> ArrayLike:
@@ -97,7 +97,10 @@ class H2OBytes(_CappedBytes):
     cached tokens read (:func:`~hikv.model.account.h2o_meta_bytes` each: the accumulated score,
     and the count of observing queries for the averaged variant)."""
 
-    method = Method.H2O
+    method = register_method(MethodInfo(
+        "h2o", "H2O", "heavy hitters + recent window", windowed=True, order=1,
+        options=(LabelOption("avg", "averaged", flag=True, implies=(("recent", 0),),
+                             doc="averaged score"),)))
 
     @property
     def _meta_per_token(self) -> int:  # type: ignore[override]
@@ -114,7 +117,8 @@ class StreamingLLMBytes(_CappedBytes):
     """Attention sinks + recent window: every resident token read, no scores, no sorting (the
     evicted token is always the oldest after the sinks)."""
 
-    method = Method.STREAMING_LLM
+    method = register_method(MethodInfo("streamingllm", "STREAMING_LLM", "StreamingLLM",
+                                         sinks=True, order=6))
 
 
 class TOVABytes(_CappedBytes):
@@ -123,7 +127,7 @@ class TOVABytes(_CappedBytes):
     of ``B + 1`` per step on the layer-wide scores (counted per (layer, KV head) like every
     job, although the KV heads of a layer share it)."""
 
-    method = Method.TOVA
+    method = register_method(MethodInfo("tova", "TOVA", "TOVA", order=7))
 
     def work(self, g: Geometry, n: ArrayLike, B: ArrayLike, sb: StepAccount, group: int, *,
              keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None) -> Work:
@@ -134,7 +138,7 @@ class SnapKVBytes(FullBytes):
     """Chosen once after prefill (``min(P, B)`` tokens kept), then every resident token read;
     the cache grows by one token per decode step."""
 
-    method = Method.SNAPKV
+    method = register_method(MethodInfo("snapkv", "SNAPKV", "SnapKV", windowed=True, order=2))
     evicts = True
 
     @property
@@ -165,26 +169,30 @@ class _AdaptiveBytes(SnapKVBytes):
 class AdaKVBytes(_AdaptiveBytes):
     """AdaKV: per-head budgets under the layer budget."""
 
-    method = Method.ADAKV
+    method = register_method(MethodInfo("adakv", "ADAKV", "AdaKV", windowed=True, order=8))
 
 
 class GAdaKVBytes(_AdaptiveBytes):
     """G-AdaKV: one budget over all layers and KV heads."""
 
-    method = Method.G_ADAKV
+    method = register_method(MethodInfo("gadakv", "G_ADAKV", "G-AdaKV", windowed=True,
+                                         order=9))
 
 
 class PyramidKVBytes(_AdaptiveBytes):
     """PyramidKV: per-layer budgets decreasing with depth, average ``B``."""
 
-    method = Method.PYRAMIDKV
+    method = register_method(MethodInfo("pyramidkv", "PYRAMIDKV", "PyramidKV", windowed=True,
+                                         order=10))
 
 
 class QuestBytes(ClosedForm):
     """Pages of ``page_tokens`` scored by per-page key bounds; ``B / page_tokens`` pages read,
     the current page among them."""
 
-    method = Method.QUEST
+    method = register_method(MethodInfo(
+        "quest", "QUEST", "Quest", order=3,
+        options=(LabelOption("p", "page_tokens", "P", doc="tokens per page"),)))
 
     def storage(self, g: Geometry, r: ArrayLike, keep_k: ArrayLike | None = None,
                 keep_v: ArrayLike | None = None) -> ArrayLike:
@@ -303,7 +311,9 @@ class SparQBytes(_TopRows):
     """SparQ: top-``r`` channels of ``|q|``, each read for every cached token from a
     channel-major second copy of K, score the tokens; the mean of V is read too."""
 
-    method = Method.SPARQ
+    method = register_method(MethodInfo(
+        "sparq", "SPARQ", "SparQ", order=4,
+        options=(LabelOption("r", "channels", "R", per_head_dim=4, doc="query channels"),)))
 
     def _meta_storage(self, g: Geometry, r: ArrayLike) -> ArrayLike:
         return r * g.row_bytes + g.row_bytes
@@ -325,7 +335,10 @@ class DSBytes(_TopRows):
     """Double Sparsity: a label cache (``r`` calibrated channels of every key, at
     ``label_bits``) scores every token."""
 
-    method = Method.DOUBLE_SPARSITY
+    method = register_method(MethodInfo(
+        "ds", "DOUBLE_SPARSITY", "Double Sparsity", order=5,
+        options=(LabelOption("r", "channels", "R", per_head_dim=4, doc="label channels"),
+                 LabelOption("b", "label_bits", "BITS", doc="label bits"))))
 
     def _meta_storage(self, g: Geometry, r: ArrayLike) -> ArrayLike:
         return r * label_row_bytes(self._r(g.head_dim), self.spec.label_bits)

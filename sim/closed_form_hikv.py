@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from hikv.method_spec import HIKV_GRAMMAR, MethodInfo, register_method
 from hikv.model.account import (
     SCORE_BYTES,
     bounds_row_bytes,
@@ -28,7 +29,7 @@ from hikv.model.account import (
     stage1_meta_bytes,
     stage2_meta_bytes,
 )
-from hikv.params import HiKVPolicy, Method, Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
+from hikv.params import HiKVPolicy, Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
 
 from .bursts import (
     Geometry,
@@ -53,7 +54,8 @@ _QUERY_CHANNELS = (Stage2Kind.QUERY_CHANNELS, Stage2Kind.CHANNEL_GROUPS)
 class HiKVBytes(ClosedForm):
     """HiKV's two stages in closed form (see the module docstring)."""
 
-    method = Method.HIKV
+    method = register_method(MethodInfo("hikv", "HIKV", "HiKV", policy=True,
+                                        grammar=HIKV_GRAMMAR, order=1000))
 
     @property
     def policy(self) -> HiKVPolicy:

@@ -9,16 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from hikv.method_spec import Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
 from hikv.model.methods import make_cache
-from hikv.params import (
-    Method,
-    MethodSpec,
-    ParamError,
-    Stage1Scorer,
-    Stage1Variant,
-    Stage2Kind,
-    Stage2Rule,
-)
+from hikv.params import Method, MethodSpec, ParamError
 from hikv.presets import get_preset
 from hikv.sim.closed_form import Geometry, step_bytes
 

@@ -14,17 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from hikv.method_spec import Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
 from hikv.model.methods import hikv_resident_bytes, make_cache
-from hikv.params import (
-    HiKVPolicy,
-    KVLayout,
-    Method,
-    MethodSpec,
-    Stage1Scorer,
-    Stage1Variant,
-    Stage2Kind,
-    Stage2Rule,
-)
+from hikv.params import HiKVPolicy, KVLayout, Method, MethodSpec
 from hikv.presets import BASELINES, METHOD_NAMES, get_preset, method_specs, resolve_methods
 from hikv.sim.closed_form import closed_form
 

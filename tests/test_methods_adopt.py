@@ -8,18 +8,10 @@ import dataclasses
 import pytest
 import torch
 
+from hikv.method_spec import Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
 from hikv.model.attention import causal_prefill
 from hikv.model.methods import make_cache
-from hikv.params import (
-    HiKVPolicy,
-    Method,
-    MethodSpec,
-    ParamError,
-    Stage1Scorer,
-    Stage1Variant,
-    Stage2Kind,
-    Stage2Rule,
-)
+from hikv.params import HiKVPolicy, Method, MethodSpec, ParamError
 from hikv.presets import get_preset
 
 SEED = 99
