@@ -316,3 +316,29 @@ def test_defining_properties_hold_in_every_layer_of_the_tiny_lm() -> None:
         assert min(a.head_budgets) >= w + safe, f"layer {layer}: {a.head_budgets}"
         h = seqs[3].caches[layer]
         assert h.resident_tokens == 12 and h.spec.recent == 0, f"layer {layer}"
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default", "paper"])
+def test_tova_sorts_once_per_layer_not_per_kv_head(preset: str) -> None:
+    """TOVA's eviction is one top-B of B + 1 per layer and step on the layer-wide score
+    (attention averaged over all query heads): the cost model's sorter cycles and compares,
+    summed over the layer's KV heads, are those of one such job (issue 15)."""
+    from hikv.sim.attention_model import attention_cost
+    from hikv.sim.timing import default_timing
+
+    cfg = get_preset(preset)
+    B = cfg.policy.budget
+    spec = MethodSpec(Method.TOVA, budget=B, recent=0)
+    c = attention_cost(spec, cfg)
+    t = default_timing()
+    one = float(t.sorter_cycles(cfg.sorter, "stage1", n=B + 1, k=B, d=0, count=0))
+    H = cfg.model.kv_heads
+    assert float(c.sort_cycles) * H == pytest.approx(one * c.clocks.reference_hz
+                                                     / c.clocks.hz("sorter"), rel=1e-12)
+    from hikv.hw.sorter_timing import SorterTiming
+    from hikv.sim import energy as E
+
+    q = float(t.sorter_compares(cfg.sorter, "stage1", n=B + 1, k=B, d=0, count=0))
+    want = E.sorter_energy_j(cfg.model.layers * q, SorterTiming.from_params(cfg.sorter)
+                             .item_width, cfg.accel.tech_nm)
+    assert float(c.energy_parts_j["sorter"]) == pytest.approx(float(want), rel=1e-12)
