@@ -558,6 +558,16 @@ def _setting(name: str, value: Any) -> str:
     return f"{name}={value}"
 
 
+#: the integer options: (name, default, smallest allowed value, help)
+INT_OPTIONS = (
+    ("tokens", 1024, 2, "prompt tokens"),
+    ("budget", 256, 1, "kept tokens per (layer, KV head)"),
+    ("window", 32, 1, "SnapKV observation / H2O recent window"),
+    ("decode", 8, 0, "teacher-forced decode steps for the full-KV logits"),
+    ("windows", 2, 1, "essay windows"),
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:
@@ -569,19 +579,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="output folder (also holds the kvpress venv and the saved model)")
     ap.add_argument("--venv", default=None, help="kvpress environment (default <out>/kvpress-venv)")
     ap.add_argument("--model", default="smollm2-135m", help="model asset (default smollm2-135m)")
-    ap.add_argument("--tokens", type=int, default=1024, help="prompt tokens (default 1024)")
-    ap.add_argument("--budget", type=int, default=256,
-                    help="kept tokens per (layer, KV head) (default 256)")
-    ap.add_argument("--window", type=int, default=32,
-                    help="SnapKV observation / H2O recent window (default 32)")
-    ap.add_argument("--decode", type=int, default=8,
-                    help="teacher-forced decode steps for the full-KV logits (default 8)")
-    ap.add_argument("--windows", type=int, default=2, help="essay windows (default 2)")
+    for name, default, lo, text in INT_OPTIONS:
+        ap.add_argument(f"--{name}", type=int, default=default,
+                        help=f"{text} (default {default}, at least {lo})")
     ap.add_argument("--methods", nargs="*", default=None,
                     help="check only pairs whose label contains one of these (default: all)")
     args = ap.parse_args(argv)
-    for name, lo in (("tokens", 2), ("budget", 1), ("decode", 0), ("windows", 1),
-                     ("window", 1)):
+    for name, _, lo, _ in INT_OPTIONS:
         if getattr(args, name) < lo:
             ap.error(f"--{name} = {getattr(args, name)} is out of range: allowed >= {lo}")
     if not args.window < args.budget < args.tokens:

@@ -317,25 +317,34 @@ def sorter_compares(params: SorterParams, mode: str, *, n: int = 0, k: int = 0, 
 
 # --------------------------------------------------------------------------- G-AdaKV
 def global_topk_cycles(params: SorterParams, *, segments: int, length: int,
-                       k: int) -> dict[str, int | bool]:
+                       k: int, keys: Any = None) -> dict[str, int | bool]:
     """Sorter cycles of G-AdaKV's global top ``k`` over ``segments`` score vectors of
-    ``length`` tokens each (one per (layer, KV head)), run as the Stage I jobs of
-    :func:`hikv.model.global_select.sorter_schedule` (docs/sorter.md, "G-AdaKV").
+    ``length`` tokens each (one per (layer, KV head)) as Stage I jobs (docs/sorter.md,
+    "G-AdaKV"): the sum of :meth:`SorterTiming.stage1_cycles` over the jobs (the sorter runs
+    one job at a time; the few idle cycles between jobs are not counted).
 
-    Returns ``rounds`` (``ceil(k / min(max_k, max_n // 2))``), ``jobs``, ``scan_jobs``,
-    ``merge_jobs`` and ``cycles``: the sum of :meth:`SorterTiming.stage1_cycles` over the jobs
-    (the sorter runs one job at a time; the few idle cycles between jobs are not counted).
-    With one round the plan depends on the sizes only and ``exact`` is true; later rounds
-    stream only the items not yet selected, so their plan depends on the data and is priced
-    here with whole segments, an upper bound (``exact`` false): ``stage1_cycles`` does not
-    decrease with ``n``.
+    Without ``keys`` (sizes only) the jobs are those of
+    :func:`hikv.model.global_select.round_schedule`, which re-streams every token not kept yet
+    in each of its ``ceil(k / min(max_k, max_n // 2))`` rounds: its first round is exact and is
+    also the first round of the buffered :func:`~hikv.model.global_select.sorter_schedule`
+    (``exact`` true for one round); its later rounds, priced with whole segments, are an upper
+    bound of the round schedule (``exact`` false). With ``keys`` (the sorter keys, ``segments``
+    lists of ``length``) the buffered schedule is run on them and its cycles are exact for that
+    data (``exact`` true): later rounds re-scan or re-merge only what they use up.
+
+    Returns ``rounds``, ``jobs``, ``scan_jobs``, ``merge_jobs``, ``cycles``, ``exact`` and, with
+    ``keys``, ``items`` (scores streamed into the sorter).
     """
-    from hikv.model.global_select import plan_round, round_budgets
+    from hikv.model.global_select import plan_round, round_budgets, schedule_cycles
 
     _int("segments", segments, 1, 1 << 40)
     _int("length", length, 1, 1 << 40)
     _int("k (global budget)", k, 0, segments * length)
     t = SorterTiming.from_params(params)
+    if keys is not None:
+        if len(keys) != segments or any(len(s) != length for s in keys):
+            raise ParamError(f"keys must be {segments} segments of {length} sorter keys")
+        return {**schedule_cycles(keys, k, params), "exact": True}
     budgets = round_budgets(segments * length, k, t.max_n, t.max_k)
     scan = merge = cycles = 0
     for m in budgets:

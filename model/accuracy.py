@@ -58,6 +58,7 @@ from .accuracy_iso import (
     PPL_PROTOCOL,
     PROTOCOLS,
     QUESTION_ALIASES,
+    family,
     iso_accuracy_file,
     iso_table,
     iso_table_tasks,
@@ -128,11 +129,6 @@ def budget_rule_name(rule: str | int) -> str:
     """``B=N/16`` for ``N/16`` (or ``B=N/16``), ``B=256`` for ``256``."""
     r = str(rule).replace(" ", "")
     return r if r.startswith("B=") else f"B={r}"
-
-
-def family(spec: MethodSpec) -> str:
-    """The label without the budget: ``h2o``, ``sparq/r16``, ``hikv-evict/v:static48``."""
-    return re.sub(r"@\d+", "", spec.label)
 
 
 def baseline_specs(budgets: Iterable[int], policy: HiKVPolicy, head_dim: int

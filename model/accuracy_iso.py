@@ -8,6 +8,9 @@
   :func:`iso_table_tasks` the same per protocol and length on task rows;
   :func:`reductions` HiKV's byte reduction against each baseline at iso-accuracy;
   :func:`iso_accuracy_file` the table as an operating-point file for ``hikv report --iso``.
+* :func:`family`: a method's family label (its label without the budget), the key of the iso
+  table's rows and of the operating-point file's points; :func:`is_think` tells ThinK (a HiKV
+  Stage II kind compared as a baseline) from HiKV's own families.
 
 The rows come from the measurements of :mod:`hikv.model.accuracy` (which re-exports these
 names); this module needs no model and no torch.
@@ -16,10 +19,19 @@ names); this module needs no model and no torch.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence as Seq
 from typing import Any
 
-from hikv.params import Config, ParamError, parse_method, to_dict
+from hikv.params import (
+    Config,
+    Method,
+    MethodSpec,
+    ParamError,
+    Stage2Kind,
+    parse_method,
+    to_dict,
+)
 
 __all__ = [
     "PROTOCOLS",
@@ -34,7 +46,25 @@ __all__ = [
     "task_rows_as_cells",
     "select_rows",
     "iso_table_tasks",
+    "family",
+    "is_think",
 ]
+
+
+def family(spec: MethodSpec) -> str:
+    """The label without the budget: ``h2o``, ``h2o/avg``, ``sparq/r16``,
+    ``hikv-evict/v:static48``, ``hikv-none/k:think32`` (what a suite calls a family)."""
+    return re.sub(r"@\d+", "", spec.label)
+
+
+def is_think(spec: MethodSpec) -> bool:
+    """True for ThinK as the published baseline: a HiKV spec whose only Stage II rule is
+    ThinK's on the keys (``hikv-none/k:thinkR`` alone, ``think@B/rR`` = ``hikv-evict@B/k:thinkR``
+    on the SnapKV-seeded Stage I); such families get their own iso-accuracy point beside HiKV's
+    best family."""
+    p = spec.hikv
+    return (spec.method is Method.HIKV and p is not None and p.k_rule.kind is Stage2Kind.THINK
+            and p.v_rule.kind is Stage2Kind.NONE)
 
 
 # =========================================================================== protocols
@@ -227,26 +257,29 @@ def iso_accuracy_file(table: Seq[dict[str, Any]], cfg: Config, *, hikv_family: s
                       length: int | None = None) -> dict[str, Any]:
     """The iso-table as an operating-point file for ``hikv report --iso`` (schema
     ``hikv.iso_accuracy/1`` of :func:`hikv.sim.report.load_iso_accuracy`): one point per
-    baseline family and one for ``hikv_family`` (HiKV's best), each the spec at its iso budget
-    (``within_tolerance``) or at its largest tested budget when it never reached iso-accuracy
-    (``within_tolerance`` false, so the report leaves it out and says so). ``context`` is the
-    longest context the perplexity steps ran at; ``protocol`` and ``length`` (recorded when
-    given) say which protocol's and length's task rows the accuracy criterion used."""
+    family, keyed by the family label (so ``h2o`` and ``h2o/avg``, or ThinK beside HiKV, each
+    get a row): every baseline family, every ThinK family (:func:`is_think`) and
+    ``hikv_family`` (HiKV's best, named in the file's ``hikv_family``; HiKV's other families
+    and full KV are left out), each the spec at its iso budget (``within_tolerance``) or at its
+    largest tested budget when it never reached iso-accuracy (``within_tolerance`` false, so
+    the report leaves it out and says so). ``context`` is the longest context the perplexity
+    steps ran at; ``protocol`` and ``length`` (recorded when given) say which protocol's and
+    length's task rows the accuracy criterion used."""
     points = []
     for r in table:
         fam = r["family"]
-        if fam == "full" or fam.startswith("hikv-none"):
-            continue
-        if fam.startswith("hikv-") and fam != hikv_family:
+        if fam == "full":
             continue
         spec = parse_method(r["label"], cfg.policy, cfg.layout.head_dim)
+        if spec.method is Method.HIKV and fam != hikv_family and not is_think(spec):
+            continue
         points.append({"family": fam, "label": r["label"], "spec": to_dict(spec),
                        "metric_value": 100 * r["ppl_rel"],
                        "passkey": (None if r.get("passkey_trials") is None else
                                    f"{r['passkey_correct']:g}/{r['passkey_trials']}"),
                        "within_tolerance": bool(r["reached"])})
     return {"schema": "hikv.iso_accuracy/1", "preset": preset, "model": model,
-            "head_dim": cfg.layout.head_dim, "context": context,
+            "head_dim": cfg.layout.head_dim, "context": context, "hikv_family": hikv_family,
             **({"protocol": protocol} if protocol is not None else {}),
             **({"length": length} if length is not None else {}),
             "metric": "perplexity increase % vs full KV (and passkey accuracy at least full "

@@ -347,12 +347,13 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         sorter_p = [sorter]
     sort = np.zeros_like(att)
     compares = np.zeros_like(att)
+    H = cfg.model.kv_heads
     for job in w.sorts:
         c, q = _sorter_eval(timing, sorter_p, ov.sorter_lanes, job)
-        sort = sort + c * job.per_step
-        compares = compares + q * job.per_step
+        per = job.per_step / H if job.per_layer else job.per_step
+        sort = sort + c * per
+        compares = compares + q * per
     sort = sort * r_so
-    H = cfg.model.kv_heads
     L = cfg.model.layers
     serial = np.maximum(H * (sel + att), np.where(sort > 0, sel + H * sort + att, 0.0))
     if schedule == "serial":

@@ -54,7 +54,9 @@ class StepAccount(ByteAccount):
 class SortJob:
     """One sorter job of a decode step: ``stage1`` top-``k`` of ``n`` or ``stage2`` top-``k``
     of each of ``count`` vectors of ``d``; ``per_step`` jobs per step (``1/Δ`` for HiKV's
-    evicting compaction, 0 where no selection happens)."""
+    evicting compaction, 0 where no selection happens), per (layer, KV head), or per layer
+    when ``per_layer`` (one job shared by the layer's KV heads, TOVA's layer-wide rule: the
+    cost model counts ``per_step / kv_heads`` of it per (layer, KV head))."""
 
     mode: str
     n: ArrayLike = 0
@@ -62,6 +64,7 @@ class SortJob:
     d: ArrayLike = 0
     count: ArrayLike = 0
     per_step: ArrayLike = 1.0
+    per_layer: bool = False
 
 
 @dataclass(frozen=True)

@@ -123,15 +123,16 @@ class StreamingLLMBytes(_CappedBytes):
 
 class TOVABytes(_CappedBytes):
     """TOVA: every resident token read (the current query's attention, computed anyway, is
-    the score; nothing stored); over budget, the layer's lowest score is evicted: a top-``B``
-    of ``B + 1`` per step on the layer-wide scores (counted per (layer, KV head) like every
-    job, although the KV heads of a layer share it)."""
+    the score; nothing stored); over budget, the layer's lowest score is evicted: one
+    top-``B`` of ``B + 1`` per step and layer on the layer-wide scores (attention averaged
+    over all query heads of the layer), shared by the layer's KV heads (``per_layer``)."""
 
     method = register_method(MethodInfo("tova", "TOVA", "TOVA", order=7))
 
     def work(self, g: Geometry, n: ArrayLike, B: ArrayLike, sb: StepAccount, group: int, *,
              keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None) -> Work:
-        return Work(sorts=(SortJob("stage1", n=B + 1, k=B, per_step=np.where(n >= B, 1, 0)),))
+        return Work(sorts=(SortJob("stage1", n=B + 1, k=B, per_step=np.where(n >= B, 1, 0),
+                                   per_layer=True),))
 
 
 class SnapKVBytes(FullBytes):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,7 +109,8 @@ def _device_section(cfg: Config, rep: Any, **options: Any) -> ReportSection:
 
 @dataclass(frozen=True)
 class IsoAccuracy:
-    """Iso-accuracy operating points (one MethodSpec per method) from the accuracy study."""
+    """Iso-accuracy operating points (one MethodSpec per method family: full KV first, HiKV's
+    reference point last) from the accuracy study."""
 
     specs: tuple[MethodSpec, ...]
     metric: str
@@ -117,7 +118,8 @@ class IsoAccuracy:
     source: str
     context: int | None
     path: str
-    unreached: tuple[str, ...] = ()    # methods with points, none within tolerance
+    unreached: tuple[str, ...] = ()    # families with points, none within tolerance
+    families: tuple[str, ...] = ()     # the family label of each spec
 
 
 ISO_SCHEMA = "hikv.iso_accuracy/1"
@@ -134,11 +136,19 @@ def load_iso_accuracy(path: str | Path, cfg: Config) -> IsoAccuracy:
          "points": [{"spec": {...MethodSpec as hikv.params.to_dict...},
                      "metric_value": 0.8, "within_tolerance": true}, ...]}
 
-    Per method the point used is, among those ``within_tolerance``, the one with the smallest
-    budget (then the fewest channels); full KV needs no point. A method whose points are all
-    outside the tolerance is left out of the table and named in its notes. ``head_dim``, when
+    Points are keyed by their method *family* (a point's ``family``, else its spec's label
+    without the budget, :func:`hikv.model.accuracy_iso.family`), so variants of one method
+    (``h2o`` and ``h2o/avg``; ThinK, a HiKV Stage II kind, beside HiKV) each get a row. Per
+    family the point used is, among those ``within_tolerance``, the one with the smallest
+    budget (then the fewest channels); full KV needs no point. A family whose points are all
+    outside the tolerance is left out of the table and named in its notes. HiKV's reference
+    row (the last one, what every ``this / HiKV`` column divides by) is the family the file
+    names in ``hikv_family``; older files without that field: the HiKV family of the
+    smallest-budget HiKV point within tolerance (ThinK families excepted). ``head_dim``, when
     given, must be the preset's. Errors name the field.
     """
+    from hikv.model.accuracy_iso import family, is_think
+
     p = Path(path)
     try:
         data = json.loads(p.read_text())
@@ -157,26 +167,42 @@ def load_iso_accuracy(path: str | Path, cfg: Config) -> IsoAccuracy:
         raise ParamError(f"iso-accuracy file {p}: head_dim = {hd} (model {data.get('model')!r}) "
                          f"but preset {cfg.name!r} has head_dim = {cfg.layout.head_dim}; use "
                          "points measured on a model of the preset's shape")
-    best: dict[Method, MethodSpec] = {}
+    best: dict[str, MethodSpec] = {}
     seen: set[str] = set()
     for i, pt in enumerate(data["points"]):
         if "spec" not in pt:
             raise ParamError(f"iso-accuracy file {p}: points[{i}] has no 'spec'")
         spec = from_dict(MethodSpec, pt["spec"])
-        seen.add(spec.method.value)
+        if spec.method is Method.FULL:
+            continue
+        fam = str(pt.get("family") or family(spec))
+        seen.add(fam)
         if not pt.get("within_tolerance", False):
             continue
-        cur = best.get(spec.method)
+        cur = best.get(fam)
         if cur is None or (spec.budget, spec.channels) < (cur.budget, cur.channels):
-            best[spec.method] = spec
-    if Method.HIKV not in best:
+            best[fam] = spec
+    if "hikv_family" in data:
+        ref = data["hikv_family"]
+        if ref is not None and best.get(ref) is not None and best[ref].method is not Method.HIKV:
+            raise ParamError(f"iso-accuracy file {p}: hikv_family = {ref!r} is not a HiKV "
+                             "family")
+    else:
+        own = [(s.budget, s.channels, f) for f, s in best.items()
+               if s.method is Method.HIKV and not is_think(s)]
+        ref = min(own)[2] if own else None
+    if ref is None or ref not in best:
         raise ParamError(f"iso-accuracy file {p}: no HiKV point within tolerance")
-    specs = [method_specs(cfg)["full"]]
-    specs += [best[m] for m in Method if m in best and m is not Method.FULL]
-    unreached = tuple(sorted(seen - {m.value for m in best}))
+    order = {m: i for i, m in enumerate(Method)}
+    others = sorted((f for f in best if f != ref),
+                    key=lambda f: (order[best[f].method], f))
+    fams = ["full", *others, ref]
+    specs = [method_specs(cfg)["full"], *(best[f] for f in fams[1:])]
+    unreached = tuple(sorted(seen - set(best)))
     return IsoAccuracy(specs=tuple(specs), metric=str(data["metric"]),
                        tolerance=float(data["tolerance"]), source=str(data.get("source", "")),
-                       context=data.get("context"), path=str(p), unreached=unreached)
+                       context=data.get("context"), path=str(p), unreached=unreached,
+                       families=tuple(fams))
 
 
 # --------------------------------------------------------------------------- the table
@@ -231,10 +257,23 @@ class Report:
     baseline_system: str = BASELINE_SYSTEM
 
     def row(self, method: Method) -> MethodRow:
+        """The first row of ``method``; for HiKV the reference row (the last HiKV one: ThinK,
+        a HiKV Stage II kind, may have rows of its own before it)."""
+        if method is Method.HIKV:
+            return _hikv_row(self.rows)
         for r in self.rows:
             if r.method == method.value:
                 return r
         raise KeyError(method)
+
+
+def _hikv_row(rows: Sequence[MethodRow]) -> MethodRow:
+    """HiKV's reference row: the last row of method ``hikv`` (:func:`load_iso_accuracy` and
+    :func:`hikv.presets.baseline_specs` put it last)."""
+    own = [r for r in rows if r.method == Method.HIKV.value]
+    if not own:
+        raise KeyError(Method.HIKV)
+    return own[-1]
 
 
 def _f(x: Any) -> float:
@@ -302,7 +341,7 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
     costs = [(s, attention_cost(s, cfg, timing=timing, clocks=clocks)) for s in specs]
     rows = [_row(s, c) for s, c in costs]
     full = next(r for r in rows if r.method == Method.FULL.value)
-    hikv = next(r for r in rows if r.method == Method.HIKV.value)
+    hikv = _hikv_row(rows)
     out = []
     for r in rows:
         out.append(dataclasses.replace(
@@ -316,7 +355,7 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
             hikv_bytes_reduction_vs_this=r.bytes_burst / hikv.bytes_burst,
             hikv_energy_reduction_vs_this=1.0 - hikv.energy_j / r.energy_j))
     rows = out
-    hikv = next(r for r in rows if r.method == Method.HIKV.value)
+    hikv = _hikv_row(rows)
     area_d = _area_section(cfg, fetch_cells, clocks) if area else {
         "available": False, "reason": "not requested"}
     claims = _claims(rows, hikv, area_d, cfg, timing, iso)

@@ -12,9 +12,12 @@ import torch
 
 from hikv.hw.sorter_timing import SorterTiming, global_topk_cycles
 from hikv.model.global_select import (
+    SelectJob,
+    fast_runner,
     global_topk,
     plan_round,
     round_budgets,
+    round_schedule,
     run_schedule,
     sorter_schedule,
     stage1_runner,
@@ -159,3 +162,81 @@ def test_global_topk_cycles_rejects_bad_sizes() -> None:
         global_topk_cycles(p, segments=1, length=64, k=65)
     with pytest.raises(ParamError, match="segments = 0 is out of range"):
         global_topk_cycles(p, segments=0, length=64, k=1)
+
+
+def _problem(rng: random.Random, shape: str, max_n: int) -> list[list[int]]:
+    """Random segments of sorter keys: ``ties`` (two to four distinct keys), ``wide`` (distinct
+    keys mostly), ``banded`` (segment s entirely above segment s + 1: the global top K is
+    whole segments, every list is used up in turn), ``one`` (one segment holds the best keys),
+    ``equal`` (every key the same: flat order alone decides)."""
+    n_seg = rng.randint(1, 7)
+    lens = [rng.randint(0, 3 * max_n + 3) for _ in range(n_seg)]
+    if shape == "ties":
+        hi = rng.choice([1, 3])
+        return [[rng.randint(0, hi) for _ in range(n)] for n in lens]
+    if shape == "wide":
+        return [[rng.randint(0, 1 << 16) for _ in range(n)] for n in lens]
+    if shape == "banded":
+        return [[(n_seg - s) * 64 + rng.randint(0, 63) for _ in range(n)]
+                for s, n in enumerate(lens)]
+    if shape == "one":
+        hot = rng.randrange(n_seg)
+        return [[rng.randint(0, 7) + (100 if s == hot else 0) for _ in range(n)]
+                for s, n in enumerate(lens)]
+    return [[5] * n for n in lens]
+
+
+@pytest.mark.parametrize("max_n, max_k", [(64, 16), (16, 8), (8, 16), (32, 4), (256, 32)])
+@pytest.mark.parametrize("shape", ["ties", "wide", "banded", "one", "equal"])
+def test_buffered_schedule_equals_global_topk(max_n: int, max_k: int, shape: str) -> None:
+    """The buffered schedule (lists kept, refilled only when used up) keeps exactly
+    global_topk's sets (and the round schedule's), also for budgets of many rounds; its jobs
+    fit the sorter; its first round is plan_round's pass."""
+    seed = max_n * 1000 + max_k * 10 + len(shape)
+    rng = random.Random(seed)
+    for case in range(25):
+        keys = _problem(rng, shape, max_n)
+        total = sum(map(len, keys))
+        k = rng.choice([0, 1, max_k, max_k + 1, rng.randint(0, total + 2), total,
+                        rng.randint(total // 2, total + 1)])
+        msg = f"seed={seed} shape={shape} case={case} k={k} lens={[len(s) for s in keys]}"
+        got, jobs = run_schedule(sorter_schedule(keys, k, max_n=max_n, max_k=max_k),
+                                 stage1_runner)
+        assert got == global_topk(keys, k), msg
+        assert all(1 <= j.k <= max_k and j.k < len(j.keys) <= max_n for j in jobs), msg
+        rounds = round_budgets(total, k, max_n, max_k)
+        first = [(j.phase, len(j.keys), j.k) for j in jobs if j.round == 0]
+        if rounds:
+            assert first == plan_round([len(s) for s in keys], rounds[0], max_n), msg
+        old, _ = run_schedule(round_schedule(keys, k, max_n=max_n, max_k=max_k),
+                                     fast_runner)
+        assert old == got, msg
+
+
+def test_fast_runner_is_the_sorter_reference() -> None:
+    rng = random.Random(5)
+    for case in range(200):
+        n = rng.randint(1, 80)
+        keys = tuple(rng.randint(0, rng.choice([1, 3, 255])) for _ in range(n))
+        job = SelectJob(keys, rng.randint(1, n), "scan", 0, 0)
+        assert fast_runner(job) == stage1_runner(job), f"seed=5 case={case} {keys} k={job.k}"
+
+
+def test_global_topk_cycles_with_keys_is_the_buffered_run() -> None:
+    """With the keys, global_topk_cycles prices the buffered schedule's jobs exactly; it is
+    far below the round schedule's count when the budget takes many rounds."""
+    cfg = get_preset("tiny")
+    t = SorterTiming.from_params(cfg.sorter)
+    rng = random.Random(11)
+    segs, length = 12, cfg.context
+    for k in (1, t.max_k, t.max_k + 1, segs * length // 4, segs * length):
+        keys = [[rng.randint(0, 255) for _ in range(length)] for _ in range(segs)]
+        _, jobs = run_schedule(sorter_schedule(keys, k, max_n=t.max_n, max_k=t.max_k),
+                               stage1_runner)
+        got = global_topk_cycles(cfg.sorter, segments=segs, length=length, k=k, keys=keys)
+        assert got["exact"] and got["jobs"] == len(jobs), f"seed=11 k={k}"
+        assert got["cycles"] == sum(t.stage1_cycles(len(j.keys), j.k) for j in jobs)
+        before = global_topk_cycles(cfg.sorter, segments=segs, length=length, k=k)
+        assert got["cycles"] <= before["cycles"], f"seed=11 k={k}"
+    with pytest.raises(ParamError, match="keys must be 12 segments"):
+        global_topk_cycles(cfg.sorter, segments=12, length=length, k=1, keys=keys[:3])

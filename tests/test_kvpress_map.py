@@ -111,3 +111,20 @@ def test_render_marks_targets() -> None:
                       "rows": rows, "skipped": ["skipped X: the kit has no method 'x'"]})
     assert "3.00e-05" in text and "met" in text and "MISSED" in text
     assert "* skipped X" in text
+
+
+def test_ties_classify_and_options() -> None:
+    """benchmarks/kvpress_ties.py: a swap is a tie only on exactly equal scores; its options
+    are the cross-check's (one table)."""
+    path = ROOT / "benchmarks" / "kvpress_ties.py"
+    spec = importlib.util.spec_from_file_location("kvpress_ties", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.classify([0.5, 0.7], [0.5, 0.2]) == "tie"
+    assert mod.classify([0.5], [0.5 * (1 + 1e-6)]) == "near"
+    assert mod.classify([0.5], [0.6]) == "far"
+    assert mod.X.INT_OPTIONS is kc.INT_OPTIONS or [o[0] for o in mod.X.INT_OPTIONS] == [
+        o[0] for o in kc.INT_OPTIONS]
+    with pytest.raises(SystemExit):
+        kc.main(["--out", "/nonexistent", "--decode", "-1"])

@@ -9,7 +9,7 @@ import torch
 
 from hikv.model.attention import causal_prefill, group_queries
 from hikv.model.methods import make_cache
-from hikv.params import Method, MethodSpec
+from hikv.params import Method, MethodSpec, ParamError
 from hikv.presets import get_preset
 
 CFG = get_preset("default")          # d = 64, 9 query heads, 3 KV heads
@@ -316,3 +316,117 @@ def test_defining_properties_hold_in_every_layer_of_the_tiny_lm() -> None:
         assert min(a.head_budgets) >= w + safe, f"layer {layer}: {a.head_budgets}"
         h = seqs[3].caches[layer]
         assert h.resident_tokens == 12 and h.spec.recent == 0, f"layer {layer}"
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default", "paper"])
+def test_tova_sorts_once_per_layer_not_per_kv_head(preset: str) -> None:
+    """TOVA's eviction is one top-B of B + 1 per layer and step on the layer-wide score
+    (attention averaged over all query heads): the cost model's sorter cycles and compares,
+    summed over the layer's KV heads, are those of one such job (issue 15)."""
+    from hikv.sim.attention_model import attention_cost
+    from hikv.sim.timing import default_timing
+
+    cfg = get_preset(preset)
+    B = cfg.policy.budget
+    spec = MethodSpec(Method.TOVA, budget=B, recent=0)
+    c = attention_cost(spec, cfg)
+    t = default_timing()
+    one = float(t.sorter_cycles(cfg.sorter, "stage1", n=B + 1, k=B, d=0, count=0))
+    H = cfg.model.kv_heads
+    assert float(c.sort_cycles) * H == pytest.approx(one * c.clocks.reference_hz
+                                                     / c.clocks.hz("sorter"), rel=1e-12)
+    from hikv.hw.sorter_timing import SorterTiming
+    from hikv.sim import energy as E
+
+    q = float(t.sorter_compares(cfg.sorter, "stage1", n=B + 1, k=B, d=0, count=0))
+    want = E.sorter_energy_j(cfg.model.layers * q, SorterTiming.from_params(cfg.sorter)
+                             .item_width, cfg.accel.tech_nm)
+    assert float(c.energy_parts_j["sorter"]) == pytest.approx(float(want), rel=1e-12)
+
+
+def _iso_row(label: str, ppl: float, burst: float) -> dict:
+    from hikv.model import accuracy_iso as I
+    from hikv.params import parse_method
+
+    cfg = get_preset("default")
+    spec = parse_method(label, cfg.policy, cfg.layout.head_dim)
+    return {"label": spec.label, "family": I.family(spec), "method": spec.method.value,
+            "budget": spec.budget, "ppl": ppl, "bytes_ideal": burst, "bytes_burst": burst,
+            "units": 90}
+
+
+def test_iso_points_are_keyed_by_family(tmp_path) -> None:
+    """`hikv report --iso` keeps one row per method family (issue 15): H2O and its averaged
+    variant, and ThinK (a HiKV Stage II kind, alone and on the evicting Stage I) beside HiKV's
+    best family, each at its own iso budget; HiKV's other families stay out; HiKV's reference
+    row is the file's ``hikv_family`` (the last row)."""
+    import json
+
+    from hikv.model import accuracy_iso as I
+    from hikv.sim.report import build_report, load_iso_accuracy
+
+    cfg = get_preset("default")
+    seed = "hikv-evict@{}/k:think48/v:static48"
+    ppl = [_iso_row("full", 10.0, 1000),
+           _iso_row("h2o@128", 10.5, 100), _iso_row("h2o@256", 10.05, 200),
+           _iso_row("h2o@128/avg", 10.05, 110), _iso_row("h2o@256/avg", 10.0, 210),
+           _iso_row("hikv-none/k:think32", 10.08, 600),
+           _iso_row("think@128/r32", 10.3, 90), _iso_row("think@256/r32", 10.0, 180),
+           _iso_row("hikv-evict@128", 10.0, 80), _iso_row("hikv-evict@256", 10.0, 160),
+           _iso_row(seed.format(128), 10.0, 70), _iso_row(seed.format(256), 10.0, 140)]
+    iso = I.iso_table(ppl, ppl_tol=0.01)
+    data = I.iso_accuracy_file(iso, cfg, hikv_family="hikv-evict/k:think48/v:static48",
+                               ppl_tol=0.01, passkey_tol=0.0, model="m", preset="default",
+                               context=2048, source="test")
+    fams = {p["family"] for p in data["points"]}
+    assert fams == {"h2o", "h2o/avg", "hikv-none/k:think32", "hikv-evict/k:think32",
+                    "hikv-evict/k:think48/v:static48"}, fams
+    f = tmp_path / "iso.json"
+    f.write_text(json.dumps(data))
+    got = load_iso_accuracy(f, cfg)
+    by = dict(zip(got.families, got.specs, strict=True))
+    assert got.families[0] == "full" and got.families[-1] == "hikv-evict/k:think48/v:static48"
+    assert by["h2o"].budget == 256 and not by["h2o"].averaged
+    assert by["h2o/avg"].budget == 128 and by["h2o/avg"].averaged
+    assert by["hikv-evict/k:think32"].budget == 256
+    assert by["hikv-evict/k:think48/v:static48"].budget == 128
+    assert "hikv-evict" not in by and got.unreached == ()
+    rep = build_report(cfg, iso=got, area=False)
+    labels = [r.label for r in rep.rows]
+    assert labels == [s.label for s in got.specs] and len(set(labels)) == len(labels)
+    assert rep.row(Method.HIKV).label == seed.format(128)
+    ref = rep.rows[-1]
+    assert all(r.hikv_bytes_reduction_vs_this == pytest.approx(r.bytes_burst / ref.bytes_burst)
+               for r in rep.rows)
+    # the file names its reference: a HiKV family that never reached is an error, not a
+    # silent switch to another family
+    f.write_text(json.dumps({**data, "hikv_family": "hikv-evict"}))
+    with pytest.raises(ParamError, match="no HiKV point"):
+        load_iso_accuracy(f, cfg)
+
+
+def test_committed_iso_point_files_read_as_before() -> None:
+    """Every committed operating-point file (docs/results/**/iso_points*.json, written before
+    points were keyed by family and without ``hikv_family``) loads to the rows the one-point-
+    per-method rule gave: per method its smallest within-tolerance budget, HiKV last."""
+    import json
+    from pathlib import Path
+
+    from hikv.params import from_dict
+    from hikv.sim.report import load_iso_accuracy
+
+    cfg = get_preset("default")
+    files = sorted((Path(__file__).resolve().parents[1] / "docs/results").rglob(
+        "iso_points*.json"))
+    assert len(files) >= 3
+    for f in files:
+        data = json.loads(f.read_text())
+        best: dict = {}
+        for pt in data["points"]:
+            s = from_dict(MethodSpec, pt["spec"])
+            if pt["within_tolerance"] and (s.method not in best or (s.budget, s.channels) < (
+                    best[s.method].budget, best[s.method].channels)):
+                best[s.method] = s
+        want = ["full", *(best[m].label for m in Method if m in best)]
+        got = load_iso_accuracy(f, cfg)
+        assert [s.label for s in got.specs] == want, f
