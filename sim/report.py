@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from hikv.hw.scorer_timing import SCORER_STAGES
 from hikv.params import (
     Config,
     Method,
@@ -508,7 +509,8 @@ def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccu
            f"({clocks.single_hz / 1e6:.0f} MHz)")
     notes.append(f"Clock policy {clocks.policy!r}: {pol}.")
     notes.append(f"Sorter, loader and scoring-unit cycles: {timing.source}; scoring unit: "
-                 "hikv.hw.scorer_timing (ceil(n / L) + 3 per job, jobs back to back). Loaders: "
+                 f"hikv.hw.scorer_timing (ceil(n / L) + {SCORER_STAGES} per job, jobs back to "
+                 "back). Loaders: "
                  f"{loader_instances(cfg, f_ld)} instances at {f_ld / 1e6:.0f} MHz, enough "
                  "that their steady rate (beat_bytes x min(1, outstanding x burst beats / "
                  "(latency + burst beats)) per loader cycle) takes the memory bandwidth.")
