@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_SRAM_MIN_BITS",
     "MemoryMacro",
     "SynthResult",
+    "cached_synthesis",
     "SynthError",
     "yosys_command",
     "synthesize",
@@ -315,6 +316,21 @@ def synth_key(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_B
                      _fine_script(top, cells, []), _coarse_script(top))
 
 
+def _cache_files(verilog: str, top: str, sram_min_bits: int, cells: CellLibrary
+                 ) -> tuple[str, Path, Path]:
+    """(key, result file, netlist file) of :func:`synthesize`'s cache for this design."""
+    key = synth_key(verilog, top, sram_min_bits=sram_min_bits, cells=cells)
+    cache = cache_dir() / "synth"
+    return key, cache / f"{top}-{key}.json", cache / f"{top}-{key}.netlist.json.gz"
+
+
+def cached_synthesis(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
+                     cells: CellLibrary | None = None) -> SynthResult | None:
+    """:func:`synthesize`'s cached result for this design, or None (Yosys is not run)."""
+    _, hit, _ = _cache_files(verilog, top, sram_min_bits, cells or load_cells())
+    return SynthResult.from_dict(json.loads(hit.read_text())) if hit.exists() else None
+
+
 def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
                cells: CellLibrary | None = None, use_cache: bool = True,
                timeout_s: float = 3600, netlist: bool = False) -> SynthResult:
@@ -326,11 +342,9 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
     and :class:`SynthError` when Yosys fails.
     """
     cells = cells or load_cells()
-    key = synth_key(verilog, top, sram_min_bits=sram_min_bits, cells=cells)
-    cache = cache_dir() / "synth"
+    key, hit, net_file = _cache_files(verilog, top, sram_min_bits, cells)
+    cache = hit.parent
     cache.mkdir(parents=True, exist_ok=True)
-    hit = cache / f"{top}-{key}.json"
-    net_file = cache / f"{top}-{key}.netlist.json.gz"
     if use_cache and hit.exists() and (not netlist or net_file.exists()):
         return SynthResult.from_dict(json.loads(hit.read_text()))
     with tempfile.TemporaryDirectory(dir=cache, prefix=f"{top}-") as tmp:
@@ -464,17 +478,20 @@ def unit_synth(name: str, cfg: Config, sram_min_bits: int) -> SynthResult:
     return synthesize(to_verilog(make(cfg), top), top, sram_min_bits=sram_min_bits)
 
 
-def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS
-                ) -> SynthResult:
+def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
+                cached_only: bool = False) -> SynthResult | None:
     """Synthesise a registered block (a :class:`hikv.hw.blocks.Block` or its name) for ``cfg``.
 
     Works for any block with ``verilog(cfg)`` and ``toplevel``: the sorter and the loader the
-    moment they are registered in :data:`hikv.hw.blocks.BLOCKS`.
+    moment they are registered in :data:`hikv.hw.blocks.BLOCKS`. ``cached_only``: the cached
+    result or None, without running Yosys (:func:`cached_synthesis`).
     """
     if isinstance(block, str):
         from hikv.hw.blocks import get_block
 
         block = get_block(block)
+    if cached_only:
+        return cached_synthesis(block.verilog(cfg), block.toplevel, sram_min_bits=sram_min_bits)
     return synthesize(block.verilog(cfg), block.toplevel, sram_min_bits=sram_min_bits)
 
 

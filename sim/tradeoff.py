@@ -67,17 +67,9 @@ class BlockArea:
 def cached_synth(block: str, cfg: Config) -> Any:
     """The cached synthesis of ``block`` built for ``cfg`` (a SynthResult), or None (no Yosys
     run; the block's Verilog is elaborated to find its cache key)."""
-    import json
+    from .area import block_synth
 
-    from hikv.hw.blocks import get_block
-    from hikv.toolchain import cache_dir
-
-    from .area import SynthResult, synth_key
-
-    b = get_block(block)
-    key = synth_key(b.verilog(cfg), b.toplevel)
-    hit = cache_dir() / "synth" / f"{b.toplevel}-{key}.json"
-    return SynthResult.from_dict(json.loads(hit.read_text())) if hit.exists() else None
+    return block_synth(block, cfg, cached_only=True)
 
 
 def _area_of(res: Any, tech_nm: int) -> tuple[float, float]:
