@@ -409,14 +409,16 @@ def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 
             if have and b0 * burst <= run_end:
                 run_end = max(run_end, (b1 + 1) * burst)
             else:
-                if run_end > addr:              # close the run: its tail is known now
-                    while run_end > addr:
-                        n = min(cap(addr), run_end - addr)
-                        reqs.append((addr, n // bb))
-                        known.append(show)
-                        addr += n
+                while run_end > addr:           # close the run: its tail is known now
+                    n = min(cap(addr), run_end - addr)
+                    reqs.append((addr, n // bb))
+                    known.append(show)
+                    addr += n
+                if have:
+                    # the range waits until the run's last request is issued: its tail, or
+                    # an eager request (a run that ended at its cap) still waiting for AR
                     issue_upto(len(reqs) - 1)
-                    tc = max(show, issue[-1] + 1)   # the range waits for the tail's last AR
+                    tc = max(show, issue[-1] + 1)
                 addr, run_end, have = b0 * burst, (b1 + 1) * burst, True
             while run_end - addr >= cap(addr):  # eager: known once the range is registered
                 reqs.append((addr, cap(addr) // bb))
