@@ -7,13 +7,14 @@ cells (:class:`Cell`, :func:`suite_cells`) and the method specs a cell runs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hikv.params import Config, MethodSpec, ParamError
 
 from . import accuracy as A
 
 __all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "EXTRA_BASELINES_GEMMA",
-           "THINK_ALONE", "ALL_TOKENS_RULE", "Cell", "suite_cells", "suite_specs"]
+           "THINK_ALONE", "ALL_TOKENS_RULE", "Cell", "suite_cells", "suite_specs", "suite_key"]
 
 
 #: the seed's HiKV as a family (issue 11 item 4, :func:`hikv.presets.seed_hikv`'s policy):
@@ -96,6 +97,14 @@ SEED_SUITES: dict[str, SeedSuite] = {s.name: s for s in (
               trials=1, families=("snapkv", "hikv-evict"), budgets=("N/16", "128"),
               ppl_windows=1, ppl_decode=8),
 )}
+
+
+def suite_key(suite: SeedSuite) -> list[Any]:
+    """What a cell's methods and trials depend on (a cell file's ``suite_key``): a cell file
+    written under another key (e.g. before a family was added) is resumed, running only its
+    missing methods."""
+    return [list(suite.families), list(suite.budgets), suite.trials, suite.ppl_windows,
+            suite.ppl_decode, suite.adaptive, suite.keep_min, suite.acc_tol, suite.ppl_tol]
 
 
 @dataclass(frozen=True)
