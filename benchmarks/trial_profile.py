@@ -190,7 +190,9 @@ def main() -> int:
            "decode_dense_cpu_s": dense, "golden_attention_cpu_s": attn,
            "selection_cpu_s": sel, "byte_accounting_cpu_s": byt,
            "decode_layer_calls": steps, "other_cpu_s": total - prompt - stepping,
-           "rows_run": ran, "command": " ".join(sys.argv)}
+           "rows_run": ran, "command": " ".join(sys.argv),
+           "answers": {k: {r["label"]: [r["scores"], r["sample"]] for r in v}
+                       for k, v in rows.items()}}
     print(f"model {lm.shape.name}, N = {a.length}, task {a.task} trial {a.trial}, both "
           f"protocols (shared prompt pass), threads {a.threads}, torch {torch.__version__}")
     print(f"methods run: prompt {len(ran[pair[0].key])}, follow-up {len(ran[pair[1].key])}")
