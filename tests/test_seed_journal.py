@@ -88,7 +88,8 @@ def test_torn_line_and_other_settings(monkeypatch, tmp_path) -> None:
     assert j.records == [] and "discarded" in j.dropped and not path.exists()
 
 
-def test_killed_suite_resumes_to_the_same_cells(tiny_model, tmp_path, monkeypatch) -> None:  # noqa: F811
+def test_killed_suite_resumes_to_the_same_cells(tiny_model, tmp_path,  # noqa: F811
+                                                monkeypatch) -> None:
     """seed-smoke (3 trials, both protocols sharing each prompt pass) killed after a trial,
     and once between the two protocols' journal lines, resumes to cell files equal to an
     uninterrupted run's (rows and meta keys); the journals are gone afterwards."""
