@@ -55,13 +55,16 @@ from hikv.presets import baselines_at
 
 from . import tasks as T
 from .accuracy_iso import (
+    ALL_TOKENS,
     PPL_PROTOCOL,
     PROTOCOLS,
     QUESTION_ALIASES,
     family,
+    is_think,
     iso_accuracy_file,
     iso_table,
     iso_table_tasks,
+    keeps_every_token,
     protocol_name,
     reductions,
     select_rows,
@@ -92,7 +95,8 @@ __all__ = [
     "CLASSIC_FILLER",
     # re-exported from hikv.model.accuracy_iso for callers of ``A.<name>``
     "QUESTION_ALIASES", "PPL_PROTOCOL", "split_prompt", "reductions", "iso_accuracy_file",
-    "task_rows_as_cells", "select_rows", "iso_table_tasks",
+    "task_rows_as_cells", "select_rows", "iso_table_tasks", "is_think", "keeps_every_token",
+    "ALL_TOKENS",
 ]
 
 Log = Callable[[str], None]

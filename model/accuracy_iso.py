@@ -28,6 +28,7 @@ from hikv.params import (
     Method,
     MethodSpec,
     ParamError,
+    Stage1Variant,
     Stage2Kind,
     parse_method,
     to_dict,
@@ -48,6 +49,8 @@ __all__ = [
     "iso_table_tasks",
     "family",
     "is_think",
+    "keeps_every_token",
+    "ALL_TOKENS",
 ]
 
 
@@ -65,6 +68,20 @@ def is_think(spec: MethodSpec) -> bool:
     p = spec.hikv
     return (spec.method is Method.HIKV and p is not None and p.k_rule.kind is Stage2Kind.THINK
             and p.v_rule.kind is Stage2Kind.NONE)
+
+
+def keeps_every_token(spec: MethodSpec) -> bool:
+    """True for a method without a token budget: full KV, and HiKV whose Stage I is ``none``
+    (every token resident and read each step, e.g. ThinK alone ``hikv-none/k:thinkR``; its
+    label's ``@B`` changes none of its decisions)."""
+    p = spec.hikv
+    return spec.method is Method.FULL or (spec.method is Method.HIKV and p is not None
+                                          and p.stage1 is Stage1Variant.NONE)
+
+
+#: the ``iso_budget`` of a family that keeps every token and reaches iso-accuracy (it has no
+#: smaller budget to find: :func:`iso_table_tasks`)
+ALL_TOKENS = "all"
 
 
 # =========================================================================== protocols
@@ -324,16 +341,24 @@ def iso_table_tasks(ppl_rows: Seq[dict[str, Any]], task_rows: Seq[dict[str, Any]
     by default) on every task separately (a task row stopped early fails). Rows gain
     ``protocol``, ``length``, ``task_acc``, ``task_trials``,
     ``full_acc`` and the 95 % Wilson interval ``ci_low`` / ``ci_high`` of the chosen
-    budget's task accuracy."""
+    budget's task accuracy, and ``every_token``: true for a family without a token budget
+    (HiKV with Stage I ``none``, e.g. ThinK alone, one row per length at ``B = N``): its
+    ``iso_budget`` is :data:`ALL_TOKENS` when it reaches iso-accuracy (else ``None``), and its
+    bytes are the golden byte account of reading every token (those of its kept channels)."""
     p = protocol_name(protocol)
     ppl = select_rows(ppl_rows, length=length)
     tasks = select_rows([r for r in task_rows if r.get("protocol") == p], length=length)
     table = iso_table(ppl, task_rows_as_cells(tasks), ppl_tol=ppl_tol, passkey_tol=acc_tol,
                       per_cell=True)
+    stage1 = {r["label"]: r.get("hikv_stage1") for r in ppl}
     for r in table:
         n, c = r.get("passkey_trials"), r.get("passkey_correct")
         lo, hi = wilson(c, n) if n else (None, None)
-        r.update({"protocol": p, "length": length, "task_trials": n,
+        every = r["method"] == Method.HIKV.value \
+            and stage1.get(r["label"]) == Stage1Variant.NONE.value
+        if every:
+            r["iso_budget"] = ALL_TOKENS if r["reached"] else None
+        r.update({"every_token": every, "protocol": p, "length": length, "task_trials": n,
                   "task_acc": None if not n else c / n, "full_acc": r.get("passkey_full_acc"),
                   "ci_low": lo, "ci_high": hi})
     return table

@@ -95,13 +95,20 @@ def prefill_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
                           {w: torch.zeros(hkv, prefix, dtype=torch.float32)
                            for w in prefix_windows if w > 0})
     qg = q.reshape(hkv, g, n, d)
-    keys_pos = torch.arange(n)
+    pos = torch.arange(n)
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         qc = qg[:, :, s:e]                                     # [Hkv, G, c, d]
-        logits = torch.matmul(qc, k[:, None].transpose(-1, -2)) * scale  # [Hkv, G, c, n]
-        causal = keys_pos[None, :] <= torch.arange(s, e)[:, None]       # [c, n]
-        logits = logits.masked_fill(~causal, float("-inf"))
+        # causal: a chunk's queries see keys [0, e) only. Their logits are computed alone
+        # (each is a dot product over d, whatever the number of keys), the later keys and the
+        # chunk's upper triangle are set to -inf in place: the logits, and so the softmax, the
+        # output and the sums over the full key range below, are the same floats as masking
+        # a full square (tests/test_accuracy_prefill.py), at about 2/3 of its CPU time
+        logits = torch.empty(hkv, g, e - s, n, dtype=q.dtype)
+        torch.mul(torch.matmul(qc, k[:, None, :e].transpose(-1, -2)), scale,
+                  out=logits[..., :e])
+        logits[..., e:] = float("-inf")
+        logits[..., s:e].masked_fill_(pos[None, s:e] > pos[s:e, None], float("-inf"))
         probs = torch.softmax(logits.float(), dim=-1)
         out.reshape(hkv, g, n, d)[:, :, s:e] = torch.matmul(probs.to(q.dtype), v[:, None])
         if sums is not None:

@@ -7,14 +7,14 @@ cells (:class:`Cell`, :func:`suite_cells`) and the method specs a cell runs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hikv.params import Config, MethodSpec, ParamError
 
 from . import accuracy as A
 
-__all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "Cell", "suite_cells",
-           "suite_specs"]
-
+__all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "EXTRA_BASELINES_GEMMA",
+           "THINK_ALONE", "ALL_TOKENS_RULE", "Cell", "suite_cells", "suite_specs", "suite_key"]
 
 
 #: the seed's HiKV as a family (issue 11 item 4, :func:`hikv.presets.seed_hikv`'s policy):
@@ -22,9 +22,19 @@ __all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "Cell", "
 #: the packed record layout changes bytes, not answers (``hikv report --iso`` with a packed
 #: preset counts it)
 SEED_HIKV = "hikv-evict/k:think48/v:static48"
-#: the baselines added in issue 11's session (branch ``baselines``): extra families for
-#: ``hikv accuracy run --add-families`` (per-method resume: only their work runs)
-EXTRA_BASELINES = ("streamingllm", "tova", "adakv", "gadakv", "pyramidkv", "h2o/avg")
+#: ThinK alone (issue 15): every token kept, ``R = d / 2`` key channels per KV head chosen once
+#: after prefill (:data:`hikv.presets.THINK_METHODS` ``think``), per suite model: SmolLM2's
+#: d = 64, Gemma-3's d = 256. It has no token budget: a suite runs it once per length (budget
+#: rule :data:`ALL_TOKENS_RULE`, see :func:`suite_specs`)
+THINK_ALONE = {"smollm2-135m": "hikv-none/k:think32", "gemma3-270m": "hikv-none/k:think128"}
+#: the budget rule of a family that keeps every token (``hikv-none/...``): ``B = N``
+ALL_TOKENS_RULE = "B=N"
+#: the baselines added in issue 11's and 15's sessions: extra families for
+#: ``hikv accuracy run --add-families`` (per-method resume: only their work runs); SmolLM2's
+EXTRA_BASELINES = ("streamingllm", "tova", "adakv", "gadakv", "pyramidkv", "h2o/avg",
+                   THINK_ALONE["smollm2-135m"])
+#: the same for ``seed-gemma`` (ThinK alone at Gemma-3's d = 256)
+EXTRA_BASELINES_GEMMA = EXTRA_BASELINES[:-1] + (THINK_ALONE["gemma3-270m"],)
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,14 @@ SEED_SUITES: dict[str, SeedSuite] = {s.name: s for s in (
 )}
 
 
+def suite_key(suite: SeedSuite) -> list[Any]:
+    """What a cell's methods and trials depend on (a cell file's ``suite_key``): a cell file
+    written under another key (e.g. before a family was added) is resumed, running only its
+    missing methods."""
+    return [list(suite.families), list(suite.budgets), suite.trials, suite.ppl_windows,
+            suite.ppl_decode, suite.adaptive, suite.keep_min, suite.acc_tol, suite.ppl_tol]
+
+
 @dataclass(frozen=True)
 class Cell:
     """One unit of work: ``kind`` ``ppl`` (perplexity at ``length``) or ``task`` (``task``
@@ -122,10 +140,18 @@ def suite_specs(suite: SeedSuite, cfg: Config, length: int
     """``(spec, budget rules)`` of full KV and every family at every budget rule of ``suite``
     resolved at ``length``; rules that give the same budget share one spec (``B=N/16,B=128``).
     A family is any method label without ``@B`` (e.g. ``hikv-qa/lowbit4``; see
-    :func:`hikv.model.accuracy.parse_method`)."""
+    :func:`hikv.model.accuracy.parse_method`). A family that keeps every token (HiKV with
+    Stage I ``none``, e.g. ThinK alone ``hikv-none/k:think32``) has no token budget: it gets one
+    spec per length, labelled at ``B = N`` (every token of the context resident and read; the
+    budget changes none of its decisions) with the rule :data:`ALL_TOKENS_RULE`."""
     out: dict[str, tuple[MethodSpec, list[str]]] = {"full": (MethodSpec(), ["full"])}
     for fam in suite.families:
         head, rest = fam.split("/", 1) if "/" in fam else (fam, "")
+        every = A.parse_method(f"{head}@{length}" + (f"/{rest}" if rest else ""), cfg.policy,
+                               cfg.layout.head_dim)
+        if A.keeps_every_token(every):
+            out.setdefault(every.label, (every, []))[1].append(ALL_TOKENS_RULE)
+            continue
         for rule in suite.budgets:
             b = A.resolve_budget(rule, length)
             lab = f"{head}@{b}" + (f"/{rest}" if rest else "")

@@ -26,6 +26,7 @@ from typing import Any
 from hikv.params import ParamError
 
 from .accuracy_io import code_version, read_rows, write_rows
+from .seed_journal import partial_path
 from .seed_spec import (
     EXTRA_BASELINES,
     SEED_HIKV,
@@ -33,6 +34,7 @@ from .seed_spec import (
     Cell,
     SeedSuite,
     suite_cells,
+    suite_key,
     suite_specs,
 )
 from .seed_tables import seed_tables, task_filter
@@ -112,7 +114,7 @@ def _pool_cell(args: tuple[list[Cell], SeedSuite, dict[str, Any], dict[str, list
     env = _setup(kw["model"], kw["cache"], kw["preset"], kw["device"], kw["threads"])
     skipped: dict[str, dict[str, str]] = {}
     rows = run_cells(cells, suite, env, seed=kw["seed"], batch=kw["batch"], have=have,
-                     ppl_rows=ppl_rows, skipped=skipped)
+                     ppl_rows=ppl_rows, skipped=skipped, partial_dir=kw.get("partial_dir"))
     return rows, dataclasses.asdict(env["lm"].shape), skipped
 
 
@@ -124,14 +126,7 @@ def _cell_state(cells_dir: Path, cell: Cell, suite: SeedSuite, redo: bool
     if redo or not path.is_file():
         return [], False
     rows, meta = read_rows(path)
-    return rows, meta.get("suite_key") == _suite_key(suite)
-
-
-def _suite_key(suite: SeedSuite) -> list[Any]:
-    """What a cell's methods and trials depend on: a cell file written under another key
-    (e.g. before a family was added) is resumed, running only its missing methods."""
-    return [list(suite.families), list(suite.budgets), suite.trials, suite.ppl_windows,
-            suite.ppl_decode, suite.adaptive, suite.keep_min, suite.acc_tol, suite.ppl_tol]
+    return rows, meta.get("suite_key") == suite_key(suite)
 
 
 def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
@@ -140,9 +135,11 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                    device: str = "cpu", threads: int = 1, redo: bool = False,
                    tables_only: bool = False, log: Log = print, argv: list[str] | None = None
                    ) -> dict[str, Any]:
-    """Run every cell of ``suite`` not yet complete in ``out/cells/`` (resumable per cell
-    and per method: a cell's rows are written when it finishes, a cell whose file lacks some
-    of the suite's methods runs just those; ``redo`` reruns all), then the tables: the task
+    """Run every cell of ``suite`` not yet complete in ``out/cells/`` (resumable per cell,
+    per method and per trial: a cell's rows are written when it finishes, a cell whose file
+    lacks some of the suite's methods runs just those, and a task cell journals each finished
+    trial to ``cells/<key>.partial.jsonl`` until then, so a killed run resumes at the trial
+    in flight, :mod:`hikv.model.seed_journal`; ``redo`` reruns all), then the tables: the task
     filter (``filter.json``), one iso table per protocol and length (``iso_<protocol>_<N>``,
     with ``iso_points_<protocol>_<N>.json`` for ``hikv report --iso`` and HiKV's byte
     reduction against every baseline, ``reductions_<protocol>_<N>``) and ``seed_table.md``.
@@ -169,7 +166,9 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
     kw = {"model": model, "cache": cache, "preset": preset, "device": device,
-          "threads": threads, "seed": seed, "batch": batch}
+          "threads": threads, "seed": seed, "batch": batch,
+          # trial journals where the workers share this folder (not a Ray cluster's nodes)
+          "partial_dir": cells_dir if executor == "local" else None}
     meta = {"command": " ".join(argv if argv is not None else sys.argv), "model": model,
             "preset": preset, "suite": dataclasses.asdict(suite), "seed": seed,
             "code_version": code_version(), "device": device,
@@ -177,6 +176,9 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     cells = suite_cells(suite)
     state = {c.key: _cell_state(cells_dir, c, suite, redo) for c in cells}
     todo = [] if tables_only else [c for c in cells if not state[c.key][1]]
+    for c in cells:             # a finished cell's (or, with redo, every) journal is stale
+        if (redo and not tables_only) or state[c.key][1]:
+            partial_path(cells_dir, c.key).unlink(missing_ok=True)
     n_done = sum(1 for c in cells if state[c.key][1])
     log(f"suite {suite.name}: {len(cells)} cells, {n_done} done, "
         f"{len(todo)} to run ({executor}, {workers} worker(s)) -> {out}")
@@ -188,7 +190,8 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
              extra: dict[str, Any] | None = None) -> None:
         write_rows(cells_dir, key, rows, {**meta, "cell": key, "shape": shape, "wall_s": wall,
                                           "cpu_s": cpu, **(extra or {}),
-                                          "suite_key": _suite_key(suite), "skipped": skipped})
+                                          "suite_key": suite_key(suite), "skipped": skipped})
+        partial_path(cells_dir, key).unlink(missing_ok=True)
 
     def ppl_of(c: Cell) -> list[dict[str, Any]]:
         p = cells_dir / f"ppl_{c.length}.json"
@@ -222,11 +225,16 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
         for g in groups:                # per length: perplexity, then its task cells
             tc, pc = time.perf_counter(), time.process_time()
             skipped: dict[str, dict[str, str]] = {}
+            resumed: dict[str, tuple[float, float]] = {}
             got = run_cells(g, suite, env, seed=seed, batch=batch, progress=bar,
                             have={c.key: state[c.key][0] for c in g}, ppl_rows=ppl_of(g[0]),
-                            skipped=skipped)
-            save_group(g, got, dataclasses.asdict(env["lm"].shape), time.perf_counter() - tc,
-                       skipped, time.process_time() - pc)
+                            skipped=skipped, partial_dir=cells_dir, resumed=resumed,
+                            log=lambda m: log(f"\n{m}"))
+            # a resumed cell's time includes its journaled trials' (the killed run's)
+            w0 = max((w for w, _ in resumed.values()), default=0.0)
+            c0 = max((c for _, c in resumed.values()), default=0.0)
+            save_group(g, got, dataclasses.asdict(env["lm"].shape),
+                       w0 + time.perf_counter() - tc, skipped, c0 + time.process_time() - pc)
     rows: list[dict[str, Any]] = []
     m: dict[str, Any] = {}
     missing = []

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from hikv.params import Config, MethodSpec
 
 from . import accuracy as A
 from . import tasks as T
-from .seed_spec import Cell, SeedSuite, suite_specs
+from .seed_journal import Journal, partial_path
+from .seed_spec import Cell, SeedSuite, suite_key, suite_specs
 
 __all__ = ["run_cell", "run_cells", "cell_units"]
 
@@ -64,9 +66,12 @@ class _TaskCell:
 
     def __init__(self, cell: Cell, suite: SeedSuite, specs: list[MethodSpec],
                  have: dict[str, dict[str, Any]], ppl_rows: list[dict[str, Any]], *,
-                 seed: int, progress: Progress | None, skipped: dict[str, str]) -> None:
+                 seed: int, progress: Progress | None, skipped: dict[str, str],
+                 partial_dir: Path | None = None, log: Callable[[str], None] | None = None,
+                 resumed: dict[str, tuple[float, float]] | None = None) -> None:
         self.cell, self.suite, self.specs, self.seed = cell, suite, specs, seed
         self.progress, self.skipped = progress, skipped
+        self.journal: Journal | None = None
         self.rows = dict(have)
         self.full = next(sp for sp in specs if sp.label == "full")
         self.f = f = self.rows.get("full")
@@ -99,6 +104,27 @@ class _TaskCell:
                     active.append(sp)
         self.active = active
         self.sc_of = {sp.label: [] for sp in active}
+        if partial_dir is not None and active:
+            self._resume(partial_dir, sorted(self.rows), log)
+            if resumed is not None and self.journal is not None:
+                resumed[cell.key] = self.journal.prior
+
+    def _resume(self, partial_dir: Path, have: list[str], log: Callable[[str], None] | None
+                ) -> None:
+        """Open the cell's journal (:mod:`hikv.model.seed_journal`) and replay its trials
+        while each one ran exactly the methods the replay has active."""
+        j = self.journal = Journal(partial_path(partial_dir, self.cell.key), {
+            "cell": self.cell.key, "seed": self.seed, "suite_key": suite_key(self.suite),
+            "have": have, "active": [sp.label for sp in self.active]})
+        for i, rec in enumerate(j.records):
+            if not self.active or rec["labels"] != [sp.label for sp in self.active]:
+                j.keep(i)
+                j.dropped = f"{j.path.name}: trial {i} ran other methods, dropped from it on"
+                break
+            self._apply(rec["prompt_tokens"], rec["scores"], rec["texts"])
+        if log is not None and (j.dropped or j.records):
+            log(f"{self.cell.key}: resumed {self.ran} finished trial(s) from {j.path.name}"
+                + (f" ({j.dropped})" if j.dropped else ""))
 
     def case(self, lm: Any, words: Sequence[str], i: int) -> Any:
         """Trial ``i``'s case (the same for every protocol and run)."""
@@ -108,14 +134,24 @@ class _TaskCell:
 
     def add(self, case: Any, outs: list[list[int]], decode: Callable[[list[int]], str]
             ) -> None:
-        """Score trial ``self.ran``'s answers ``outs`` (one per :attr:`active` spec) and stop
-        what can no longer pass."""
+        """Score trial ``self.ran``'s answers ``outs`` (one per :attr:`active` spec), journal
+        them, and stop what can no longer pass."""
+        texts = [decode(o) for o in outs]
+        if len(texts) != len(self.active):
+            raise ValueError(f"{len(texts)} answers for {len(self.active)} methods")
+        scores = [T.score(t, case.references) for t in texts]
+        if self.journal is not None:
+            self.journal.append(self.ran, case.length, [sp.label for sp in self.active],
+                                scores, texts)
+        self._apply(case.length, scores, texts)
+
+    def _apply(self, prompt_tokens: int, scores: list[float], texts: list[str]) -> None:
+        """The bookkeeping of one trial (scores and answers of the :attr:`active` specs)."""
         suite, full, T_ = self.suite, self.full, self.suite.trials
-        self.n_prompt += case.length
+        self.n_prompt += prompt_tokens
         self.ran += 1
-        for sp, o in zip(self.active, outs, strict=True):
-            text = decode(o)
-            self.sc_of[sp.label].append(T.score(text, case.references))
+        for sp, sc, text in zip(self.active, scores, texts, strict=True):
+            self.sc_of[sp.label].append(sc)
             self.smp.setdefault(sp.label, text)
         if self.progress is not None:
             self.progress(1)
@@ -162,8 +198,8 @@ class _TaskCell:
 def _adaptive_task(cell: Cell, suite: SeedSuite, env: dict[str, Any],
                    specs: list[MethodSpec], have: dict[str, dict[str, Any]],
                    ppl_rows: list[dict[str, Any]], *, seed: int, batch: int,
-                   progress: Progress | None,
-                   skipped: dict[str, str]) -> list[dict[str, Any]]:
+                   progress: Progress | None, skipped: dict[str, str],
+                   **journal: Any) -> list[dict[str, Any]]:
     """Rows of one task cell, running only what the iso decision can use.
 
     Trial by trial, full KV and the methods still undecided share one prompt pass
@@ -176,11 +212,13 @@ def _adaptive_task(cell: Cell, suite: SeedSuite, env: dict[str, Any],
     perplexity, or a larger budget's, is over ``suite.ppl_tol`` are not run: the iso budget
     is the smallest with every larger budget passing, so none of these can be it. Once every
     method is decided, full KV alone finishes its trials (the task filter needs them). Rows in
-    ``have`` are kept (resume per method); ``skipped`` gains label -> reason.
+    ``have`` are kept (resume per method); ``skipped`` gains label -> reason. ``journal``:
+    ``partial_dir``, ``log``, ``resumed`` of :class:`_TaskCell` (finished trials journaled
+    and resumed, :mod:`hikv.model.seed_journal`).
     """
     lm, cfg = env["lm"], env["cfg"]
     st = _TaskCell(cell, suite, specs, have, ppl_rows, seed=seed, progress=progress,
-                   skipped=skipped)
+                   skipped=skipped, **journal)
     while st.active:
         c = st.case(lm, env["words"], st.ran)
         ctx, feed = A.split_prompt(c.context, c.question, cell.protocol)
@@ -238,7 +276,9 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
              batch: int = 64, progress: Progress | None = None,
              have: list[dict[str, Any]] | None = None,
              ppl_rows: list[dict[str, Any]] | None = None,
-             skipped: dict[str, str] | None = None) -> list[dict[str, Any]]:
+             skipped: dict[str, str] | None = None, partial_dir: Path | None = None,
+             log: Callable[[str], None] | None = None,
+             resumed: dict[str, tuple[float, float]] | None = None) -> list[dict[str, Any]]:
     """Rows of one cell for the methods of :func:`suite_specs` (``env``: ``lm``, ``cfg``,
     ``text``, ``words`` of a loaded model); each row gains ``budget_rule`` and ``cell``.
 
@@ -247,7 +287,11 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
     method; a task cell with ``suite.adaptive`` runs full KV first and then only what the iso
     decision can use (:func:`_adaptive_task`, given the length's perplexity rows
     ``ppl_rows``; ``skipped`` gains each method not run and why), else every method on every
-    trial."""
+    trial. With ``partial_dir`` (the suite's ``cells/``) an adaptive task cell journals each
+    finished trial to ``<key>.partial.jsonl`` and first replays the trials a killed run left
+    there (:mod:`hikv.model.seed_journal`; ``resumed`` gains the key -> the journal's
+    cumulative (wall s, CPU s), ``log`` says what was resumed); the caller deletes the journal
+    once the cell's file is written."""
     lm, cfg = env["lm"], env["cfg"]
     pairs = suite_specs(suite, cfg, cell.length)
     rules = {sp.label: r for sp, r in pairs}
@@ -267,7 +311,8 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
     elif suite.adaptive:
         rows = _adaptive_task(cell, suite, env, specs, done, ppl_rows or [], seed=seed,
                               batch=batch, progress=progress,
-                              skipped=skipped if skipped is not None else {})
+                              skipped=skipped if skipped is not None else {},
+                              partial_dir=partial_dir, log=log, resumed=resumed)
     else:
         new = A.task_accuracy(lm, need, cfg, task=cell.task, length=cell.length,
                               trials=suite.trials, protocol=cell.protocol, seed=seed,
@@ -282,7 +327,9 @@ def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
               seed: int = 0, batch: int = 64, progress: Progress | None = None,
               have: dict[str, list[dict[str, Any]]] | None = None,
               ppl_rows: list[dict[str, Any]] | None = None,
-              skipped: dict[str, dict[str, str]] | None = None
+              skipped: dict[str, dict[str, str]] | None = None,
+              partial_dir: Path | None = None, log: Callable[[str], None] | None = None,
+              resumed: dict[str, tuple[float, float]] | None = None
               ) -> dict[str, list[dict[str, Any]]]:
     """Rows per cell key of ``cells``: the ``prompt`` and ``follow-up`` task cells of one task
     and length (adaptive suite) run together, one prompt pass per trial for both (see the
@@ -290,7 +337,9 @@ def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
     cell's rows are :func:`run_cell`'s (the follow-up state is forked from the prompt pass:
     causal attention makes it that of a pass over the context, float for float where the
     BLAS kernels do not depend on the row count; ``docs/accuracy.md``, harness cost).
-    Anything else runs cell by cell. ``have``, ``skipped``: per cell key."""
+    Anything else runs cell by cell. ``have``, ``skipped``: per cell key; ``partial_dir``,
+    ``log``, ``resumed``: the trial journals, as in :func:`run_cell` (a pair whose journals
+    end at different trials lets the one behind catch up alone, then shares again)."""
     have, skipped = have or {}, skipped if skipped is not None else {}
     for c in cells:
         skipped.setdefault(c.key, {})
@@ -300,7 +349,8 @@ def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
             and len({(c.task, c.length) for c in pair}) == 1):
         return {c.key: run_cell(c, suite, env, seed=seed, batch=batch, progress=progress,
                                 have=have.get(c.key), ppl_rows=ppl_rows,
-                                skipped=skipped[c.key]) for c in cells}
+                                skipped=skipped[c.key], partial_dir=partial_dir, log=log,
+                                resumed=resumed) for c in cells}
     lm, cfg = env["lm"], env["cfg"]
     pairs = suite_specs(suite, cfg, pair[0].length)
     rules = {sp.label: r for sp, r in pairs}
@@ -309,10 +359,12 @@ def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
     for c in pair:
         done = {r["label"]: r for r in have.get(c.key, []) if r["label"] in rules}
         st[c.protocol] = _TaskCell(c, suite, specs, done, ppl_rows or [], seed=seed,
-                                   progress=progress, skipped=skipped[c.key])
+                                   progress=progress, skipped=skipped[c.key],
+                                   partial_dir=partial_dir, log=log, resumed=resumed)
     p, f = st["prompt"], st["follow-up"]
     while p.active or f.active:
-        lead = p if p.active else f
+        # the active cell with fewer trials (equal counts, unresumed: the prompt cell)
+        lead = min((x for x in (p, f) if x.active), key=lambda x: x.ran)
         c = lead.case(lm, env["words"], lead.ran)
         if p.active and f.active and p.ran == f.ran:
             op, of = _fork_generate(lm, p.active, f.active, cfg, c, batch)

@@ -1,0 +1,134 @@
+"""A seed-suite run that is killed loses at most the trial in flight (issue 11 item 7): each
+finished trial of an unfinished task cell is journaled to ``cells/<key>.partial.jsonl``
+(:mod:`hikv.model.seed_journal`), replayed on resume, and deleted when the cell is written; the
+resumed cell equals an uninterrupted run's. Scripted answers (no model) for the bookkeeping, the
+tiny random model of ``test_accuracy_cli`` for the suite end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from types import SimpleNamespace
+
+import pytest
+from test_seed_suite_adaptive import CELL, CFG, SEED, SUITE, _Script
+
+from hikv.model import accuracy as A
+from hikv.model import seed_trials
+from hikv.model.seed_journal import Journal, partial_path
+from hikv.model.seed_suite import run_cell
+
+
+class _Killed(Exception):
+    pass
+
+
+def _scripted(monkeypatch, table, tmp_path, kill_at: int | None = None):
+    """run_cell on scripted answers with a journal in ``tmp_path``; ``kill_at``: raise in the
+    generation of that trial (0-based), as a kill would stop the run."""
+    s = _Script(table)
+
+    def case(self, lm, words, i):               # the trial index travels in the context
+        return SimpleNamespace(context=[i, 2], question=[3], references=("ok",), max_new=2,
+                               length=3)
+
+    def gen(lm, specs, cfg, ctx, *a, **k):
+        s.trial = ctx[0]
+        if kill_at is not None and s.trial == kill_at:
+            raise _Killed(f"killed in trial {s.trial}")
+        return s.generate(lm, specs, cfg, ctx, *a, **k)
+
+    monkeypatch.setattr(A, "_generate", gen)
+    monkeypatch.setattr(seed_trials._TaskCell, "case", case)
+    lm = type("LM", (), {"decode": staticmethod(lambda ids: "ok" if ids[0] else "no")})()
+    skipped: dict[str, str] = {}
+    logs: list[str] = []
+    rows = run_cell(CELL, SUITE, {"lm": lm, "cfg": CFG, "words": []}, seed=SEED,
+                    skipped=skipped, partial_dir=tmp_path, log=logs.append)
+    return rows, skipped, s.calls, logs
+
+
+@pytest.mark.parametrize("kill_at", [1, 6, 13])
+def test_killed_cell_resumes_to_the_uninterrupted_rows(monkeypatch, tmp_path, kill_at) -> None:
+    rng = random.Random(SEED + kill_at)
+    table = {"snapkv@256": [1] * 5 + [0] * 15,                  # stops part-way
+             "h2o@512": [rng.randint(0, 1) for _ in range(20)],
+             "snapkv@64": [0] * 20}
+    ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
+    ref, ref_skip, ref_calls, _ = _scripted(monkeypatch, table, ref_dir)
+    assert len(partial_path(ref_dir, CELL.key).read_text().splitlines()) == 1 + 20, SEED
+    with pytest.raises(_Killed):
+        _scripted(monkeypatch, table, run_dir, kill_at=kill_at)
+    path = partial_path(run_dir, CELL.key)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1 + kill_at, (SEED, kill_at)           # header + finished trials
+    rows, skip, calls, logs = _scripted(monkeypatch, table, run_dir)
+    assert rows == ref and skip == ref_skip, (SEED, kill_at)
+    assert calls == ref_calls[kill_at:], "only the trials after the journal ran"
+    assert any(f"resumed {kill_at} finished trial" in m for m in logs), logs
+    # run_cell leaves the journal; run_seed_suite deletes it once the cell file is written
+    assert path.is_file()
+
+
+def test_torn_line_and_other_settings(monkeypatch, tmp_path) -> None:
+    table = {"h2o@512": [1, 0] * 10}
+    ref, *_ = _scripted(monkeypatch, table, tmp_path / "ref")
+    with pytest.raises(_Killed):
+        _scripted(monkeypatch, table, tmp_path, kill_at=4)
+    path = partial_path(tmp_path, CELL.key)
+    with path.open("a") as f:                                   # killed mid-write
+        f.write('{"trial": 4, "prompt_tok')
+    rows, _, calls, logs = _scripted(monkeypatch, table, tmp_path)
+    assert rows == ref and len(calls) == 16, SEED
+    assert any("torn line after trial 4" in m for m in logs), logs
+    # a journal written for another seed is discarded, not replayed
+    head = json.loads(path.read_text().splitlines()[0])
+    j = Journal(path, {**{k: v for k, v in head.items() if k != "partial"}, "seed": SEED + 1})
+    assert j.records == [] and "discarded" in j.dropped and not path.exists()
+
+
+def test_killed_suite_resumes_to_the_same_cells(tiny_model, tmp_path,  # noqa: F811
+                                                monkeypatch) -> None:
+    """seed-smoke (3 trials, both protocols sharing each prompt pass) killed after a trial,
+    and once between the two protocols' journal lines, resumes to cell files equal to an
+    uninterrupted run's (rows and meta keys); the journals are gone afterwards."""
+    from hikv.model import seed_journal
+    from hikv.model.accuracy_io import read_rows
+    from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+
+    model, cache = tiny_model
+    suite = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",), trials=3,
+                                keep_min=0.0, ppl_tol=10.0)     # every method runs
+    kw = {"model": str(model), "cache": cache, "preset": "tiny", "log": lambda _: None}
+    ref = tmp_path / "ref"
+    run_seed_suite(suite, ref, **kw)
+    real = seed_journal.Journal.append
+    for kill_after in (2, 3):                   # journal lines written before the kill
+        out = tmp_path / f"killed{kill_after}"
+        n = [0]
+
+        def append(self, *a, _k=kill_after, _n=n, **k):
+            if _n[0] == _k:
+                raise _Killed(f"killed after {_k} journal lines")
+            _n[0] += 1
+            return real(self, *a, **k)
+
+        monkeypatch.setattr(seed_journal.Journal, "append", append)
+        with pytest.raises(_Killed):
+            run_seed_suite(suite, out, **kw)
+        monkeypatch.setattr(seed_journal.Journal, "append", real)
+        parts = sorted(p.name for p in (out / "cells").glob("*.partial.jsonl"))
+        assert parts == ["passkey_follow-up_1024.partial.jsonl",
+                         "passkey_prompt_1024.partial.jsonl"], (kill_after, parts)
+        assert not (out / "cells" / "passkey_prompt_1024.json").exists()
+        run_seed_suite(suite, out, **kw)
+        assert not list((out / "cells").glob("*.partial.jsonl")), kill_after
+        for p in ("prompt", "follow-up"):
+            got, gm = read_rows(out / "cells" / f"passkey_{p}_1024.json")
+            want, wm = read_rows(ref / "cells" / f"passkey_{p}_1024.json")
+            assert got == want and len(got) > 1, (SEED, kill_after, p)
+            assert set(gm) == set(wm), (kill_after, p)
+
+
+from test_accuracy_cli import tiny_model  # noqa: E402,F401  (the shared fixture)
