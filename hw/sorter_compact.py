@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -9,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from .sorter_net import compact_left, shift_up, wires
 from .uops import is_zero, popcount, uadd, ugt, usub
 
-__all__ = ["Compactor", "lanes_layout"]
+__all__ = ["Compactor", "lanes_layout", "pack_selected"]
 
 
 def lanes_layout(lanes: int, key_width: int, index_width: int) -> data.StructLayout:
@@ -19,11 +21,31 @@ def lanes_layout(lanes: int, key_width: int, index_width: int) -> data.StructLay
                               "last": 1})
 
 
+def pack_selected(m: Module, items: Sequence[Value], sel: Sequence[Value],
+                  name: str = "pack") -> tuple[list[Signal], Signal]:
+    """The selected items of one row moved to its low lanes in order, and their count.
+
+    The first half of the compaction, meant to sit before the register in front of a
+    :class:`Compactor` (whose input is this packed form): :func:`compact_left`'s prefix count and
+    ``log P`` multiplexer stages, and a popcount of ``sel``. Lanes at or past the count hold
+    unspecified items. Returns (items, count), ``count`` ``ceil(log2(P + 1))`` bits.
+    """
+    p = len(items)
+    packed, _ = compact_left(m, items, sel, name)
+    count = Signal(range(p + 1), name=f"{name}_count")
+    m.d.comb += count.eq(popcount(sel))
+    return list(packed), count
+
+
 class Compactor(wiring.Component):
     """Packs the selected items of a stream of rows into beats of ``P`` items, in order.
 
-    Input rows carry ``P`` composite items ``{valid, key, ~index}``, a selection mask and the
-    segment's ``last`` flag. Output beats are full (``valid`` all ones) except the last beat of
+    Input rows come already packed (:func:`pack_selected`): ``P`` lanes of composite items
+    ``{valid, key, ~index}`` of which the lowest ``count`` (0 to ``P``) are the row's selected
+    items in order, and the segment's ``last`` flag. Each row is appended behind the items
+    carried over (a barrel shift by the residual count, ``ceil(log2(P + 1))`` multiplexer stages,
+    then one multiplexer per lane that picks residual or shifted item); a full beat leaves when
+    ``P`` items are ready. Output beats are full (``valid`` all ones) except the last beat of
     each segment, which holds the remaining 1 to ``P`` items in its low lanes and has ``last``
     set. The last beat leaves one cycle after the segment's last row, whatever the data (so the
     job's timing does not depend on where the selected items are); the first row of the next
@@ -31,7 +53,7 @@ class Compactor(wiring.Component):
 
     Members
     -------
-    i : ``In(stream.Signature(StructLayout({"row", "sel", "last"})))``
+    i : ``In(stream.Signature(StructLayout({"items", "count", "last"})))``
     o : ``Out(stream.Signature(lanes_layout(...)))``
     idle : Out
     """
@@ -40,7 +62,8 @@ class Compactor(wiring.Component):
         self._lanes, self._kw, self._iw = lanes, key_width, index_width
         self._width = 1 + key_width + index_width
         self.in_layout = data.StructLayout({
-            "row": data.ArrayLayout(self._width, lanes), "sel": lanes, "last": 1})
+            "items": data.ArrayLayout(self._width, lanes),
+            "count": range(lanes + 1), "last": 1})
         self.out_layout = lanes_layout(lanes, key_width, index_width)
         super().__init__({"i": In(stream.Signature(self.in_layout)),
                           "o": Out(stream.Signature(self.out_layout)), "idle": Out(1)})
@@ -66,11 +89,8 @@ class Compactor(wiring.Component):
                      self.o.valid.eq(o_valid), self.o.payload.eq(o_data),
                      self.idle.eq(~o_valid & ~flush & is_zero(r_cnt))]
 
-        items = [self.i.payload.row[i] for i in range(p)]
-        sel = [self.i.payload.sel[i] for i in range(p)]
-        packed, _ = compact_left(m, items, sel)
-        n = Signal(range(p + 1))
-        m.d.comb += n.eq(popcount(sel))
+        packed = [self.i.payload.items[i] for i in range(p)]
+        n = self.i.payload.count
         base = Signal(range(p + 1))
         m.d.comb += base.eq(Mux(flush, 0, r_cnt))
         zero = Const(0, w)
