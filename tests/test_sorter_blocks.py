@@ -15,7 +15,7 @@ from amaranth.hdl import Cat, Module
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from hikv.hw.sorter_compact import Compactor, pack_selected
+from hikv.hw.sorter_compact import Compactor, select_prefix
 from hikv.hw.sorter_merge import MergeLevel, Reducer
 from hikv.hw.sorter_net import (
     RowMerger,
@@ -23,6 +23,7 @@ from hikv.hw.sorter_net import (
     apply_network_ints,
     bitonic_merge_network,
     bitonic_sort_network,
+    compact_left,
 )
 from hikv.hw.sorter_queue import RowQueue
 
@@ -281,20 +282,16 @@ def test_compactor_against_model():
         for b in range(0, len(seg_items), lanes):
             exp_beats.append((seg_items[b:b + lanes], int(b + lanes >= len(seg_items))))
 
-    # the compactor takes rows packed by pack_selected: the selected items in the low lanes,
-    # their count, anything in the lanes above (random here: the compactor must ignore them)
+    # the compactor takes the prefix counts computed before its input register
     layout = dut.in_layout
     got: list[tuple[list[tuple[int, int]], int]] = []
 
-    def packed(items, sel):
-        chosen = [it for it, s in zip(items, sel, strict=True) if s]
-        filler = [rng.randrange(1 << width) for _ in range(lanes - len(chosen))]
-        return chosen + filler, len(chosen)
-
     payloads = []
     for items, sel, last in rows:
-        its, cnt = packed(items, sel)
-        payloads.append(layout.const({"items": its, "count": cnt, "last": int(last)}))
+        dist = [sum(1 for j in range(i) if not sel[j]) for i in range(lanes)]
+        payloads.append(layout.const({
+            "row": items, "sel": sum(int(s) << i for i, s in enumerate(sel)), "dist": dist,
+            "count": sum(sel), "last": int(last)}))
 
     def decode(op):
         return ([(op.lanes[i].key, op.lanes[i].index) for i in range(lanes)
@@ -309,26 +306,29 @@ def test_compactor_against_model():
 
 
 class _Pack(wiring.Component):
-    """pack_selected as a combinational component (for the test below)."""
+    """select_prefix + compact_left on its dist, combinational (for the test below)."""
 
     def __init__(self, lanes: int, width: int) -> None:
         self._lanes, self._width = lanes, width
         super().__init__({"items": In(data.ArrayLayout(width, lanes)), "sel": In(lanes),
                           "packed": Out(data.ArrayLayout(width, lanes)),
-                          "count": Out(range(lanes + 1))})
+                          "count": Out(range(lanes + 1)), "valid": Out(lanes)})
 
     def elaborate(self, platform):
         m = Module()
         items = [self.items[i] for i in range(self._lanes)]
-        packed, count = pack_selected(m, items, [self.sel[i] for i in range(self._lanes)])
-        m.d.comb += [self.packed.eq(Cat(*packed)), self.count.eq(count)]
+        sel = [self.sel[i] for i in range(self._lanes)]
+        dist, count = select_prefix(m, sel)
+        packed, valid = compact_left(m, items, sel, dist=dist)
+        m.d.comb += [self.packed.eq(Cat(*packed)), self.count.eq(count),
+                     self.valid.eq(Cat(*valid))]
         return m
 
 
 @pytest.mark.parametrize("lanes", [1, 2, 4, 8, 16])
-def test_pack_selected(lanes):
-    """Selected items in order in the low lanes and their count: every mask up to 8 lanes,
-    random masks (and items) at 16."""
+def test_select_prefix_and_compact_left(lanes):
+    """Selected items in order in the low lanes, their count and valid mask: every mask up to
+    8 lanes, random masks (and items) at 16."""
     seed = 29 + lanes
     rng = random.Random(seed)
     width = 7
@@ -341,8 +341,9 @@ def test_pack_selected(lanes):
             ctx.set(dut.items, items)
             ctx.set(dut.sel, mask)
             exp = [it for i, it in enumerate(items) if (mask >> i) & 1]
-            cnt = ctx.get(dut.count)
+            cnt, valid = ctx.get(dut.count), ctx.get(dut.valid)
             got = row_items(width, lanes, ctx.get(dut.packed.as_value()))[:len(exp)]
-            assert (got, cnt) == (exp, len(exp)), f"seed={seed} mask={mask:#x} items={items}"
+            assert (got, cnt, valid) == (exp, len(exp), (1 << len(exp)) - 1), \
+                f"seed={seed} mask={mask:#x} items={items}"
 
     run_sim(dut, tb, clock=False)
