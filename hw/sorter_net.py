@@ -13,6 +13,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .uops import uadd
+
 __all__ = [
     "bitonic_sort_network",
     "bitonic_merge_network",
@@ -145,7 +147,7 @@ def compact_dist(m: Module, sel: Sequence[Value], name: str = "compact") -> list
     incl: list[Value] = [~Value.cast(sel[i])[0] for i in range(p)]
     for s in range(lg):
         step = 1 << s
-        incl = wires(m, [incl[i] + incl[i - step] if i >= step else incl[i]
+        incl = wires(m, [uadd(incl[i], incl[i - step]) if i >= step else incl[i]
                          for i in range(p)], f"{name}_pre{s}_")
     return [Const(0, width)] + [Cat(incl[i], Const(0, width))[:width] for i in range(p - 1)]
 
