@@ -82,7 +82,7 @@ from amaranth.lib.wiring import In, Out
 
 from hikv.params import Config, SorterParams
 
-from .sorter_compact import Compactor, lanes_layout
+from .sorter_compact import Compactor, lanes_layout, select_prefix
 from .sorter_merge import MergeLevel, Reducer
 from .sorter_net import RowSorter
 from .sorter_queue import RowQueue
@@ -335,6 +335,10 @@ class Sorter(wiring.Component):
         pop = Signal()
         ring_items = [ring.r_data[q * w:(q + 1) * w] for q in range(p)]
         ring_last = ring.r_data[p * w]
+        # the compaction's prefix counts are taken before the register (the compactor's first
+        # half), so the compactor's own cycle is only the moves and the append behind its residual
+        sel = [it >= red.thr.payload for it in ring_items]
+        dist, n_sel = select_prefix(m, sel)
         m.d.comb += [
             s_free.eq(~s_valid | cmp.i.ready),
             pop.eq(ring.r_valid & red.thr.valid & s_free),
@@ -347,7 +351,9 @@ class Sorter(wiring.Component):
             m.d.sync += [
                 s_valid.eq(pop),
                 s_data.row.eq(Cat(*ring_items)),
-                s_data.sel.eq(Cat(*[it >= red.thr.payload for it in ring_items])),
+                s_data.sel.eq(Cat(*sel)),
+                s_data.dist.eq(Cat(*dist)),
+                s_data.count.eq(n_sel),
                 s_data.last.eq(ring_last),
             ]
         wiring.connect(m, cmp.o, wiring.flipped(self.o))

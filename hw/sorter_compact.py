@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .sorter_net import compact_left, shift_up, wires
+from .sorter_net import compact_dist, compact_left, shift_up, wires
 from .uops import is_zero, popcount, uadd, ugt, usub
 
-__all__ = ["Compactor", "lanes_layout"]
+__all__ = ["Compactor", "lanes_layout", "select_prefix"]
 
 
 def lanes_layout(lanes: int, key_width: int, index_width: int) -> data.StructLayout:
@@ -19,19 +21,42 @@ def lanes_layout(lanes: int, key_width: int, index_width: int) -> data.StructLay
                               "last": 1})
 
 
+def select_prefix(m: Module, sel: Sequence[Value],
+                  name: str = "pack") -> tuple[list[Value], Signal]:
+    """The half of the compaction that sits before the register in front of a :class:`Compactor`.
+
+    Per lane the number of unselected lanes below it (:func:`compact_dist`, a ``log P``-level
+    parallel prefix count) and the number of selected lanes (a popcount), the ``dist`` and
+    ``count`` fields of the compactor's input. Returns (dist, count).
+    """
+    p = len(sel)
+    dist = compact_dist(m, sel, name)
+    count = Signal(range(p + 1), name=f"{name}_count")
+    m.d.comb += count.eq(popcount(sel))
+    return dist, count
+
+
 class Compactor(wiring.Component):
     """Packs the selected items of a stream of rows into beats of ``P`` items, in order.
 
-    Input rows carry ``P`` composite items ``{valid, key, ~index}``, a selection mask and the
-    segment's ``last`` flag. Output beats are full (``valid`` all ones) except the last beat of
-    each segment, which holds the remaining 1 to ``P`` items in its low lanes and has ``last``
-    set. The last beat leaves one cycle after the segment's last row, whatever the data (so the
-    job's timing does not depend on where the selected items are); the first row of the next
-    segment is taken in that same cycle. Every segment must select at least one item.
+    Input rows carry ``P`` composite items ``{valid, key, ~index}``, a selection mask, per lane
+    the number of unselected lanes below it and the number of selected lanes (``dist`` and
+    ``count``, which must equal :func:`select_prefix` of ``sel``: it runs before the input
+    register, so this cycle holds no prefix count) and the segment's ``last`` flag. Each row's
+    selected items are moved to its low lanes (:func:`compact_left`'s ``log P`` multiplexer
+    stages), appended behind the items carried over (a barrel shift by the residual count,
+    ``ceil(log2(P + 1))`` stages, then one multiplexer per lane picking residual or shifted
+    item), and a full beat leaves when ``P`` items are ready.
+
+    Output beats are full (``valid`` all ones) except the last beat of each segment, which
+    holds the remaining 1 to ``P`` items in its low lanes and has ``last`` set. The last beat
+    leaves one cycle after the segment's last row, whatever the data (so the job's timing does
+    not depend on where the selected items are); the first row of the next segment is taken in
+    that same cycle. Every segment must select at least one item.
 
     Members
     -------
-    i : ``In(stream.Signature(StructLayout({"row", "sel", "last"})))``
+    i : ``In(stream.Signature(StructLayout({"row", "sel", "dist", "count", "last"})))``
     o : ``Out(stream.Signature(lanes_layout(...)))``
     idle : Out
     """
@@ -40,7 +65,9 @@ class Compactor(wiring.Component):
         self._lanes, self._kw, self._iw = lanes, key_width, index_width
         self._width = 1 + key_width + index_width
         self.in_layout = data.StructLayout({
-            "row": data.ArrayLayout(self._width, lanes), "sel": lanes, "last": 1})
+            "row": data.ArrayLayout(self._width, lanes), "sel": lanes,
+            "dist": data.ArrayLayout(range(lanes + 1), lanes), "count": range(lanes + 1),
+            "last": 1})
         self.out_layout = lanes_layout(lanes, key_width, index_width)
         super().__init__({"i": In(stream.Signature(self.in_layout)),
                           "o": Out(stream.Signature(self.out_layout)), "idle": Out(1)})
@@ -68,9 +95,9 @@ class Compactor(wiring.Component):
 
         items = [self.i.payload.row[i] for i in range(p)]
         sel = [self.i.payload.sel[i] for i in range(p)]
-        packed, _ = compact_left(m, items, sel)
-        n = Signal(range(p + 1))
-        m.d.comb += n.eq(popcount(sel))
+        dist = [self.i.payload.dist[i] for i in range(p)]
+        packed, _ = compact_left(m, items, sel, dist=dist)
+        n = self.i.payload.count
         base = Signal(range(p + 1))
         m.d.comb += base.eq(Mux(flush, 0, r_cnt))
         zero = Const(0, w)

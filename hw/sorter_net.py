@@ -13,6 +13,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .uops import uadd
+
 __all__ = [
     "bitonic_sort_network",
     "bitonic_merge_network",
@@ -21,6 +23,7 @@ __all__ = [
     "wires",
     "apply_stage",
     "merge_rows",
+    "compact_dist",
     "compact_left",
     "shift_up",
     "RowSorter",
@@ -131,25 +134,41 @@ def merge_rows(m: Module, x: Sequence[Value], y: Sequence[Value],
     return hi, lo
 
 
+def compact_dist(m: Module, sel: Sequence[Value], name: str = "compact") -> list[Value]:
+    """Per lane, the number of unselected lanes below it (``log P + 1`` bits; lane 0: 0).
+
+    A parallel prefix count (Kogge-Stone): ``log P`` levels of adders at most ``log P + 1``
+    bits wide. The first half of :func:`compact_left`.
+    """
+    p = len(sel)
+    lg = _check_lanes(p)
+    width = max(1, lg + 1)
+    # inclusive prefix count of unselected lanes, one power of two of reach per level
+    incl: list[Value] = [~Value.cast(sel[i])[0] for i in range(p)]
+    for s in range(lg):
+        step = 1 << s
+        incl = wires(m, [uadd(incl[i], incl[i - step]) if i >= step else incl[i]
+                         for i in range(p)], f"{name}_pre{s}_")
+    return [Const(0, width)] + [Cat(incl[i], Const(0, width))[:width] for i in range(p - 1)]
+
+
 def compact_left(m: Module, items: Sequence[Value], sel: Sequence[Value],
-                 name: str = "compact") -> tuple[list[Value], list[Value]]:
+                 name: str = "compact",
+                 dist: Sequence[Value] | None = None) -> tuple[list[Value], list[Value]]:
     """Move the selected items to the lowest lanes, keeping their order.
 
-    Each selected item moves down by the number of unselected lanes below it, one power of two
-    per stage, least significant bit first; such moves never collide (checked exhaustively for
-    every mask up to 16 lanes in tests). ``log P`` stages of ``P`` multiplexers.
+    Each selected item moves down by the number of unselected lanes below it
+    (:func:`compact_dist`, or ``dist`` when given, e.g. from a register), one power of two per
+    stage, least significant bit first; such moves never collide (checked for every mask up to
+    8 lanes and random masks of 16 lanes in tests/test_sorter_blocks.py). ``log P`` stages of
+    ``P`` multiplexers after the prefix count.
     Returns (items, valid) per lane; lanes past the selected count have valid 0.
     """
     p = len(items)
     lg = _check_lanes(p)
-    width = max(1, lg + 1)
-    # distance of each lane to its destination: unselected lanes below it
-    dist: list[Value] = []
-    run: Value = Const(0, width)
-    for i in range(p):
-        dist.append(run)
-        (run,) = wires(m, [Mux(sel[i], run, (run + 1)[:width])], f"{name}_dist{i}_")
-    cur_i, cur_v, cur_d = list(items), list(sel), dist
+    if dist is None:
+        dist = compact_dist(m, sel, name)
+    cur_i, cur_v, cur_d = list(items), list(sel), list(dist)
     for s in range(lg):
         step = 1 << s
         ni, nv, nd = [], [], []

@@ -11,9 +11,11 @@ from collections import deque
 
 import pytest
 from _amaranth_sim import pump, run_sim
-from amaranth.lib import data
+from amaranth.hdl import Cat, Module
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
-from hikv.hw.sorter_compact import Compactor
+from hikv.hw.sorter_compact import Compactor, select_prefix
 from hikv.hw.sorter_merge import MergeLevel, Reducer
 from hikv.hw.sorter_net import (
     RowMerger,
@@ -21,6 +23,7 @@ from hikv.hw.sorter_net import (
     apply_network_ints,
     bitonic_merge_network,
     bitonic_sort_network,
+    compact_left,
 )
 from hikv.hw.sorter_queue import RowQueue
 
@@ -279,11 +282,16 @@ def test_compactor_against_model():
         for b in range(0, len(seg_items), lanes):
             exp_beats.append((seg_items[b:b + lanes], int(b + lanes >= len(seg_items))))
 
-    layout = data.StructLayout({"row": data.ArrayLayout(width, lanes), "sel": lanes, "last": 1})
+    # the compactor takes the prefix counts computed before its input register
+    layout = dut.in_layout
     got: list[tuple[list[tuple[int, int]], int]] = []
 
-    payloads = [layout.const({"row": items, "sel": sum(int(s) << i for i, s in enumerate(sel)),
-                              "last": int(last)}) for items, sel, last in rows]
+    payloads = []
+    for items, sel, last in rows:
+        dist = [sum(1 for j in range(i) if not sel[j]) for i in range(lanes)]
+        payloads.append(layout.const({
+            "row": items, "sel": sum(int(s) << i for i, s in enumerate(sel)), "dist": dist,
+            "count": sum(sel), "last": int(last)}))
 
     def decode(op):
         return ([(op.lanes[i].key, op.lanes[i].index) for i in range(lanes)
@@ -295,3 +303,47 @@ def test_compactor_against_model():
 
     run_sim(dut, tb)
     assert got == exp_beats, f"seed={seed}"
+
+
+class _Pack(wiring.Component):
+    """select_prefix + compact_left on its dist, combinational (for the test below)."""
+
+    def __init__(self, lanes: int, width: int) -> None:
+        self._lanes, self._width = lanes, width
+        super().__init__({"items": In(data.ArrayLayout(width, lanes)), "sel": In(lanes),
+                          "packed": Out(data.ArrayLayout(width, lanes)),
+                          "count": Out(range(lanes + 1)), "valid": Out(lanes)})
+
+    def elaborate(self, platform):
+        m = Module()
+        items = [self.items[i] for i in range(self._lanes)]
+        sel = [self.sel[i] for i in range(self._lanes)]
+        dist, count = select_prefix(m, sel)
+        packed, valid = compact_left(m, items, sel, dist=dist)
+        m.d.comb += [self.packed.eq(Cat(*packed)), self.count.eq(count),
+                     self.valid.eq(Cat(*valid))]
+        return m
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4, 8, 16])
+def test_select_prefix_and_compact_left(lanes):
+    """Selected items in order in the low lanes, their count and valid mask: every mask up to
+    8 lanes, random masks (and items) at 16."""
+    seed = 29 + lanes
+    rng = random.Random(seed)
+    width = 7
+    dut = _Pack(lanes, width)
+    masks = range(1 << lanes) if lanes <= 8 else [rng.randrange(1 << lanes) for _ in range(600)]
+
+    async def tb(ctx):
+        for mask in masks:
+            items = [rng.randrange(1 << width) for _ in range(lanes)]
+            ctx.set(dut.items, items)
+            ctx.set(dut.sel, mask)
+            exp = [it for i, it in enumerate(items) if (mask >> i) & 1]
+            cnt, valid = ctx.get(dut.count), ctx.get(dut.valid)
+            got = row_items(width, lanes, ctx.get(dut.packed.as_value()))[:len(exp)]
+            assert (got, cnt, valid) == (exp, len(exp), (1 << len(exp)) - 1), \
+                f"seed={seed} mask={mask:#x} items={items}"
+
+    run_sim(dut, tb, clock=False)
