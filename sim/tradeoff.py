@@ -2,7 +2,8 @@
 
 ``hikv sweep --tradeoff`` evaluates the query-aware HiKV of a preset over sorter lanes ``P`` x
 scoring-unit lanes ``L`` x loader instances ``I`` (every other parameter the preset's, every
-block at the sweep's clocks, the pipelined schedule of :mod:`hikv.sim.attention_model`) and
+block at the sweep's clocks, with the timing flow's clocks each sorter lane count at its own
+build's (:func:`sorter_clocks`), the pipelined schedule of :mod:`hikv.sim.attention_model`) and
 prices each point's HiKV units by our own synthesis:
 
 * **area** of the HiKV units = sorter(``P``) + scoring unit(``L``, where the preset scores
