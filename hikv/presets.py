@@ -111,7 +111,10 @@ def _default() -> Config:
         layout=KVLayout(head_dim=64, elem_bytes=2, burst_bytes=64, align_bytes=64,
                         page_tokens=16),
         policy=policy,
-        sorter=SorterParams(lanes=8, key_width=16, max_n=4096, max_k=512, max_vec=128),
+        # 32 sorter and scoring-unit lanes: the only equal-lane point (hw/scorer_sorter.py
+        # chains the two only with L = P) whose query-aware HiKV can reach >= 90 % of its
+        # bytes roofline; 16 lanes stop at 88 % even at 1 GHz (docs/cost_model.md, 10.000)
+        sorter=SorterParams(lanes=32, key_width=16, max_n=4096, max_k=512, max_vec=128),
         # one 64-B burst per beat (the widest beat that reads no byte outside the bursts the
         # golden account counts), so one loader streams 64 B/cycle and 4 take the 256 B/cycle
         # of this memory; 64 reads in flight cover the 100-cycle latency even for scattered
@@ -120,7 +123,7 @@ def _default() -> Config:
         loader=LoaderParams(addr_width=32, data_width=512, max_burst_beats=4,
                             max_outstanding=64, id_width=4, max_tokens=4096,
                             channel_pages=loader_needs_channel_pages(policy)),
-        scorer=ScorerParams(lanes=8, query_bits=8),   # L = the sorter's P
+        scorer=ScorerParams(lanes=32, query_bits=8),   # L = the sorter's P
         # GQA-3 decode does 1.5 MAC per KV byte; 512 MAC/cycle at 1 GHz balances 341 GB/s,
         # above the 256 GB/s of this memory, so full-KV decode attention is memory-bound
         accel=AcceleratorParams(pe_lanes=512, softmax_lanes=32),
@@ -141,14 +144,17 @@ def _paper() -> Config:
         layout=KVLayout(head_dim=128, elem_bytes=2, burst_bytes=64, align_bytes=64,
                         page_tokens=16),
         policy=policy,
-        sorter=SorterParams(lanes=16, key_width=16, max_n=32768, max_k=4096, max_vec=128),
+        # 32 sorter and scorer lanes: the smallest equal-lane point (hw/scorer_sorter.py chains
+        # the two only with L = P) whose query-aware HiKV reaches >= 90 % of its bytes roofline
+        # (99.8 % at 1 GHz; 79 % at 16 lanes, scorer-bound) (docs/cost_model.md, section 10.000)
+        sorter=SorterParams(lanes=32, key_width=16, max_n=32768, max_k=4096, max_vec=128),
         # as `default`: 64-B beats, 64 B/cycle per loader, 8 loaders for the 460 B/cycle of
         # this memory; 32 reads of 4 beats in flight cover the latency for scattered 256-B
         # rows (32 x 4 >= 100 + 4)
         loader=LoaderParams(addr_width=40, data_width=512, max_burst_beats=4,
                             max_outstanding=32, id_width=4, max_tokens=32768,
                             channel_pages=loader_needs_channel_pages(policy)),
-        scorer=ScorerParams(lanes=16, query_bits=8),   # L = the sorter's P
+        scorer=ScorerParams(lanes=32, query_bits=8),   # L = the sorter's P
         # PE lanes sized so full-KV decode attention is memory-bound, as long-context decoding
         # is: GQA-4 decode does 2 MAC per KV byte; 1,024 MAC/cycle at 1 GHz balances 512 GB/s
         accel=AcceleratorParams(pe_lanes=1024, softmax_lanes=64, sram_kv_bytes=1 << 20,

@@ -121,7 +121,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clocks", choices=("assumed", "sta"), default="assumed",
                    help="block clocks: 'assumed' (accel.clock_hz or hand-set, default) or "
                    "'sta' (the timing flow's ASIC estimate of the preset's blocks, synthesised "
-                   "once; lane overrides keep the preset's build's clock)")
+                   "once; lane overrides keep the preset's build's clock, except with "
+                   "--tradeoff: each sorter lane count at its own synthesised build's clock)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--bench", action="store_true",
                    help="benchmark: time the analytic evaluation on random points")

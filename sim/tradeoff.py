@@ -2,7 +2,8 @@
 
 ``hikv sweep --tradeoff`` evaluates the query-aware HiKV of a preset over sorter lanes ``P`` x
 scoring-unit lanes ``L`` x loader instances ``I`` (every other parameter the preset's, every
-block at the sweep's clocks, the pipelined schedule of :mod:`hikv.sim.attention_model`) and
+block at the sweep's clocks, with the timing flow's clocks each sorter lane count at its own
+build's (:func:`sorter_clocks`), the pipelined schedule of :mod:`hikv.sim.attention_model`) and
 prices each point's HiKV units by our own synthesis:
 
 * **area** of the HiKV units = sorter(``P``) + scoring unit(``L``, where the preset scores
@@ -42,7 +43,8 @@ from .clocks import Clocks
 from .timing import TimingModel, default_timing, loader_instances
 
 __all__ = ["TARGET_SHARE", "ROOFLINE_TARGET", "BlockArea", "Tradeoff", "cached_synth",
-           "block_areas", "tradeoff", "summary", "write_tradeoff", "plot_tradeoff"]
+           "block_areas", "sorter_clocks", "tradeoff", "summary", "write_tradeoff",
+           "plot_tradeoff"]
 
 #: the seed paper's claim: HiKV's units about 8 % of the system area
 TARGET_SHARE = 0.08
@@ -173,8 +175,19 @@ def tradeoff(cfg: Config, *, sorter_lanes: list[int], scorer_lanes: list[int],
     timing = timing or default_timing()
     spec = MethodSpec.for_hikv(cfg.policy)
     full = attention_cost(MethodSpec(Method.FULL), cfg, timing=timing, clocks=clocks)
-    h = attention_cost(spec, cfg, Overrides(sorter_lanes=P, scorer_lanes=L, loader_instances=I_),
-                       timing=timing, clocks=clocks)
+    # one evaluation per sorter lane count, at that build's clock
+    so_clk = sorter_clocks(cfg, sorter_lanes, clocks, synthesise=synthesise)
+    time_s = np.zeros(len(combos))
+    frac = np.zeros(len(combos))
+    bottleneck = np.empty(len(combos), dtype=object)
+    for p_val, (_, ck) in so_clk.items():
+        sel = np.flatnonzero(P == p_val)
+        h = attention_cost(spec, cfg, Overrides(sorter_lanes=P[sel], scorer_lanes=L[sel],
+                                                loader_instances=I_[sel]),
+                           timing=timing, clocks=ck)
+        time_s[sel] = np.broadcast_to(np.asarray(h.time_s, dtype=float), sel.shape)
+        frac[sel] = np.broadcast_to(np.asarray(h.bytes_bound_fraction, dtype=float), sel.shape)
+        bottleneck[sel] = np.broadcast_to(np.asarray(h.bottleneck), sel.shape)
     # areas: baseline as the report's (accelerator_area without HiKV blocks), blocks per lanes
     t = cfg.accel.tech_nm
     base = accelerator_area(cfg, blocks=()).baseline_m2
@@ -189,18 +202,50 @@ def tradeoff(cfg: Config, *, sorter_lanes: list[int], scorer_lanes: list[int],
     buf = sum(i.area_m2 for i in pipeline_buffer_items(cfg))
     hikv = np.array([so[p].area_m2 + (sc[q].area_m2 if used else 0.0) + i * ld + buf
                      for p, q, i in combos])
-    origin = np.array(["; ".join(f"{x.block} {x.lanes}: {x.origin}" for x in
-                                 ([so[p]] + ([sc[q]] if used else []))
-                                 if x.origin != "synthesised") or "synthesised"
-                       for p, q, i in combos])
-    shape = (len(combos),)
-    b = lambda x: np.broadcast_to(np.asarray(x, dtype=float), shape)  # noqa: E731
+    origin = np.array(["; ".join([f"{x.block} {x.lanes}: {x.origin}" for x in
+                                  ([so[p]] + ([sc[q]] if used else []))
+                                  if x.origin != "synthesised"]
+                                 + ([so_clk[p][0]] if so_clk[p][0] else []))
+                       or "synthesised" for p, q, i in combos])
     return Tradeoff(
         preset=cfg.name, sorter_lanes=P, scorer_lanes=L, loaders=I_, area_baseline_m2=base,
-        area_hikv_m2=hikv, share=hikv / (base + hikv), steps_per_s=b(1.0 / h.time_s),
-        speedup_vs_full=b(full.time_s / h.time_s), bytes_bound_fraction=b(h.bytes_bound_fraction),
-        bottleneck=np.broadcast_to(np.asarray(h.bottleneck), shape), origin=origin,
+        area_hikv_m2=hikv, share=hikv / (base + hikv), steps_per_s=1.0 / time_s,
+        speedup_vs_full=float(full.time_s) / time_s, bytes_bound_fraction=frac,
+        bottleneck=bottleneck.astype(str), origin=origin,
         scorer_used=used, loader_rule=int(loader_instances(cfg)))
+
+
+def sorter_clocks(cfg: Config, lanes: list[int], clocks: Clocks | None, *,
+                  synthesise: bool = False) -> dict[int, tuple[str, Clocks | None]]:
+    """The clocks to time HiKV at with ``P`` sorter lanes, for each ``P`` in ``lanes``:
+    ``{P: (note, clocks)}``.
+
+    With the timing flow's sorter clock (``clocks.blocks["sorter"].origin == "sta"``) each
+    lane count is timed at **its own build's** estimate (:func:`hikv.sim.sta.block_clock`)
+    where that build is synthesised (cached, or ``synthesise``); a lane count without a
+    synthesis keeps the preset's build's clock and the note says so (the row's ``area``
+    column carries it). Assumed or hand-set clocks apply to every lane count (note empty).
+    """
+    if clocks is None or clocks.blocks["sorter"].origin != "sta":
+        return {int(p): ("", clocks) for p in sorted(set(lanes))}
+    from .sta import block_clock
+
+    out: dict[int, tuple[str, Clocks | None]] = {}
+    own = cfg.sorter.lanes
+    for p in sorted(set(int(x) for x in lanes)):
+        c = cfg.replace(sorter=dataclasses.replace(cfg.sorter, lanes=p))
+        if p == own:
+            out[p] = ("", clocks)
+        elif synthesise or cached_synth("sorter", c) is not None:
+            bc = block_clock("sorter", c)
+            blk = dataclasses.replace(clocks.blocks["sorter"], hz=float(bc["clock_hz"]),
+                                      source=bc["source"],
+                                      critical_path=bc["critical_path"])
+            out[p] = ("", dataclasses.replace(clocks, blocks={**clocks.blocks,
+                                                              "sorter": blk}))
+        else:
+            out[p] = (f"sorter {p}: clock of the {own}-lane build (not synthesised)", clocks)
+    return out
 
 
 _COLS = ("sorter_lanes", "scorer_lanes", "loaders", "area_hikv_mm2", "share_pct",

@@ -106,9 +106,12 @@ def _split_loader(cfg, c):
 
 
 def test_scorer_bound_hikv_follows_the_scorer_rule():
-    """`default`'s query-aware HiKV with its 8 scorer lanes: the scoring unit (G jobs of n
-    tokens per head) is the bottleneck: H x scorer + the last head's sort and attend."""
+    """`default`'s query-aware HiKV with 8 scorer and 8 sorter lanes (its lanes until session
+    5): the scoring unit (G jobs of n tokens per head) is the bottleneck: H x scorer + the last
+    head's sort and attend."""
     cfg = get_preset("default")
+    cfg = cfg.replace(sorter=dataclasses.replace(cfg.sorter, lanes=8),
+                      scorer=dataclasses.replace(cfg.scorer, lanes=8))
     c = attention_cost(MethodSpec.for_hikv(cfg.policy), cfg)
     H = cfg.model.kv_heads
     assert c.bottleneck == "scorer"

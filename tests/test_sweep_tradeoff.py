@@ -112,3 +112,47 @@ def test_cli_tradeoff_checks(tmp_path, capsys):
     assert main(["sweep", "--preset", "default", "--tradeoff", "--loaders", "0",
                  "--out", str(tmp_path / "c")]) == 2
     assert "--loaders 0" in capsys.readouterr().err
+
+
+def test_each_sorter_lane_count_at_its_own_builds_clock(monkeypatch):
+    """With the timing flow's sorter clock, a lane count with a synthesised build is timed at
+    that build's estimate, one without keeps the
+    preset's build's clock and says so; assumed clocks apply to every lane count."""
+    import hikv.sim.sta as S
+    from hikv.params import MethodSpec
+    from hikv.sim.attention_model import Overrides, attention_cost
+    from hikv.sim.clocks import assumed_clocks
+
+    cfg = get_preset("default")
+    monkeypatch.setattr(T, "cached_synth", _fake_cache({"sorter": {8, 16}}))
+    slow_hz = {8: 9e8, 16: 3e8}
+    monkeypatch.setattr(S, "block_clock", lambda block, c: {
+        "clock_hz": slow_hz[c.sorter.lanes], "source": "fake STA", "critical_path": "a -> b"})
+    base = assumed_clocks(cfg)
+    assert all(n == "" and ck is base
+               for n, ck in T.sorter_clocks(cfg, [8, 16, 32], base).values())
+    sta = dataclasses.replace(base, blocks={**base.blocks, "sorter": dataclasses.replace(
+        base.blocks["sorter"], origin="sta", hz=8e8)})
+    own = cfg.sorter.lanes
+    got = T.sorter_clocks(cfg, sorted({8, 16, 64, own}), sta)
+    assert got[own] == ("", sta)
+    for p in {8, 16} - {own}:
+        assert got[p][0] == "" and got[p][1].hz("sorter") == slow_hz[p]
+        assert got[p][1].hz("loader") == sta.hz("loader")
+    assert "64: clock of the" in got[64][0] and got[64][1] is sta
+    # the trade-off times each point at its sorter's clock: equal to a direct evaluation
+    import hikv.sim.area as A
+
+    monkeypatch.setattr(A, "accelerator_area",
+                        lambda cfg, blocks=(): SimpleNamespace(baseline_m2=1e-6))
+    monkeypatch.setattr(T, "cached_synth", _fake_cache({"sorter": {8, 16, 64},
+                                                         "scorer": {8, 32}}))
+    slow_hz[64] = 7e8
+    r = T.tradeoff(cfg, sorter_lanes=[16, 64], scorer_lanes=[32], loaders=[4], clocks=sta)
+    ck16 = T.sorter_clocks(cfg, [16], sta)[16][1]
+    want = attention_cost(MethodSpec.for_hikv(cfg.policy), cfg,
+                          Overrides(sorter_lanes=16, scorer_lanes=32, loader_instances=4),
+                          clocks=ck16)
+    i = int(np.flatnonzero(r.sorter_lanes == 16)[0])
+    assert r.steps_per_s[i] == pytest.approx(1.0 / float(want.time_s))
+    assert r.origin[i] == "synthesised"
