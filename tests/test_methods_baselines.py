@@ -428,5 +428,11 @@ def test_committed_iso_point_files_read_as_before() -> None:
                     best[s.method].budget, best[s.method].channels)):
                 best[s.method] = s
         want = ["full", *(best[m].label for m in Method if m in best)]
+        if not any(m.value.startswith("hikv") for m in best):
+            # a measured "no HiKV at iso-accuracy" (e.g. the partial 4k seed tables): the file
+            # is kept as a result, and the report refuses it with a clear error
+            with pytest.raises(ParamError, match="no HiKV point within tolerance"):
+                load_iso_accuracy(f, cfg)
+            continue
         got = load_iso_accuracy(f, cfg)
         assert [s.label for s in got.specs] == want, f
