@@ -119,14 +119,16 @@ def _pool_cell(args: tuple[list[Cell], SeedSuite, dict[str, Any], dict[str, list
 
 
 def _cell_state(cells_dir: Path, cell: Cell, suite: SeedSuite, redo: bool
-                ) -> tuple[list[dict[str, Any]], bool]:
+                ) -> tuple[list[dict[str, Any]], bool, tuple[float, float]]:
     """(rows on disk, whether the cell is complete: every method of the suite run or
-    skipped by the file's own record)."""
+    skipped by the file's own record, the wall and CPU seconds already spent on those rows:
+    a run that adds methods to the cell adds its time to them)."""
     path = cells_dir / f"{cell.key}.json"
     if redo or not path.is_file():
-        return [], False
+        return [], False, (0.0, 0.0)
     rows, meta = read_rows(path)
-    return rows, meta.get("suite_key") == suite_key(suite)
+    spent = (float(meta.get("wall_s") or 0.0), float(meta.get("cpu_s") or 0.0))
+    return rows, meta.get("suite_key") == suite_key(suite), spent
 
 
 def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
@@ -230,9 +232,12 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                             have={c.key: state[c.key][0] for c in g}, ppl_rows=ppl_of(g[0]),
                             skipped=skipped, partial_dir=cells_dir, resumed=resumed,
                             log=lambda m: log(f"\n{m}"))
-            # a resumed cell's time includes its journaled trials' (the killed run's)
-            w0 = max((w for w, _ in resumed.values()), default=0.0)
-            c0 = max((c for _, c in resumed.values()), default=0.0)
+            # a resumed cell's time includes its journaled trials' (the killed run's) and
+            # what its rows on disk took (a run adding methods to finished cells)
+            w0 = max((w for w, _ in resumed.values()), default=0.0) \
+                + sum(state[c.key][2][0] for c in g)
+            c0 = max((c for _, c in resumed.values()), default=0.0) \
+                + sum(state[c.key][2][1] for c in g)
             save_group(g, got, dataclasses.asdict(env["lm"].shape),
                        w0 + time.perf_counter() - tc, skipped, c0 + time.process_time() - pc)
     rows: list[dict[str, Any]] = []

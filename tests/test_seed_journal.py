@@ -131,4 +131,30 @@ def test_killed_suite_resumes_to_the_same_cells(tiny_model, tmp_path,  # noqa: F
             assert set(gm) == set(wm), (kill_after, p)
 
 
+def test_added_family_adds_its_time_to_the_cells(tiny_model, tmp_path) -> None:  # noqa: F811
+    """A run that adds a family to finished cells (``--add-families``) runs only that family
+    and adds its wall and CPU time to the cells' recorded time, not replaces it."""
+    from hikv.model.accuracy_io import read_rows, write_rows
+    from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+
+    model, cache = tiny_model
+    base = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",), trials=2,
+                               keep_min=0.0, ppl_tol=10.0, families=("snapkv",))
+    kw = {"model": str(model), "cache": cache, "preset": "tiny", "log": lambda _: None}
+    out = tmp_path / "seed"
+    run_seed_suite(base, out, **kw)
+    keys = ("ppl_1024", "passkey_prompt_1024", "passkey_follow-up_1024")
+    before = {}
+    for k in keys:      # an earlier run's time, far above what the added family takes
+        rows, meta = read_rows(out / "cells" / f"{k}.json")
+        before[k] = rows
+        write_rows(out / "cells", k, rows, {**meta, "wall_s": 1e6, "cpu_s": 2e6})
+    run_seed_suite(dataclasses.replace(base, families=("snapkv", "h2o")), out, **kw)
+    for k in keys:
+        rows, meta = read_rows(out / "cells" / f"{k}.json")
+        assert [r for r in rows if not r["label"].startswith("h2o")] == before[k], k
+        assert any(r["label"].startswith("h2o") for r in rows), k
+        assert 1e6 < meta["wall_s"] < 1e6 + 600 and 2e6 < meta["cpu_s"] < 2e6 + 600, (k, meta)
+
+
 from test_accuracy_cli import tiny_model  # noqa: E402,F401  (the shared fixture)
