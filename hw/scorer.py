@@ -53,7 +53,7 @@ from .scorer_timing import SCORER_DOT_STAGES, SCORER_STAGES, ScorerTiming
 from .sorter_compact import lanes_layout
 from .uops import popcount, uadd, uge, ult, usub
 
-__all__ = ["ScorerGeometry", "Scorer", "make_scorer"]
+__all__ = ["ScorerGeometry", "ScorerLane", "Scorer", "make_scorer"]
 
 _FP16_INF = 0x7C00
 #: bits per slice of the carry-select adders (one slice adder per pipeline stage)
@@ -262,8 +262,191 @@ def _onehot_index(m: Module, onehot: Value, name: str) -> Signal:
     return out
 
 
+class ScorerLane(wiring.Component):
+    """One lane of the scoring unit: one token's key per cycle, stages 1 to 11 of the module
+    docstring (a submodule, so the area flow can synthesise one lane and count ``L`` copies,
+    :func:`hikv.sim.area.block_synth`).
+
+    Parameters
+    ----------
+    geometry : ScorerGeometry
+        Query bits, ``d``, ``b``, key width (the lane count is the parent's).
+
+    Members
+    -------
+    token : ``In(geometry.token_layout())``
+        The token's codes, ``lo`` and ``step`` (the input beat's lane).
+    query : ``In(ArrayLayout(signed(query_bits), d))``
+        The job's query (the parent's registers).
+    qsum : ``In(qsum_width)``
+        ``Q``, registered by the parent in stage :data:`SCORER_DOT_STAGES`.
+    adv : ``In(1)``
+        The global pipeline advance.
+    key : ``Out(key_width)``
+        The sorter key, registered in stage :data:`SCORER_STAGES`.
+    """
+
+    def __init__(self, geometry: ScorerGeometry) -> None:
+        if not isinstance(geometry, ScorerGeometry):
+            raise TypeError(f"ScorerLane needs a ScorerGeometry, not {geometry!r}")
+        self.geometry = geometry
+        g = geometry
+        super().__init__({
+            "token": In(g.token_layout()),
+            "query": In(data.ArrayLayout(signed(g.query_bits), g.head_dim)),
+            "qsum": In(unsigned(g.qsum_width)),
+            "adv": In(1),
+            "key": Out(unsigned(g.key_width)),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        g = self.geometry
+        d, qb = g.head_dim, g.query_bits
+        wd, ws = g.dot_width, g.score_width
+        query = Value.cast(self.query)
+        stage = [0]
+
+        def reg(x: Value, name: str) -> Signal:
+            """``x`` registered in the current stage (advances with the pipeline)."""
+            r = Signal(len(Value.cast(x)), name=f"s{stage[0]}_{name}", reset_less=True)
+            with m.If(self.adv):
+                m.d.sync += r.eq(x)
+            return r
+
+        # ------------------------------------------- stages 1..DOT: D in carry-save
+        # D = sum_e q[e] code[e] = sum_e sum_k code[e][k] (q[e] << k): d x b partial
+        # products reduced by 3:2 compressors over the first DOT - 1 stages (modulo
+        # 2**dot_width: D fits), the carry-save pair added by a carry-select adder in the last
+        # stage (Q, shared by the lanes, is the parent's).
+        def qext(e: int, width: int) -> Value:
+            return _sext(query[e * qb:(e + 1) * qb], width)
+
+        tok = self.token
+        dot_vecs = [Mux(tok.codes[e][k],
+                        Cat(Const(0, k), qext(e, wd)[:wd - k]) if k else qext(e, wd),
+                        Const(0, wd))
+                    for e in range(d) for k in range(g.bits)]
+        # fp16 fields of lo and step: significand M, shift max(exp, 1) - 1, sign
+        fields = []
+        for pat in (tok.step, tok.lo):
+            exp = pat[10:15]
+            normal = exp.any()
+            fields.append(Cat(pat[:10], normal, Mux(normal, usub(exp, 1), 0)[:5], pat[15]))
+        csa_stages = SCORER_DOT_STAGES - 1
+        lv_dot = _csa_levels(dot_vecs, wd)
+        for s in range(csa_stages):
+            stage[0] = s + 1
+            # later stages take the extra level when the levels do not divide evenly
+            hi_d = lv_dot * (s + 1) // csa_stages
+            lo_d = lv_dot * s // csa_stages
+            vec = _csa_reduce(m, dot_vecs, wd, hi_d - lo_d, f"dot_{s}")
+            dot_vecs = [reg(x, f"dot_{i}") for i, x in enumerate(vec)]
+            fields = [reg(x, f"f_{i}") for i, x in enumerate(fields)]
+        stage[0] = SCORER_DOT_STAGES
+
+        if len(dot_vecs) == 1:
+            dsum = dot_vecs[0]
+        else:
+            dsum = _chunk_select(m, _chunk_sums(m, dot_vecs[0], dot_vecs[1], _CPA_CHUNK,
+                                                "dotsum"), "dotsum")
+        dot = reg(dsum, "dot")
+        fields = [reg(x, f"f_{i}") for i, x in enumerate(fields)]
+
+        # ------------------------------------------------------- the exact score S (W bits)
+        # S = (-1)^s_step M_step D 2^e_step + (-1)^s_lo M_lo Q 2^e_lo, all modulo 2**W (S
+        # fits): P1 the two products as carry-save pairs, P2 each shifted and inverted for a
+        # negative sign, P3 reduced to one pair for S and one for N = -S (~x = -x - 1, the
+        # missing ones as a small constant), C1/C2 both added by carry-select adders.
+        base = SCORER_DOT_STAGES
+        stage[0] = base + 1
+        st, lo = fields
+        a = _csa_mul(m, _sext(dot, ws), st[:11], ws, "pa")
+        b = _csa_mul(m, _sext(self.qsum, ws), lo[:11], ws, "pb")
+        pairs = ([reg(x, f"pa_{i}") for i, x in enumerate(a)]
+                 + [reg(x, f"pb_{i}") for i, x in enumerate(b)])
+        shifts = [reg(st[11:16], "sha")] * len(a) + [reg(lo[11:16], "shb")] * len(b)
+        signs = [reg(st[16], "sga")] * len(a) + [reg(lo[16], "sgb")] * len(b)
+
+        stage[0] = base + 2
+        terms = []
+        for i, (x, sh, sg) in enumerate(zip(pairs, shifts, signs, strict=True)):
+            moved = _shl(m, x, sh, ws, f"sh_{i}")
+            terms.append(reg(moved ^ sg.replicate(ws), f"t_{i}"))
+        # -x = ~x + 1: one 1 per inverted vector
+        k = reg(popcount(signs), "k")
+
+        stage[0] = base + 3
+        nt = len(terms)
+        kw = Signal(ws, name="kw")
+        m.d.comb += kw.eq(k)
+        knw = Signal(ws, name="knw")       # -S = sum(~t) + nt - k
+        m.d.comb += knw.eq(usub(Const(nt, len(k) + 1), k))
+        sv = _csa_reduce(m, terms + [kw], ws, 99, "rs")
+        nv = _csa_reduce(m, [~t for t in terms] + [knw], ws, 99, "rn")
+        ssum = [reg(x, f"s_{i}") for i, x in enumerate(sv)]
+        nsum = [reg(x, f"n_{i}") for i, x in enumerate(nv)]
+
+        stage[0] = base + 4
+        sparts = [(reg(a, f"sc_{k}_0"), reg(b, f"sc_{k}_1")) for k, (a, b)
+                  in enumerate(_chunk_sums(m, ssum[0], ssum[1], _CPA_CHUNK, "ssum"))]
+        nparts = [(reg(a, f"nc_{k}_0"), reg(b, f"nc_{k}_1")) for k, (a, b)
+                  in enumerate(_chunk_sums(m, nsum[0], nsum[1], _CPA_CHUNK, "nsum"))]
+
+        stage[0] = base + 5
+        sc = _chunk_select(m, sparts, "score")
+        nc = _chunk_select(m, nparts, "nscore")
+        neg = reg(sc[ws - 1], "neg")
+        mag = reg(Mux(sc[ws - 1], nc, sc), "mag")
+
+        # ------------------------------------------ fp16 rounding of S * 2**-24, the key
+        # R1: leading one p, sh1 = p - 11 (0 when |S| < 2**11); R2: the 11 kept bits and
+        # the guard bit mag[sh1], sticky = a one below the guard, the round-up bit;
+        # R3: the pattern (a carry out of the rounding increments the exponent field),
+        # overflow to infinity, the signed order-preserving key map.
+        stage[0] = base + 6
+        above = _suffix_or(m, mag, "above")
+        lead = mag & ~Cat(above[1:], Const(0, 1))
+        small = ~mag[11:].any()
+        # the leading one at position p >= 11 gives sh1 = p - 11; none above 10: 0
+        sh1 = _onehot_index(m, lead[11:], "sh1")
+        mag, sh1, small, neg = (reg(mag, "mag"), reg(sh1, "sh1"), reg(small, "small"),
+                                reg(neg, "neg"))
+
+        stage[0] = base + 7
+        r12 = Signal(12, name="r12")
+        m.d.comb += r12.eq(mag >> sh1)
+        # sticky: a one in mag[:sh1], below the guard bit (a thermometer mask of sh1)
+        sticky = Cat(*[mag[i] & ult(i, sh1) for i in range(ws - 12)]).any()
+        up = ~small & r12[0] & (sticky | r12[1])
+        e2 = uadd(sh1, 2)                             # the exponent field, before a carry
+        e3 = uadd(sh1, 3)                             # ... after a carry out of rounding
+        r12, e2, e3, ovf2, ovf3, small, up, neg = (
+            reg(r12, "r12"), reg(e2, "e2"), reg(e3, "e3"), reg(uge(e2, 31), "ovf2"),
+            reg(uge(e3, 31), "ovf3"), reg(small, "small"), reg(up, "up"), reg(neg, "neg"))
+
+        stage[0] = base + 8
+        mant = Signal(11, name="mant")                # the kept bits + up, and a carry
+        m.d.comb += mant.eq(uadd(r12[1:11], up))
+        carry = mant[10]
+        bits = Signal(15, name="bits")
+        with m.If(small):
+            m.d.comb += bits.eq(r12[:11])
+        with m.Elif(Mux(carry, ovf3, ovf2)):
+            m.d.comb += bits.eq(_FP16_INF)
+        with m.Else():
+            m.d.comb += bits.eq(Cat(mant[:10], Mux(carry, e3, e2)[:5]))
+        pat = Cat(bits, neg & bits.any())
+        mapped = Signal(16, name="mapped")
+        m.d.comb += mapped.eq(Mux(pat[15], ~pat, pat | 0x8000))
+        m.d.comb += self.key.eq(reg(mapped[16 - g.key_width:], "key"))
+        return m
+
+
 class Scorer(wiring.Component):
-    """Low-bit scoring unit (see the module docstring for function and architecture).
+    """Low-bit scoring unit (see the module docstring for function and architecture): the
+    job state, the control pipeline and the shared query sum ``Q``, and ``L``
+    :class:`ScorerLane` submodules ``lane0 .. lane{L-1}``.
 
     Parameters
     ----------
@@ -297,7 +480,7 @@ class Scorer(wiring.Component):
         m = Module()
         g = self.geometry
         lanes, d, iw = g.lanes, g.head_dim, g.index_width
-        wd, wq, ws = g.dot_width, g.qsum_width, g.score_width
+        wq = g.qsum_width
 
         # ---------------------------------------------------------------- job state
         query = [Signal(signed(g.query_bits), name=f"q{j}", reset_less=True)
@@ -329,9 +512,6 @@ class Scorer(wiring.Component):
                 m.d.sync += r.eq(x)
             return r
 
-        def next_stage() -> None:
-            stage[0] += 1
-
         # control: valid bit and (lane mask, last, first index) through every stage
         ctl: Value = Cat(self.i.payload.valid, self.i.payload.last, nxt)
         vin: Value = take
@@ -342,168 +522,24 @@ class Scorer(wiring.Component):
             vin = v[s]
             ctl = reg(ctl, "ctl")
 
-        # ------------------------------------------- stages 1..DOT: D (and Q) in carry-save
-        # D = sum_e q[e] code[e] = sum_e sum_k code[e][k] (q[e] << k): d x b partial
-        # products reduced by 3:2 compressors over the first DOT - 1 stages (modulo
-        # 2**dot_width: D fits), the carry-save pair added by a carry-select adder in the last
-        # stage. Q = sum_e q[e] goes through the same stages (per beat, shared by the lanes).
-        def qext(e: int, width: int) -> Value:
-            return _sext(query[e].as_unsigned(), width)
-
-        dot_vecs = [[Mux(self.i.payload.lanes[j].codes[e][k],
-                         Cat(Const(0, k), qext(e, wd)[:wd - k]) if k else qext(e, wd),
-                         Const(0, wd))
-                     for e in range(d) for k in range(g.bits)] for j in range(lanes)]
-        q_vecs = [qext(e, wq) for e in range(d)]
-        # fp16 fields of lo and step: significand M, shift max(exp, 1) - 1, sign
-        fields = []
-        for j in range(lanes):
-            tok = self.i.payload.lanes[j]
-            f = []
-            for pat in (tok.step, tok.lo):
-                exp = pat[10:15]
-                normal = exp.any()
-                f.append(Cat(pat[:10], normal, Mux(normal, usub(exp, 1), 0)[:5], pat[15]))
-            fields.append(f)
+        # ---------------------- stages 1..DOT: Q = sum_e q[e] (per beat, shared by the lanes)
+        q_vecs = [_sext(query[e].as_unsigned(), wq) for e in range(d)]
         csa_stages = SCORER_DOT_STAGES - 1
-        lv_dot = _csa_levels(dot_vecs[0], wd)
         lv_q = _csa_levels(q_vecs, wq)
         for s in range(csa_stages):
             stage[0] = s + 1
-            # later stages take the extra level when the levels do not divide evenly
-            hi_d = lv_dot * (s + 1) // csa_stages
-            lo_d = lv_dot * s // csa_stages
             hi_q = lv_q * (s + 1) // csa_stages
             lo_q = lv_q * s // csa_stages
-            for j in range(lanes):
-                vec = _csa_reduce(m, dot_vecs[j], wd, hi_d - lo_d, f"dot{j}_{s}")
-                dot_vecs[j] = [reg(x, f"dot{j}_{i}") for i, x in enumerate(vec)]
-                fields[j] = [reg(x, f"f{j}_{i}") for i, x in enumerate(fields[j])]
             vec = _csa_reduce(m, q_vecs, wq, hi_q - lo_q, f"qs_{s}")
             q_vecs = [reg(x, f"qs_{i}") for i, x in enumerate(vec)]
         stage[0] = SCORER_DOT_STAGES
+        if len(q_vecs) == 1:
+            qsum = reg(q_vecs[0], "qsum")
+        else:
+            qsum = reg(_chunk_select(m, _chunk_sums(m, q_vecs[0], q_vecs[1], _CPA_CHUNK,
+                                                    "qsum"), "qsum"), "qsum")
 
-        def cpa(vecs: list[Value], width: int, name: str) -> Value:
-            if len(vecs) == 1:
-                return vecs[0]
-            return _chunk_select(m, _chunk_sums(m, vecs[0], vecs[1], _CPA_CHUNK, name), name)
-
-        dots = [reg(cpa(dot_vecs[j], wd, f"dotsum{j}"), f"dot{j}") for j in range(lanes)]
-        qsum = reg(cpa(q_vecs, wq, "qsum"), "qsum")
-        fields = [[reg(x, f"f{j}_{i}") for i, x in enumerate(fields[j])] for j in range(lanes)]
-
-        # ------------------------------------------------------- the exact score S (W bits)
-        # S = (-1)^s_step M_step D 2^e_step + (-1)^s_lo M_lo Q 2^e_lo, all modulo 2**W (S
-        # fits): P1 the two products as carry-save pairs, P2 each shifted and inverted for a
-        # negative sign, P3 reduced to one pair for S and one for N = -S (~x = -x - 1, the
-        # missing ones as a small constant), C1/C2 both added by carry-select adders.
-        base = SCORER_DOT_STAGES
-        stage[0] = base + 1
-        pairs, shifts, signs = [], [], []
-        for j in range(lanes):
-            st, lo = fields[j]
-            a = _csa_mul(m, _sext(dots[j], ws), st[:11], ws, f"pa{j}")
-            b = _csa_mul(m, _sext(qsum, ws), lo[:11], ws, f"pb{j}")
-            pairs.append([reg(x, f"pa{j}_{i}") for i, x in enumerate(a)]
-                         + [reg(x, f"pb{j}_{i}") for i, x in enumerate(b)])
-            shifts.append([reg(st[11:16], f"sha{j}")] * len(a)
-                          + [reg(lo[11:16], f"shb{j}")] * len(b))
-            signs.append([reg(st[16], f"sga{j}")] * len(a) + [reg(lo[16], f"sgb{j}")] * len(b))
-
-        stage[0] = base + 2
-        terms, ks = [], []
-        for j in range(lanes):
-            t = []
-            for i, (x, sh, sg) in enumerate(zip(pairs[j], shifts[j], signs[j], strict=True)):
-                moved = _shl(m, x, sh, ws, f"sh{j}_{i}")
-                t.append(reg(moved ^ sg.replicate(ws), f"t{j}_{i}"))
-            terms.append(t)
-            # -x = ~x + 1: one 1 per inverted vector
-            ks.append(reg(popcount(signs[j]), f"k{j}"))
-
-        stage[0] = base + 3
-        ssum, nsum = [], []
-        nt = len(terms[0])
-        for j in range(lanes):
-            kw = Signal(ws, name=f"kw{j}")
-            m.d.comb += kw.eq(ks[j])
-            knw = Signal(ws, name=f"knw{j}")       # -S = sum(~t) + nt - k
-            m.d.comb += knw.eq(usub(Const(nt, len(ks[j]) + 1), ks[j]))
-            sv = _csa_reduce(m, terms[j] + [kw], ws, 99, f"rs{j}")
-            nv = _csa_reduce(m, [~t for t in terms[j]] + [knw], ws, 99, f"rn{j}")
-            ssum.append([reg(x, f"s{j}_{i}") for i, x in enumerate(sv)])
-            nsum.append([reg(x, f"n{j}_{i}") for i, x in enumerate(nv)])
-
-        stage[0] = base + 4
-        sparts, nparts = [], []
-        for j in range(lanes):
-            sparts.append([(reg(a, f"sc{j}_{k}_0"), reg(b, f"sc{j}_{k}_1")) for k, (a, b)
-                           in enumerate(_chunk_sums(m, ssum[j][0], ssum[j][1], _CPA_CHUNK,
-                                                    f"ssum{j}"))])
-            nparts.append([(reg(a, f"nc{j}_{k}_0"), reg(b, f"nc{j}_{k}_1")) for k, (a, b)
-                           in enumerate(_chunk_sums(m, nsum[j][0], nsum[j][1], _CPA_CHUNK,
-                                                    f"nsum{j}"))])
-
-        stage[0] = base + 5
-        mags, negs = [], []
-        for j in range(lanes):
-            sc = _chunk_select(m, sparts[j], f"score{j}")
-            nc = _chunk_select(m, nparts[j], f"nscore{j}")
-            neg = sc[ws - 1]
-            negs.append(reg(neg, f"neg{j}"))
-            mags.append(reg(Mux(neg, nc, sc), f"mag{j}"))
-
-        # ------------------------------------------ fp16 rounding of S * 2**-24, the key
-        # R1: leading one p, sh1 = p - 11 (0 when |S| < 2**11); R2: the 11 kept bits and
-        # the guard bit mag[sh1], sticky = a one below the guard, the round-up bit;
-        # R3: the pattern (a carry out of the rounding increments the exponent field),
-        # overflow to infinity, the signed order-preserving key map.
-        stage[0] = base + 6
-        r1 = []
-        for j in range(lanes):
-            mag = mags[j]
-            above = _suffix_or(m, mag, f"above{j}")
-            lead = mag & ~Cat(above[1:], Const(0, 1))
-            small = ~mag[11:].any()
-            # the leading one at position p >= 11 gives sh1 = p - 11; none above 10: 0
-            sh1 = _onehot_index(m, lead[11:], f"sh1_{j}")
-            r1.append((reg(mag, f"mag{j}"), reg(sh1, f"sh1_{j}"), reg(small, f"small{j}"),
-                       reg(negs[j], f"neg{j}")))
-
-        stage[0] = base + 7
-        r2 = []
-        for j in range(lanes):
-            mag, sh1, small, neg = r1[j]
-            r12 = Signal(12, name=f"r12_{j}")
-            m.d.comb += r12.eq(mag >> sh1)
-            # sticky: a one in mag[:sh1], below the guard bit (a thermometer mask of sh1)
-            sticky = Cat(*[mag[i] & ult(i, sh1) for i in range(ws - 12)]).any()
-            up = ~small & r12[0] & (sticky | r12[1])
-            e2 = uadd(sh1, 2)                             # the exponent field, before a carry
-            e3 = uadd(sh1, 3)                             # ... after a carry out of rounding
-            r2.append((reg(r12, f"r12_{j}"), reg(e2, f"e2_{j}"), reg(e3, f"e3_{j}"),
-                       reg(uge(e2, 31), f"ovf2_{j}"), reg(uge(e3, 31), f"ovf3_{j}"),
-                       reg(small, f"small{j}"), reg(up, f"up{j}"), reg(neg, f"neg{j}")))
-
-        stage[0] = base + 8
-        keys = []
-        for j in range(lanes):
-            r12, e2, e3, ovf2, ovf3, small, up, neg = r2[j]
-            mant = Signal(11, name=f"mant{j}")            # the kept bits + up, and a carry
-            m.d.comb += mant.eq(uadd(r12[1:11], up))
-            carry = mant[10]
-            bits = Signal(15, name=f"bits{j}")
-            with m.If(small):
-                m.d.comb += bits.eq(r12[:11])
-            with m.Elif(Mux(carry, ovf3, ovf2)):
-                m.d.comb += bits.eq(_FP16_INF)
-            with m.Else():
-                m.d.comb += bits.eq(Cat(mant[:10], Mux(carry, e3, e2)[:5]))
-            pat = Cat(bits, neg & bits.any())
-            mapped = Signal(16, name=f"mapped{j}")
-            m.d.comb += mapped.eq(Mux(pat[15], ~pat, pat | 0x8000))
-            keys.append(reg(mapped[16 - g.key_width:], f"key{j}"))
-
+        # --------------------------------------------- the lanes: D, S, the rounded key
         first = ctl[lanes + 1:]
         m.d.comb += [
             self.o.valid.eq(v[-1]),
@@ -511,7 +547,13 @@ class Scorer(wiring.Component):
             self.o.payload.last.eq(ctl[lanes]),
         ]
         for j in range(lanes):
-            m.d.comb += [self.o.payload.lanes[j].key.eq(keys[j]),
+            lane = ScorerLane(g)
+            m.submodules[f"lane{j}"] = lane
+            m.d.comb += [lane.token.eq(self.i.payload.lanes[j]),
+                         lane.qsum.eq(qsum),
+                         lane.adv.eq(adv)]
+            m.d.comb += [lane.query[e].eq(query[e]) for e in range(d)]
+            m.d.comb += [self.o.payload.lanes[j].key.eq(lane.key),
                          self.o.payload.lanes[j].index.eq(uadd(first, j)[:iw])]
         return m
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,10 +73,16 @@ __all__ = [
     "hikv_blocks",
     "scorer_used",
     "COMPOSITE_BLOCKS",
+    "HIER_FLOW_VERSION",
+    "HIERARCHICAL_BLOCKS",
+    "hierarchical_synthesis",
 ]
 
 #: bump when the synthesis script changes (part of the cache key)
 FLOW_VERSION = "4"
+#: bump when the hierarchical flow changes (:func:`hierarchical_synthesis`; part of its keys
+#: only, never of a flat synthesis's)
+HIER_FLOW_VERSION = "1"
 #: memories of at least this many bits are SRAM macros; smaller ones are flip-flops
 DEFAULT_SRAM_MIN_BITS = 4096
 #: HiKV's dedicated blocks (their area is the overhead), as registered in hikv.hw.blocks.
@@ -85,6 +92,10 @@ HIKV_BLOCKS = ("sorter", "loader")
 #: the low-bit scoring unit, counted when the preset's HiKV scores Stage I from low-bit keys
 #: (:func:`hikv_blocks`)
 SCORER_BLOCK = "scorer"
+#: blocks of identical replicated lanes that :func:`block_synth` synthesises hierarchically
+#: (:func:`hierarchical_synthesis`: one lane and the top, summed): the flat synthesis of the
+#: 32-lane scoring unit does not finish in an hour on a 2-core machine
+HIERARCHICAL_BLOCKS = ("scorer",)
 #: registered blocks that compose others (never part of the overhead): ``scorer_sorter`` is
 #: the low-bit scoring unit chained into the sorter (``scorer`` is counted on its own)
 COMPOSITE_BLOCKS = ("sorter_loader", "scorer_sorter")
@@ -123,6 +134,11 @@ class SynthResult:
     yosys: str = ""
     flow_version: str = FLOW_VERSION
     sram_min_bits: int = DEFAULT_SRAM_MIN_BITS
+    #: black-box instances left in the netlist (hierarchical flow's top): module -> count
+    blackbox_cells: dict[str, int] = field(default_factory=dict)
+    #: a hierarchical result (:func:`hierarchical_synthesis`): (part top, part key, copies)
+    #: of every distinct submodule synthesised once and counted ``copies`` times
+    parts: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def nand2_equivalents(self) -> float:
@@ -144,12 +160,17 @@ class SynthResult:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["macros"] = [asdict(mm) for mm in self.macros]
+        # a flat result's file keeps main's format (the cache is shared with older readers)
+        for k in ("blackbox_cells", "parts"):
+            if not d[k]:
+                del d[k]
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> SynthResult:
         d = dict(d)
         d["macros"] = tuple(MemoryMacro(**mm) for mm in d.get("macros", ()))
+        d["parts"] = tuple(tuple(p) for p in d.get("parts", ()))
         return SynthResult(**d)
 
 
@@ -238,8 +259,11 @@ def _run_yosys(script: str, workdir: Path, timeout_s: float) -> str:
     return log
 
 
-def _coarse_script(top: str) -> str:
+def _coarse_script(top: str, blackboxes: bool = False) -> str:
+    # the blackbox line only in the hierarchical flow: the flat script (and key) is unchanged
+    lib = "read_verilog -sv -lib blackboxes.v\n" if blackboxes else ""
     return (f"read_verilog -sv design.v\n"
+            f"{lib}"
             f"synth -top {top} -flatten -run begin:fine\n"
             f"write_rtlil coarse.il\n"
             f"select t:$mem_v2\n"
@@ -306,52 +330,67 @@ def netlist_path(res: SynthResult) -> Path:
 
 
 def synth_key(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
-              cells: CellLibrary | None = None) -> str:
-    """The cache key of :func:`synthesize` (Verilog, top, flow, Liberty, ``sram_min_bits``),
-    without synthesising."""
+              cells: CellLibrary | None = None, blackboxes: str = "") -> str:
+    """The cache key of :func:`synthesize` (Verilog, top, flow, Liberty, ``sram_min_bits``,
+    and the black-box modules of the hierarchical flow where there are any), without
+    synthesising."""
     if not isinstance(sram_min_bits, int) or sram_min_bits < 1:
         raise ParamError(f"sram_min_bits = {sram_min_bits!r} is out of range: allowed >= 1")
     cells = cells or load_cells()
-    return text_hash(verilog, top, FLOW_VERSION, cells.digest, str(sram_min_bits),
-                     _fine_script(top, cells, []), _coarse_script(top))
+    parts = [verilog, top, FLOW_VERSION, cells.digest, str(sram_min_bits),
+             _fine_script(top, cells, []), _coarse_script(top)]
+    if blackboxes:
+        # hierarchical mode: its own key (the flat key above is unchanged without blackboxes)
+        parts += ["hier", HIER_FLOW_VERSION, blackboxes, _coarse_script(top, True)]
+    return text_hash(*parts)
 
 
-def _cache_files(verilog: str, top: str, sram_min_bits: int, cells: CellLibrary
-                 ) -> tuple[str, Path, Path]:
+def _cache_files(verilog: str, top: str, sram_min_bits: int, cells: CellLibrary,
+                 blackboxes: str = "") -> tuple[str, Path, Path]:
     """(key, result file, netlist file) of :func:`synthesize`'s cache for this design."""
-    key = synth_key(verilog, top, sram_min_bits=sram_min_bits, cells=cells)
+    key = synth_key(verilog, top, sram_min_bits=sram_min_bits, cells=cells,
+                    blackboxes=blackboxes)
     cache = cache_dir() / "synth"
     return key, cache / f"{top}-{key}.json", cache / f"{top}-{key}.netlist.json.gz"
 
 
 def cached_synthesis(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
-                     cells: CellLibrary | None = None) -> SynthResult | None:
+                     cells: CellLibrary | None = None, blackboxes: str = ""
+                     ) -> SynthResult | None:
     """:func:`synthesize`'s cached result for this design, or None (Yosys is not run)."""
-    _, hit, _ = _cache_files(verilog, top, sram_min_bits, cells or load_cells())
+    _, hit, _ = _cache_files(verilog, top, sram_min_bits, cells or load_cells(), blackboxes)
     return SynthResult.from_dict(json.loads(hit.read_text())) if hit.exists() else None
 
 
 def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
                cells: CellLibrary | None = None, use_cache: bool = True,
-               timeout_s: float = 3600, netlist: bool = False) -> SynthResult:
+               timeout_s: float = 3600, netlist: bool = False,
+               blackboxes: str = "") -> SynthResult:
     """Synthesise ``verilog`` (top module ``top``) to sky130_fd_sc_hd cells; cached.
 
     ``netlist=True`` also keeps the mapped netlist (Yosys JSON) at :func:`netlist_path` (the
     timing flow, :mod:`hikv.sim.sta`, reads it; same synthesis, same cache key).
+    ``blackboxes``: Verilog of modules that ``verilog`` instantiates, read as black boxes
+    (``read_verilog -lib``: kept as cells, their inputs kept as loads, no area); their
+    instances are left out of ``cells`` and counted in ``blackbox_cells``. Used by
+    :func:`hierarchical_synthesis`; a different cache key (:func:`synth_key`).
     Raises :class:`~hikv.sim.cells.CellsUnavailable` when the cell library has not been fetched
     and :class:`SynthError` when Yosys fails.
     """
     cells = cells or load_cells()
-    key, hit, net_file = _cache_files(verilog, top, sram_min_bits, cells)
+    key, hit, net_file = _cache_files(verilog, top, sram_min_bits, cells, blackboxes)
     cache = hit.parent
     cache.mkdir(parents=True, exist_ok=True)
     if use_cache and hit.exists() and (not netlist or net_file.exists()):
         return SynthResult.from_dict(json.loads(hit.read_text()))
+    boxed = set(_module_names(blackboxes)) if blackboxes else set()
     with tempfile.TemporaryDirectory(dir=cache, prefix=f"{top}-") as tmp:
         work = Path(tmp)
         (work / "design.v").write_text(verilog)
+        if blackboxes:
+            (work / "blackboxes.v").write_text(blackboxes)
         shutil.copyfile(cells.liberty, work / "cells.lib")
-        _run_yosys(_coarse_script(top), work, timeout_s)
+        _run_yosys(_coarse_script(top, bool(blackboxes)), work, timeout_s)
         mems = _memories(work / "memories.json")
         macros = [mm for mm in mems if mm.bits >= sram_min_bits]
         _run_yosys(_fine_script(top, cells, macros)
@@ -365,13 +404,16 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
             tmp_net.replace(net_file)
     mods = stat["modules"]
     mod = mods.get(f"\\{top}") or next(iter(mods.values()))
+    by_type = {k: int(v) for k, v in sorted(mod["num_cells_by_type"].items())}
+    bb = {k: n for k, n in by_type.items() if k.lstrip("\\") in boxed}
     res = SynthResult(
         top=top, key=key,
         area_m2=float(mod.get("area", 0.0)) * 1e-12,     # absent when no cell is left
         sequential_area_m2=float(mod.get("sequential_area", 0.0)) * 1e-12,
-        cells={k: int(v) for k, v in sorted(mod["num_cells_by_type"].items())},
+        cells={k: n for k, n in by_type.items() if k not in bb},
         nand2_cell_area_m2=cells.nand2_area_m2,
-        macros=tuple(macros), yosys=_yosys_version(), sram_min_bits=sram_min_bits)
+        macros=tuple(macros), yosys=_yosys_version(), sram_min_bits=sram_min_bits,
+        blackbox_cells={k.lstrip("\\"): n for k, n in bb.items()})
     unknown = [c for c in res.cells if c not in cells.areas_m2]
     if unknown:
         raise SynthError(f"{top}: unmapped cells after synthesis: {unknown} (the area would be "
@@ -380,6 +422,125 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
     tmp_file.write_text(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
     tmp_file.replace(hit)
     return res
+
+
+# --------------------------------------------------------------------------- hierarchical
+#: one module of Amaranth's (unflattened) Verilog: its attributes, header and body
+_MODULE_RE = re.compile(r"((?:\(\*[^\n]*\*\)\n)*module (\S+) ?\(.*?\nendmodule\n)", re.S)
+#: a dummy register the Verilog backend numbers per module (the only text that differs
+#: between two instances of one lane besides the module name)
+_AUTO_RE = re.compile(r"\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+")
+
+
+def _modules(verilog: str) -> dict[str, str]:
+    """Module name (without the escape backslash) -> its text, in the order of ``verilog``."""
+    return {name.lstrip("\\"): text for text, name in _MODULE_RE.findall(verilog)}
+
+
+def _module_names(verilog: str) -> list[str]:
+    return list(_modules(verilog))
+
+
+def _canonical(text: str, new_name: str) -> str:
+    """A module's text under ``new_name``, its backend-numbered dummy register renamed, so
+    two instances of the same submodule give the same text."""
+    text = re.sub(r"^module \S+ ?\(", f"module {new_name} (", text, count=1, flags=re.M)
+    return _AUTO_RE.sub(lambda _: "\\$auto$hikv_part", text)
+
+
+def _instantiates(text: str, names: list[str]) -> list[str]:
+    """Which of the modules ``names`` the module ``text`` instantiates."""
+    body = text.split(";", 1)[1] if ";" in text else text
+    return [n for n in names
+            if re.search(rf"^\s*\\?{re.escape(n)}\s", body, re.M)]
+
+
+def hierarchical_synthesis(verilog: str, top: str, *,
+                           sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
+                           cells: CellLibrary | None = None, cached_only: bool = False,
+                           timeout_s: float = 3600) -> SynthResult | None:
+    """Area of an unflattened design (Amaranth's Verilog, one module per submodule
+    instance) by synthesising each *distinct* submodule once and the top with the submodules
+    as black boxes, summed: ``top + sum over instances``.
+
+    * Submodules are grouped by their text without the module name (and the backend's
+      numbered dummy register, :func:`_canonical`); each group is synthesised once by the
+      flat flow (:func:`synthesize`, unchanged, cached under its own key) as
+      ``<top>__<name without its instance number>``.
+    * The top is synthesised by the same flow with the submodules read as black boxes
+      (``read_verilog -lib``): their input logic stays (the black boxes are its loads),
+      their cells are not counted (:func:`synth_key` with ``blackboxes``: a different key).
+    * Nothing is optimised across a submodule boundary (constants, shared or unused logic),
+      so the sum is an upper bound of the flat synthesis's area (measured: docs/cost_model.md,
+      section 3).
+
+    Returns a :class:`SynthResult` whose ``parts`` lists (part top, part key, copies) and
+    whose ``key`` combines the top's and the parts' keys; ``cached_only``: None unless every
+    piece is cached (Yosys is not run). Submodules that instantiate further submodules are
+    refused (:class:`SynthError`).
+    """
+    cells = cells or load_cells()
+    mods = _modules(verilog)
+    if top not in mods:
+        raise SynthError(f"hierarchical synthesis: no module {top!r} in the Verilog "
+                         f"(modules: {list(mods)})")
+    subs = {n: t for n, t in mods.items() if n != top}
+    for n, t in subs.items():
+        nested = _instantiates(t, [x for x in mods if x != n])
+        if nested:
+            raise SynthError(f"hierarchical synthesis of {top}: submodule {n} instantiates "
+                             f"{nested}; only one level of hierarchy is supported")
+    # distinct submodules: canonical text -> (part top, instances)
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for n, t in subs.items():
+        base = f"{top}__" + re.sub(r"[^A-Za-z0-9_]", "_", re.sub(r"\d+$", "", n.split(".")[-1]))
+        canon = _canonical(t, base)
+        if canon in groups:
+            groups[canon][1].append(n)
+            continue
+        if any(p == base for p, _ in groups.values()):
+            base = f"{base}_{text_hash(canon, length=8)}"
+            canon = _canonical(t, base)
+        groups[canon] = (base, [n])
+    top_text = mods[top]
+    boxes = "".join(subs.values())
+    if cached_only:
+        top_res = cached_synthesis(top_text, top, sram_min_bits=sram_min_bits, cells=cells,
+                                   blackboxes=boxes)
+        part_res = [cached_synthesis(c, p, sram_min_bits=sram_min_bits, cells=cells)
+                    for c, (p, _) in groups.items()]
+        if top_res is None or any(r is None for r in part_res):
+            return None
+    else:
+        part_res = [synthesize(c, p, sram_min_bits=sram_min_bits, cells=cells,
+                               timeout_s=timeout_s) for c, (p, _) in groups.items()]
+        top_res = synthesize(top_text, top, sram_min_bits=sram_min_bits, cells=cells,
+                             timeout_s=timeout_s, blackboxes=boxes)
+    assert top_res is not None
+    if boxes and sum(top_res.blackbox_cells.values()) != len(subs):
+        raise SynthError(f"hierarchical synthesis of {top}: {len(subs)} submodule instances "
+                         f"expected as black boxes, found {top_res.blackbox_cells}")
+    area, seq = top_res.area_m2, top_res.sequential_area_m2
+    cell_count = dict(top_res.cells)
+    macros = list(top_res.macros)
+    parts = []
+    for res, (_, insts) in zip(part_res, groups.values(), strict=True):
+        assert res is not None
+        n = len(insts)
+        area += n * res.area_m2
+        seq += n * res.sequential_area_m2
+        for c, k in res.cells.items():
+            cell_count[c] = cell_count.get(c, 0) + n * k
+        macros += [MemoryMacro(f"{i}.{mm.name}", mm.width, mm.depth, mm.read_ports,
+                               mm.write_ports) for i in insts for mm in res.macros]
+        parts.append((res.top, res.key, n))
+    key = text_hash("hier", HIER_FLOW_VERSION, top_res.key,
+                    *[f"{p}:{k}x{n}" for p, k, n in parts])
+    return SynthResult(top=top, key=key, area_m2=area, sequential_area_m2=seq,
+                       cells=dict(sorted(cell_count.items())),
+                       nand2_cell_area_m2=top_res.nand2_cell_area_m2, macros=tuple(macros),
+                       yosys=top_res.yosys, flow_version=f"{FLOW_VERSION}+hier{HIER_FLOW_VERSION}",
+                       sram_min_bits=sram_min_bits, parts=tuple(parts))
 
 
 # --------------------------------------------------------------------------- node, SRAM
@@ -479,17 +640,25 @@ def unit_synth(name: str, cfg: Config, sram_min_bits: int) -> SynthResult:
 
 
 def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
-                cached_only: bool = False) -> SynthResult | None:
+                cached_only: bool = False, flat: bool = False) -> SynthResult | None:
     """Synthesise a registered block (a :class:`hikv.hw.blocks.Block` or its name) for ``cfg``.
 
     Works for any block with ``verilog(cfg)`` and ``toplevel``: the sorter and the loader the
     moment they are registered in :data:`hikv.hw.blocks.BLOCKS`. ``cached_only``: the cached
-    result or None, without running Yosys (:func:`cached_synthesis`).
+    result or None, without running Yosys (:func:`cached_synthesis`). The blocks of
+    :data:`HIERARCHICAL_BLOCKS` go through :func:`hierarchical_synthesis` of their unflattened
+    Verilog unless ``flat`` (the flat flow, for validation).
     """
     if isinstance(block, str):
         from hikv.hw.blocks import get_block
 
         block = get_block(block)
+    if not flat and block.name in HIERARCHICAL_BLOCKS:
+        from hikv.hw.verilog import to_verilog
+
+        v = to_verilog(block.component(cfg), block.toplevel, flatten=False)
+        return hierarchical_synthesis(v, block.toplevel, sram_min_bits=sram_min_bits,
+                                      cached_only=cached_only)
     if cached_only:
         return cached_synthesis(block.verilog(cfg), block.toplevel, sram_min_bits=sram_min_bits)
     return synthesize(block.verilog(cfg), block.toplevel, sram_min_bits=sram_min_bits)
@@ -525,6 +694,9 @@ def loader_instances(cfg: Config, loader_clock_hz: float | None = None) -> int:
 
 def _item(name: str, count: float, res: SynthResult, tech_nm: int, what: str) -> list[AreaItem]:
     ge = res.nand2_equivalents
+    if res.parts:
+        what += " hierarchically (" + " + ".join(f"{n} x {p}" for p, _, n in res.parts) \
+            + " + top)"
     items = [AreaItem(name, count, float(logic_area_m2(ge, tech_nm)), ge,
                       f"{what}: Yosys -> sky130_fd_sc_hd, {ge:,.0f} NAND2 eq. -> "
                       f"FreePDK45 NAND2 x node factor")]
