@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _signals import sigint_default
 
 from hikv.scripts.cli import main
 
@@ -254,7 +255,8 @@ def test_ctrl_c_in_a_real_run_then_a_rerun(tmp_path):
     # output folder is only written at the end: waiting for it raced with fast machines)
     argv = [*HIKV, "serve", "--preset", "default", "--method", "all", "--requests", "20000",
             "--rate", "50", "--goodput", "--out", str(out)]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)
     time.sleep(10.0)
     assert p.poll() is None, "the run finished before it could be interrupted"
     p.send_signal(signal.SIGINT)

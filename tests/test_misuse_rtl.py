@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _signals import sigint_default
 
 pytestmark = [pytest.mark.rtl, pytest.mark.slow, pytest.mark.concurrency]
 
@@ -49,7 +50,7 @@ def test_interrupted_build_then_rerun_and_corrupt_pch(tmp_path):
     from hikv.toolchain import BUILD_STAMP
 
     cache = tmp_path / "cache"
-    p = _start(cache, "sorter", 3, start_new_session=True)
+    p = _start(cache, "sorter", 3, start_new_session=True, preexec_fn=sigint_default)
     deadline = time.time() + 600
     objs: list[Path] = []
     while time.time() < deadline and p.poll() is None:
