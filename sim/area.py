@@ -383,7 +383,7 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
     cache.mkdir(parents=True, exist_ok=True)
     if use_cache and hit.exists() and (not netlist or net_file.exists()):
         return SynthResult.from_dict(json.loads(hit.read_text()))
-    boxed = set(_module_names(blackboxes)) if blackboxes else set()
+    boxed = set(_modules(blackboxes)) if blackboxes else set()
     with tempfile.TemporaryDirectory(dir=cache, prefix=f"{top}-") as tmp:
         work = Path(tmp)
         (work / "design.v").write_text(verilog)
@@ -435,10 +435,6 @@ _AUTO_RE = re.compile(r"\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+")
 def _modules(verilog: str) -> dict[str, str]:
     """Module name (without the escape backslash) -> its text, in the order of ``verilog``."""
     return {name.lstrip("\\"): text for text, name in _MODULE_RE.findall(verilog)}
-
-
-def _module_names(verilog: str) -> list[str]:
-    return list(_modules(verilog))
 
 
 def _canonical(text: str, new_name: str) -> str:
