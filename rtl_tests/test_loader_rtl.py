@@ -81,7 +81,8 @@ def test_hikv_verilog_loader(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 @pytest.mark.rtl
 @pytest.mark.slow
 @pytest.mark.parametrize("variant,jobs", [("tiny", 40), ("tiny+wide", 30), ("tiny+packed", 30),
-                                          ("tiny+packed8", 30)])
+                                          pytest.param("tiny+packed8", 30,
+                                                       marks=pytest.mark.extended)])
 def test_loader_cocotb_regression(variant: str, jobs: int) -> None:
     cfg = _variant(variant)
     rep = run_regression(cfg, seed=SEED, jobs=jobs)

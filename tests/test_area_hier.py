@@ -155,6 +155,7 @@ def test_scorer_goes_through_the_hierarchical_flow(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.extended    # CI checks the method on a small design (the test above)
 def test_tiny_scorer_hierarchical_area_matches_flat():
     """Method check on a real block (docs/cost_model.md, section 3): the tiny scoring unit
     with 2 lanes, flat against hierarchical. Measured on 4 lanes: 95,148 flat, 95,358

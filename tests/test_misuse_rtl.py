@@ -35,7 +35,7 @@ def _finish(p: subprocess.Popen, what: str) -> str:
     return out
 
 
-@pytest.mark.parametrize("block", ["sorter", "loader"])
+@pytest.mark.parametrize("block", [pytest.param("sorter", marks=pytest.mark.extended), "loader"])
 def test_two_concurrent_cold_cache_runs_both_pass(tmp_path, block):
     cache = tmp_path / "cache"
     # the same seed on purpose: the run folders must still differ
