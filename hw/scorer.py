@@ -237,6 +237,47 @@ def _chunk_select(m: Module, sums: list[tuple[Value, Value]], name: str) -> Sign
     return out
 
 
+class _Pipe:
+    """Pipeline registers named by their stage: :meth:`reg` registers a value as
+    ``s<stage>_<name>``, loaded when ``adv`` (the pipeline advances); :attr:`stage` is set
+    by the caller as it walks the stages."""
+
+    def __init__(self, m: Module, adv: Value) -> None:
+        self.m, self.adv, self.stage = m, adv, 0
+
+    def reg(self, x: Value, name: str) -> Signal:
+        """``x`` registered in the current stage (advances with the pipeline)."""
+        r = Signal(len(Value.cast(x)), name=f"s{self.stage}_{name}", reset_less=True)
+        with self.m.If(self.adv):
+            self.m.d.sync += r.eq(x)
+        return r
+
+
+def _pipelined_sum(m: Module, p: _Pipe, vecs: list[Value], width: int, name: str,
+                   adder: str, out: str, *, ride: list[Value] | None = None
+                   ) -> tuple[Signal, list[Value]]:
+    """``sum(vecs)`` modulo ``2**width`` over stages 1..:data:`SCORER_DOT_STAGES`: 3:2
+    compressors spread over the first ``DOT - 1`` stages (later stages take the extra level
+    when the levels do not divide evenly; registers ``s<k>_<name>_<i>``), the carry-save pair
+    added by a carry-select adder (``adder``) and registered in the last stage (``out``). ``ride``:
+    values registered beside the vectors in each compressor stage (``s<k>_f_<i>``), returned
+    as they leave the last one."""
+    ride = list(ride or [])
+    csa_stages = SCORER_DOT_STAGES - 1
+    levels = _csa_levels(vecs, width)
+    for s in range(csa_stages):
+        p.stage = s + 1
+        hi, lo = levels * (s + 1) // csa_stages, levels * s // csa_stages
+        vec = _csa_reduce(m, vecs, width, hi - lo, f"{name}_{s}")
+        vecs = [p.reg(x, f"{name}_{i}") for i, x in enumerate(vec)]
+        ride = [p.reg(x, f"f_{i}") for i, x in enumerate(ride)]
+    p.stage = SCORER_DOT_STAGES
+    if len(vecs) == 1:
+        return p.reg(vecs[0], out), ride
+    return p.reg(_chunk_select(m, _chunk_sums(m, vecs[0], vecs[1], _CPA_CHUNK, adder), adder),
+                 out), ride
+
+
 def _suffix_or(m: Module, x: Value, name: str) -> Signal:
     """``above[i] = x[i] | x[i + 1] | ...``: a log-depth OR scan."""
     w = len(x)
@@ -305,14 +346,8 @@ class ScorerLane(wiring.Component):
         d, qb = g.head_dim, g.query_bits
         wd, ws = g.dot_width, g.score_width
         query = Value.cast(self.query)
-        stage = [0]
-
-        def reg(x: Value, name: str) -> Signal:
-            """``x`` registered in the current stage (advances with the pipeline)."""
-            r = Signal(len(Value.cast(x)), name=f"s{stage[0]}_{name}", reset_less=True)
-            with m.If(self.adv):
-                m.d.sync += r.eq(x)
-            return r
+        p = _Pipe(m, self.adv)
+        reg = p.reg
 
         # ------------------------------------------- stages 1..DOT: D in carry-save
         # D = sum_e q[e] code[e] = sum_e sum_k code[e][k] (q[e] << k): d x b partial
@@ -333,24 +368,7 @@ class ScorerLane(wiring.Component):
             exp = pat[10:15]
             normal = exp.any()
             fields.append(Cat(pat[:10], normal, Mux(normal, usub(exp, 1), 0)[:5], pat[15]))
-        csa_stages = SCORER_DOT_STAGES - 1
-        lv_dot = _csa_levels(dot_vecs, wd)
-        for s in range(csa_stages):
-            stage[0] = s + 1
-            # later stages take the extra level when the levels do not divide evenly
-            hi_d = lv_dot * (s + 1) // csa_stages
-            lo_d = lv_dot * s // csa_stages
-            vec = _csa_reduce(m, dot_vecs, wd, hi_d - lo_d, f"dot_{s}")
-            dot_vecs = [reg(x, f"dot_{i}") for i, x in enumerate(vec)]
-            fields = [reg(x, f"f_{i}") for i, x in enumerate(fields)]
-        stage[0] = SCORER_DOT_STAGES
-
-        if len(dot_vecs) == 1:
-            dsum = dot_vecs[0]
-        else:
-            dsum = _chunk_select(m, _chunk_sums(m, dot_vecs[0], dot_vecs[1], _CPA_CHUNK,
-                                                "dotsum"), "dotsum")
-        dot = reg(dsum, "dot")
+        dot, fields = _pipelined_sum(m, p, dot_vecs, wd, "dot", "dotsum", "dot", ride=fields)
         fields = [reg(x, f"f_{i}") for i, x in enumerate(fields)]
 
         # ------------------------------------------------------- the exact score S (W bits)
@@ -359,7 +377,7 @@ class ScorerLane(wiring.Component):
         # negative sign, P3 reduced to one pair for S and one for N = -S (~x = -x - 1, the
         # missing ones as a small constant), C1/C2 both added by carry-select adders.
         base = SCORER_DOT_STAGES
-        stage[0] = base + 1
+        p.stage = base + 1
         st, lo = fields
         a = _csa_mul(m, _sext(dot, ws), st[:11], ws, "pa")
         b = _csa_mul(m, _sext(self.qsum, ws), lo[:11], ws, "pb")
@@ -368,7 +386,7 @@ class ScorerLane(wiring.Component):
         shifts = [reg(st[11:16], "sha")] * len(a) + [reg(lo[11:16], "shb")] * len(b)
         signs = [reg(st[16], "sga")] * len(a) + [reg(lo[16], "sgb")] * len(b)
 
-        stage[0] = base + 2
+        p.stage = base + 2
         terms = []
         for i, (x, sh, sg) in enumerate(zip(pairs, shifts, signs, strict=True)):
             moved = _shl(m, x, sh, ws, f"sh_{i}")
@@ -376,7 +394,7 @@ class ScorerLane(wiring.Component):
         # -x = ~x + 1: one 1 per inverted vector
         k = reg(popcount(signs), "k")
 
-        stage[0] = base + 3
+        p.stage = base + 3
         nt = len(terms)
         kw = Signal(ws, name="kw")
         m.d.comb += kw.eq(k)
@@ -387,13 +405,13 @@ class ScorerLane(wiring.Component):
         ssum = [reg(x, f"s_{i}") for i, x in enumerate(sv)]
         nsum = [reg(x, f"n_{i}") for i, x in enumerate(nv)]
 
-        stage[0] = base + 4
+        p.stage = base + 4
         sparts = [(reg(a, f"sc_{k}_0"), reg(b, f"sc_{k}_1")) for k, (a, b)
                   in enumerate(_chunk_sums(m, ssum[0], ssum[1], _CPA_CHUNK, "ssum"))]
         nparts = [(reg(a, f"nc_{k}_0"), reg(b, f"nc_{k}_1")) for k, (a, b)
                   in enumerate(_chunk_sums(m, nsum[0], nsum[1], _CPA_CHUNK, "nsum"))]
 
-        stage[0] = base + 5
+        p.stage = base + 5
         sc = _chunk_select(m, sparts, "score")
         nc = _chunk_select(m, nparts, "nscore")
         neg = reg(sc[ws - 1], "neg")
@@ -404,7 +422,7 @@ class ScorerLane(wiring.Component):
         # the guard bit mag[sh1], sticky = a one below the guard, the round-up bit;
         # R3: the pattern (a carry out of the rounding increments the exponent field),
         # overflow to infinity, the signed order-preserving key map.
-        stage[0] = base + 6
+        p.stage = base + 6
         above = _suffix_or(m, mag, "above")
         lead = mag & ~Cat(above[1:], Const(0, 1))
         small = ~mag[11:].any()
@@ -413,7 +431,7 @@ class ScorerLane(wiring.Component):
         mag, sh1, small, neg = (reg(mag, "mag"), reg(sh1, "sh1"), reg(small, "small"),
                                 reg(neg, "neg"))
 
-        stage[0] = base + 7
+        p.stage = base + 7
         r12 = Signal(12, name="r12")
         m.d.comb += r12.eq(mag >> sh1)
         # sticky: a one in mag[:sh1], below the guard bit (a thermometer mask of sh1)
@@ -425,7 +443,7 @@ class ScorerLane(wiring.Component):
             reg(r12, "r12"), reg(e2, "e2"), reg(e3, "e3"), reg(uge(e2, 31), "ovf2"),
             reg(uge(e3, 31), "ovf3"), reg(small, "small"), reg(up, "up"), reg(neg, "neg"))
 
-        stage[0] = base + 8
+        p.stage = base + 8
         mant = Signal(11, name="mant")                # the kept bits + up, and a carry
         m.d.comb += mant.eq(uadd(r12[1:11], up))
         carry = mant[10]
@@ -503,20 +521,14 @@ class Scorer(wiring.Component):
             m.d.sync += [query[j].eq(self.cfg.payload.query[j]) for j in range(d)]
             m.d.sync += [nxt.eq(self.cfg.payload.first), active.eq(1)]
 
-        stage = [0]
-
-        def reg(x: Value, name: str) -> Signal:
-            """``x`` registered in the current stage (advances with the pipeline)."""
-            r = Signal(len(Value.cast(x)), name=f"s{stage[0]}_{name}", reset_less=True)
-            with m.If(adv):
-                m.d.sync += r.eq(x)
-            return r
+        p = _Pipe(m, adv)
+        reg = p.reg
 
         # control: valid bit and (lane mask, last, first index) through every stage
         ctl: Value = Cat(self.i.payload.valid, self.i.payload.last, nxt)
         vin: Value = take
         for s in range(SCORER_STAGES):
-            stage[0] = s + 1
+            p.stage = s + 1
             with m.If(adv):
                 m.d.sync += v[s].eq(vin)
             vin = v[s]
@@ -524,20 +536,7 @@ class Scorer(wiring.Component):
 
         # ---------------------- stages 1..DOT: Q = sum_e q[e] (per beat, shared by the lanes)
         q_vecs = [_sext(query[e].as_unsigned(), wq) for e in range(d)]
-        csa_stages = SCORER_DOT_STAGES - 1
-        lv_q = _csa_levels(q_vecs, wq)
-        for s in range(csa_stages):
-            stage[0] = s + 1
-            hi_q = lv_q * (s + 1) // csa_stages
-            lo_q = lv_q * s // csa_stages
-            vec = _csa_reduce(m, q_vecs, wq, hi_q - lo_q, f"qs_{s}")
-            q_vecs = [reg(x, f"qs_{i}") for i, x in enumerate(vec)]
-        stage[0] = SCORER_DOT_STAGES
-        if len(q_vecs) == 1:
-            qsum = reg(q_vecs[0], "qsum")
-        else:
-            qsum = reg(_chunk_select(m, _chunk_sums(m, q_vecs[0], q_vecs[1], _CPA_CHUNK,
-                                                    "qsum"), "qsum"), "qsum")
+        qsum, _ = _pipelined_sum(m, p, q_vecs, wq, "qs", "qsum", "qsum")
 
         # --------------------------------------------- the lanes: D, S, the rounded key
         first = ctl[lanes + 1:]
