@@ -167,6 +167,25 @@ class HiKV(Evicting):
         f[max(0, n - max(p.recent, 1)):] = True
         return f
 
+    def _lowbit_keys(self, bits: int) -> torch.Tensor:
+        """:func:`_lowbit` of ``self.k``, updated incrementally while the cache only grows by
+        :meth:`_append` (exact: the quantisation is per token, so only the tokens added since
+        the last call are quantised; anything else that replaced ``self.k`` -- prefill, ThinK's
+        pruning, a new capacity buffer -- recomputes it whole)."""
+        assert self.k is not None
+        n = self.resident_tokens
+        c = getattr(self, "_lbkeys", None)
+        buf = getattr(self, "_kvbuf", None)
+        if (c is None or c[0] != bits or c[1] > n or buf is None or buf[0] is not self.k
+                or c[3] is not buf[2]):
+            kq = _lowbit(self.k, bits)
+        elif c[1] == n:
+            kq = c[2]
+        else:
+            kq = torch.cat([c[2], _lowbit(self.k[:, c[1]:], bits)], 1)
+        self._lbkeys = (bits, n, kq, None if buf is None else buf[2])
+        return kq
+
     def _select_query_aware(self, qg: torch.Tensor) -> torch.Tensor:
         """Selected entries as a bool mask [Hkv, n]: forced tokens plus the chosen ones."""
         assert self.k is not None
@@ -188,7 +207,7 @@ class HiKV(Evicting):
             chosen = cand_pages[top]                                     # [Hkv, n_pages]
             sel |= (page_of[None, :, None] == chosen[:, None, :]).any(-1)
         else:
-            kq = _lowbit(self.k, p.lowbit_bits)
+            kq = self._lowbit_keys(p.lowbit_bits)
             s_hat = torch.softmax((qg @ kq.transpose(-1, -2) * self.scale).float(), -1).sum(1)
             cand = torch.nonzero(~forced).squeeze(1)
             top = self._topk(s_hat[:, cand], n_imp)

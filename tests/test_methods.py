@@ -313,3 +313,34 @@ def test_hikv_policy_must_fit_head_dim():
     pol = HiKVPolicy(k_rule=Stage2Rule(Stage2Kind.CHANNEL_GROUPS, keep=30, group=10))
     with pytest.raises(ParamError, match="group = 10 must divide head_dim = 64"):
         make_cache(MethodSpec.for_hikv(pol), CFG)
+
+
+@pytest.mark.parametrize("label", ["hikv-query_aware@32/lowbit4",
+                                   "hikv-query_aware@32/lowbit8/v:static48",
+                                   "hikv-query_aware@32/lowbit4/k:think16"])
+def test_lowbit_keys_kept_incrementally_equal_a_full_requantisation(label, monkeypatch):
+    """The query-aware scorer's low-bit keys are quantised once per token (only the tokens
+    appended since the last step), through capacity-buffer growth and ThinK's pruning at the
+    end of prefill: at every step bit-identical to quantising the whole cache again, so the
+    selections and outputs do not change."""
+    from hikv.model import hikv_cache
+    from hikv.params import parse_method
+
+    spec = parse_method(label, CFG.policy, D)
+    q, k, v = _qkv(200, seed=7)
+    seen = []
+    incremental = hikv_cache.HiKV._lowbit_keys
+
+    def checked(self, bits):
+        got = incremental(self, bits)
+        assert torch.equal(got, hikv_cache._lowbit(self.k, bits)), self.resident_tokens
+        seen.append(self.resident_tokens)
+        return got
+
+    monkeypatch.setattr(hikv_cache.HiKV, "_lowbit_keys", checked)
+    out, _, cache = _run(spec, q, k, v, 40)
+    assert seen == list(range(41, 201))         # every step, past three buffer doublings
+    monkeypatch.setattr(hikv_cache.HiKV, "_lowbit_keys",
+                        lambda self, bits: hikv_cache._lowbit(self.k, bits))
+    again, _, _ = _run(spec, q, k, v, 40)
+    assert torch.equal(out, again)
