@@ -1,7 +1,8 @@
 """Options shared by the whole suite (``tests/`` and ``rtl_tests/``).
 
 ``pytest`` (README's test command, what ``.ci/run`` runs) runs the suite on up to four worker
-processes (pytest-xdist, ``-n auto`` in ``pyproject.toml``; ``-n 0`` runs it in one process) and
+processes (pytest-xdist, ``-n auto`` in ``pyproject.toml``; ``-n 0`` runs it in one process, as
+``HIKV_UPDATE_GOLDEN=1`` does, since the golden files are updated test by test) and
 leaves out the tests marked ``extended``: variants of checks that CI already makes on a smaller
 or equivalent design (the ``paper`` sorter's lint beside ``default``'s, the 8-bit scoring unit
 beside the 4-bit one, ...), kept out of CI's 20 minutes on 2 cores. ``pytest --extended`` runs
@@ -26,6 +27,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    if os.environ.get("HIKV_UPDATE_GOLDEN") == "1":
+        return 0    # the golden files are read, updated and written back test by test
     return max(1, min(os.cpu_count() or 1, MAX_AUTO_WORKERS))
 
 
