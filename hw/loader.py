@@ -237,15 +237,16 @@ class KVLoader(wiring.Component):
                      entries.pop.eq(pack.entries.valid & pack.entries.ready)]
         head = data.View(request_layout(g), inflight.r_data)
         k = Signal(range(g.loader.max_burst_beats))
+        k_zero = Signal(init=1, name="r_k_zero")        # k == 0, a register
         last_beat = ueq(k, sub_w(head.beats, 1, len(head.beats)))
         r_fire = ax.rvalid & ax.rready
         # the beat's address: the request's own for its first beat, else the previous beat's
         # plus one from a register (no adder between the in-flight queue and the packer)
         next_addr = Signal(aw - bbl, name="r_next_addr")
         beat_addr = Signal(aw - bbl, name="r_beat_addr")
-        m.d.comb += beat_addr.eq(Mux(is_zero(k), head.addr[bbl:], next_addr))
+        m.d.comb += beat_addr.eq(Mux(k_zero, head.addr[bbl:], next_addr))
         with m.If(r_fire):
-            m.d.sync += next_addr.eq(add_w(beat_addr, 1, aw - bbl))
+            m.d.sync += [next_addr.eq(add_w(beat_addr, 1, aw - bbl)), k_zero.eq(last_beat)]
         m.d.comb += [
             pack.beats.valid.eq(ax.rvalid & inflight.r_valid),
             pack.beats.payload.data.eq(ax.rdata),
@@ -302,10 +303,10 @@ class KVLoader(wiring.Component):
         m.submodules.coal = coal = Coalescer(g)
         m.submodules.pack = pack = Packer(g)
         m.submodules.entries = entries = RowQueue(
-            width=len(agen.entries.payload.as_value()), depth=g.entry_fifo_depth)
+            width=len(agen.entries.payload.as_value()), depth=g.entry_fifo_depth, skip=False)
         m.submodules.inflight = inflight = RowQueue(
-            width=len(coal.requests.payload.as_value()), depth=g.inflight_depth)
-        m.d.comb += [entries.skip.eq(0), inflight.skip.eq(0)]
+            width=len(coal.requests.payload.as_value()), depth=g.inflight_depth, skip=False,
+            head_register=True)
 
         j = self._job_config(m)
         for blk in (agen, coal, pack):

@@ -155,8 +155,10 @@ class Packer(wiring.Component):
         s.b_err = Signal(name="pack_b_err")
         s.b_last = Signal(name="pack_b_last")
         s.b_dense = Signal(name="pack_b_dense")
+        # b_dense | step == steps - 1 while busy, a register (b_dense drives the whole output
+        # row's multiplexer: its fan-out stays off the path to b_ready and the entry pop)
         final = Signal(name="pack_final")
-        m.d.comb += final.eq(s.b_dense | eq_const(s.step, steps - 1))
+        s.final = final
         b_fire = s.busy & (~final | s.o_free)
         s.b_ready = ~s.busy | (b_fire & final)
 
@@ -170,7 +172,9 @@ class Packer(wiring.Component):
         with m.If(b_fire):
             m.d.sync += [s.cmp.eq(s.cmp >> Cat(Const(0, log2_int(ew)), pc)),
                          s.msk.eq(s.msk.rotate_right(x)), acc.eq(acc_next),
-                         s.step.eq(add_w(s.step, 1, len(s.step)))]
+                         s.step.eq(add_w(s.step, 1, len(s.step))),
+                         final.eq(s.b_dense | (eq_const(s.step, steps - 2) if steps > 1
+                                               else Const(1)))]
             with m.If(final):
                 m.d.sync += [s.busy.eq(0), s.step.eq(0)]
                 m.d.comb += [s.o_load.eq(1), s.o_token.eq(s.b_token), s.o_err.eq(s.b_err),
@@ -210,7 +214,8 @@ class Packer(wiring.Component):
         s.skip = Signal(name="pack_skip")
         with m.If(s.a2b):
             m.d.sync += [s.busy.eq(1), s.step.eq(0), s.b_token.eq(cur.token),
-                         s.b_last.eq(cur.last)]
+                         s.b_last.eq(cur.last),
+                         s.final.eq(s.skip | s.is_dense | Const(int(g.expand_cycles == 1)))]
             with m.If(s.skip):
                 m.d.sync += [s.b_err.eq(1), s.b_dense.eq(1), s.cmp.eq(0), s.msk.eq(0)]
             with m.Else():

@@ -7,7 +7,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .uops import is_zero, uadd, uge, ult, usub
+from .uops import is_zero, uadd, ueq, uge, ult, usub
 
 __all__ = ["LaneQueue", "RowQueue", "late_select"]
 
@@ -37,7 +37,16 @@ class RowQueue(wiring.Component):
     skip : bool
         Build the ``skip`` input (default). Without it the queue only pops, and the read
         pointer's successor is kept in a register, so ``pop`` only selects the next pointer
-        and count (no adder after it): the sorter's ring buffer and threshold queue.
+        and count (no adder after it): the sorter's ring buffer and threshold queue, the
+        loader's entry and in-flight queues.
+    head_register : bool
+        Only without ``skip``: the head row is a register of its own, loaded from an
+        asynchronous read of the row after it (or from ``w_data`` when that row is being
+        written), so ``r_data`` comes straight from flip-flops and ``pop`` only selects the
+        register's next value, instead of addressing the read port (for a memory of
+        flip-flops that is a registered address and a ``depth``-way multiplexer before
+        ``r_data``). Same cycles; one row of flip-flops more, and the memory is never an
+        SRAM macro (its read is asynchronous). Default off.
 
     Members
     -------
@@ -58,7 +67,8 @@ class RowQueue(wiring.Component):
         Empty and nothing left to drop.
     """
 
-    def __init__(self, *, width: int, depth: int, skip: bool = True) -> None:
+    def __init__(self, *, width: int, depth: int, skip: bool = True,
+                 head_register: bool = False) -> None:
         if not isinstance(width, int) or width < 1:
             raise TypeError(f"RowQueue width must be a positive integer, not {width!r}")
         if not isinstance(depth, int) or depth < 2:
@@ -66,6 +76,9 @@ class RowQueue(wiring.Component):
         self._width = width
         self._depth = depth
         self._skip = bool(skip)
+        if head_register and self._skip:
+            raise TypeError("RowQueue head_register needs skip=False")
+        self._head_register = bool(head_register)
         ports = {
             "w_en": In(1), "w_data": In(width), "w_rdy": Out(1),
             "r_valid": Out(1), "r_data": Out(width), "pop": In(1),
@@ -88,7 +101,10 @@ class RowQueue(wiring.Component):
         depth = self._depth
         m.submodules.mem = mem = Memory(shape=unsigned(self._width), depth=depth, init=[])
         wp = mem.write_port()
-        rp = mem.read_port(transparent_for=(wp,))
+        if self._head_register:
+            rp = mem.read_port(domain="comb")
+        else:
+            rp = mem.read_port(transparent_for=(wp,))
 
         count = Signal(range(depth + 1))
         drop = Signal(range(depth + 1))
@@ -101,7 +117,6 @@ class RowQueue(wiring.Component):
         m.d.comb += [
             self.w_rdy.eq(ult(count, depth)),
             self.r_valid.eq(~is_zero(count) & is_zero(drop)),
-            self.r_data.eq(rp.data),
             self.level.eq(count),
             self.idle.eq(is_zero(count) & is_zero(drop)),
             wp.en.eq(self.w_en),
@@ -111,7 +126,8 @@ class RowQueue(wiring.Component):
         with m.If(self.w_en):
             m.d.sync += wr_ptr.eq(wrap(uadd(wr_ptr, 1)))
         if not self._skip:
-            return self._pop_only(m, rp, rd_ptr, count, wrap)
+            return self._pop_only(m, rp, rd_ptr, wr_ptr, count, wrap)
+        m.d.comb += self.r_data.eq(rp.data)
 
         want = Signal(range(2 * depth + 1))
         avail = Signal(range(depth + 1))
@@ -133,10 +149,19 @@ class RowQueue(wiring.Component):
         ]
         return m
 
-    def _pop_only(self, m: Module, rp: object, rd_ptr: Signal, count: Signal,
-                  wrap: object) -> Module:
+    def _pop_only(self, m: Module, rp: object, rd_ptr: Signal, wr_ptr: Signal,
+                  count: Signal, wrap: object) -> Module:
         rd1 = Signal(range(self._depth), init=1)       # wrap(rd_ptr + 1)
-        m.d.comb += rp.addr.eq(Mux(self.pop, rd1, rd_ptr))
+        if self._head_register:
+            # the head next cycle: the row after it on a pop (stored, or written now when the
+            # queue holds one row), else the head (or the row written now into an empty queue)
+            head = Signal(self._width, name="head")
+            after = Mux(self.w_en & ueq(wr_ptr, rd1), self.w_data, rp.data)
+            here = Mux(is_zero(count), self.w_data, head)
+            m.d.comb += [rp.addr.eq(rd1), self.r_data.eq(head)]
+            m.d.sync += head.eq(Mux(self.pop, after, here))
+        else:
+            m.d.comb += [rp.addr.eq(Mux(self.pop, rd1, rd_ptr)), self.r_data.eq(rp.data)]
         m.d.sync += [
             rd_ptr.eq(Mux(self.pop, rd1, rd_ptr)),
             rd1.eq(Mux(self.pop, wrap(uadd(rd1, 1)), rd1)),

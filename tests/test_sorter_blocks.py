@@ -65,6 +65,8 @@ def test_network_rejects_bad_width():
         RowSorter(lanes=3, width=8)
     with pytest.raises(TypeError, match="depth must be an integer >= 2"):
         RowQueue(width=8, depth=1)
+    with pytest.raises(TypeError, match="head_register needs skip=False"):
+        RowQueue(width=8, depth=4, head_register=True)
     with pytest.raises(TypeError, match="level must be a non-negative integer"):
         MergeLevel(lanes=4, width=8, level=-1, max_seg_rows=8)
     with pytest.raises(ValueError, match="run_rows"):
@@ -115,13 +117,14 @@ def test_row_sorter_with_backpressure(lanes):
 
 
 # --------------------------------------------------------------------------- queue
-@pytest.mark.parametrize("with_skip", [True, False])
-def test_row_queue_against_deque(with_skip):
-    """Both variants: with ``skip`` and pop-only (pointer successor in a register)."""
+@pytest.mark.parametrize("with_skip,head_register,depth", [(True, False, 5), (False, False, 5),
+                                                           (False, True, 5), (False, True, 2)])
+def test_row_queue_against_deque(with_skip, head_register, depth):
+    """The variants: with ``skip``, pop-only (pointer successor in a register), and pop-only
+    with the head in a register of its own (the loader's in-flight queue; same cycles)."""
     seed = 5
     rng = random.Random(seed)
-    depth = 5
-    dut = RowQueue(width=8, depth=depth, skip=with_skip)
+    dut = RowQueue(width=8, depth=depth, skip=with_skip, head_register=head_register)
     model: deque[int] = deque()
     pending_drop = 0
 
