@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 from .loader_ports import Mode, entry_layout, range_layout, token_layout
 from .loader_timing import LoaderGeometry
 from .uops import (
+    add_cs,
     add_w,
     eq_const,
     highest,
@@ -144,8 +145,10 @@ class AddressGen(wiring.Component):
         # the record's last byte from base + rec_len - 1, a register loaded at `start`, so the
         # multiply-add is the only arithmetic between the token and the range
         rec_last = Signal(aw, name="agen_rec_last")
+        # (rec_len >= 1: rec_len - 1 is a short subtract, then one carry-select adder)
+        rw = len(self.rec_len)
         with m.If(self.start):
-            m.d.sync += rec_last.eq(sub_w(add_w(self.base, self.rec_len, aw), 1, aw))
+            m.d.sync += rec_last.eq(add_cs(self.base, sub_w(self.rec_len, 1, rw), aw))
         off = Signal(aw, name="agen_rec_off")
         m.d.comb += [off.eq(mul_w(tok.index, self.stride, aw)),
                      a.rec_a.eq(add_w(self.base, off, aw)),

@@ -14,7 +14,7 @@ from hikv.params import ParamError
 
 from .loader_ports import range_layout, request_layout
 from .loader_timing import AXI_BOUNDARY, LoaderGeometry
-from .uops import add_w, is_zero, log2_int, sub_w, ult, zext
+from .uops import add_cs, add_w, is_zero, log2_int, sub_cs, ult, ult_cs, zext
 
 __all__ = ["Coalescer"]
 
@@ -102,8 +102,8 @@ class Coalescer(wiring.Component):
         rem_lt_big = ult(rem_m1, Const(big - 1, k))      # line remainder < big
         sel_left = lt_rem & lt_big                       # the request takes the whole run
         sel_line = ~sel_left & rem_lt_big                # ... the rest of the 4 KiB line
-        adj = have & ~ult(e, b0)                         # the range continues the run
-        grows = ~ult(b1, e)                              # ... and ends after it
+        adj = have & ~ult_cs(e, b0, w)                   # the range continues the run
+        grows = ~ult_cs(b1, e, w)                        # ... and ends after it
 
         # the request's length (bursts) and beats
         n = Signal(k + 1, name="coal_n")
@@ -129,15 +129,16 @@ class Coalescer(wiring.Component):
         line_big = Cat(Const(big_lo, k), add_w(a_hi, 1 + big_hi, hi_w))   # a_line + big
         a_next = Mux(sel_left, e, Mux(sel_line, a_line, am))
         am_next = Mux(sel_left, add_w(e, big, w), Mux(sel_line, line_big, add_w(am, big, w)))
-        b1_line = Cat(b1[:k], add_w(zext(b1[k:], qw - k), ~zext(a_hi, qw - k), qw - k))
+        # the remaining-run candidates: carry-select adders (the longest paths of the block)
+        b1_line = Cat(b1[:k], add_cs(zext(b1[k:], qw - k), ~zext(a_hi, qw - k), qw - k))
         q_fire = Mux(sel_left, Const((1 << qw) - 1, qw),
-                     Mux(sel_line, add_w(q, ~zext(rem_m1, qw), qw), sub_w(q, big, qw)))
-        q_grow = Mux(fire, Mux(sel_left, sub_w(b1, e, qw),
-                               Mux(sel_line, b1_line, sub_w(b1, am, qw))),
-                     sub_w(b1, a, qw))
+                     Mux(sel_line, add_cs(q, ~zext(rem_m1, qw), qw), sub_cs(q, big, qw)))
+        q_grow = Mux(fire, Mux(sel_left, sub_cs(b1, e, qw),
+                               Mux(sel_line, b1_line, sub_cs(b1, am, qw))),
+                     sub_cs(b1, a, qw))
         with m.If(take & ~adj):                          # a new run (nothing is pending)
             m.d.sync += [a.eq(b0), am.eq(add_w(b0, big, w)), e.eq(add_w(b1, 1, w)),
-                         q.eq(sub_w(b1, b0, qw)), have.eq(1)]
+                         q.eq(sub_cs(b1, b0, qw)), have.eq(1)]
         with m.Else():
             with m.If(fire):
                 m.d.sync += [a.eq(a_next), am.eq(am_next), q.eq(q_fire)]

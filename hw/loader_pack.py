@@ -202,8 +202,13 @@ class Packer(wiring.Component):
             with m.If(wsel[j]):
                 m.d.sync += s.buf[j].eq(bt.data)
 
-        # record as it would be with this beat written, shifted to its first byte
-        words = [Mux(wsel[j], bt.data, s.buf[j]) for j in range(g.record_words)]
+        # the record as it is with this beat written, shifted to its first byte: it goes to
+        # the expander only with the entry's last beat (``at_end``), which is written at word
+        # ``la - fa``, so the word it replaces is chosen from the entry register alone (not
+        # by ``write``, which waits for the beat's address compares)
+        lidx = Signal(log2_int(g.buffer_words), name="pack_lidx")
+        m.d.comb += lidx.eq(sub_w(cur.la, cur.fa, len(cur.la)))
+        words = [Mux(eq_const(lidx, j), bt.data, s.buf[j]) for j in range(g.record_words)]
         shifted = Signal(rmax * 8, name="pack_shifted")
         m.d.comb += shifted.eq(Cat(*words) >> Cat(Const(0, 3), cur.off))
         lw = len(self.rec_len)
@@ -211,12 +216,17 @@ class Packer(wiring.Component):
         rec = Signal(rmax * 8, name="pack_rec")
         m.d.comb += rec.eq(shifted & lenmask)
         s.a2b = Signal(name="pack_a2b")
-        s.skip = Signal(name="pack_skip")
+        # the expander's registers load whenever it can take a record (``b_ready``, from
+        # registers and ``o.ready``), with what a2b would give it now; a2b (after the beat's
+        # address compares) only sets ``busy``, so the compares reach one flip-flop, not the
+        # record's. A load without a2b is not used: the expander stays (or goes) idle. A skip
+        # (a2b while ``cur.nodata``) gives an err output with zero data and mask.
         with m.If(s.a2b):
-            m.d.sync += [s.busy.eq(1), s.step.eq(0), s.b_token.eq(cur.token),
-                         s.b_last.eq(cur.last),
-                         s.final.eq(s.skip | s.is_dense | Const(int(g.expand_cycles == 1)))]
-            with m.If(s.skip):
+            m.d.sync += [s.busy.eq(1), s.step.eq(0)]
+        with m.If(s.b_ready):
+            m.d.sync += [s.b_token.eq(cur.token), s.b_last.eq(cur.last),
+                         s.final.eq(cur.nodata | s.is_dense | Const(int(g.expand_cycles == 1)))]
+            with m.If(cur.nodata):
                 m.d.sync += [s.b_err.eq(1), s.b_dense.eq(1), s.cmp.eq(0), s.msk.eq(0)]
             with m.Else():
                 m.d.sync += [s.b_err.eq(s.cur_err | bt.err), s.b_dense.eq(s.is_dense)]
@@ -266,10 +276,10 @@ class Packer(wiring.Component):
                 with m.If(cur.page):
                     m.d.sync += [s.draining.eq(1), s.bmp.eq(cur.bitmap)]
                 with m.Elif(s.b_ready):
-                    m.d.comb += [s.a2b.eq(1), s.skip.eq(1), s.retire.eq(1)]
+                    m.d.comb += [s.a2b.eq(1), s.retire.eq(1)]
             else:
                 with m.If(s.b_ready):
-                    m.d.comb += [s.a2b.eq(1), s.skip.eq(1), s.retire.eq(1)]
+                    m.d.comb += [s.a2b.eq(1), s.retire.eq(1)]
         with m.Elif(self.beats.valid):
             with m.If(s.before):
                 m.d.comb += self.beats.ready.eq(1)
