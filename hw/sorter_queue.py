@@ -107,6 +107,7 @@ class RowQueue(wiring.Component):
             rp = mem.read_port(transparent_for=(wp,))
 
         count = Signal(range(depth + 1))
+        head = Signal(self._width, name="head") if self._head_register else None
         drop = Signal(range(depth + 1))
         rd_ptr = Signal(range(depth))
         wr_ptr = Signal(range(depth))
@@ -117,6 +118,9 @@ class RowQueue(wiring.Component):
         m.d.comb += [
             self.w_rdy.eq(ult(count, depth)),
             self.r_valid.eq(~is_zero(count) & is_zero(drop)),
+            # (here, not in each branch: the statement order keeps the Verilog text, and with
+            # it the synthesis cache keys, of the queues built before head_register existed)
+            self.r_data.eq(head if self._head_register else rp.data),
             self.level.eq(count),
             self.idle.eq(is_zero(count) & is_zero(drop)),
             wp.en.eq(self.w_en),
@@ -126,8 +130,7 @@ class RowQueue(wiring.Component):
         with m.If(self.w_en):
             m.d.sync += wr_ptr.eq(wrap(uadd(wr_ptr, 1)))
         if not self._skip:
-            return self._pop_only(m, rp, rd_ptr, wr_ptr, count, wrap)
-        m.d.comb += self.r_data.eq(rp.data)
+            return self._pop_only(m, rp, rd_ptr, wr_ptr, count, wrap, head)
 
         want = Signal(range(2 * depth + 1))
         avail = Signal(range(depth + 1))
@@ -150,18 +153,18 @@ class RowQueue(wiring.Component):
         return m
 
     def _pop_only(self, m: Module, rp: object, rd_ptr: Signal, wr_ptr: Signal,
-                  count: Signal, wrap: object) -> Module:
+                  count: Signal, wrap: object, head: Signal | None) -> Module:
         rd1 = Signal(range(self._depth), init=1)       # wrap(rd_ptr + 1)
         if self._head_register:
             # the head next cycle: the row after it on a pop (stored, or written now when the
             # queue holds one row), else the head (or the row written now into an empty queue)
-            head = Signal(self._width, name="head")
+            assert head is not None
             after = Mux(self.w_en & ueq(wr_ptr, rd1), self.w_data, rp.data)
             here = Mux(is_zero(count), self.w_data, head)
-            m.d.comb += [rp.addr.eq(rd1), self.r_data.eq(head)]
+            m.d.comb += rp.addr.eq(rd1)
             m.d.sync += head.eq(Mux(self.pop, after, here))
         else:
-            m.d.comb += [rp.addr.eq(Mux(self.pop, rd1, rd_ptr)), self.r_data.eq(rp.data)]
+            m.d.comb += rp.addr.eq(Mux(self.pop, rd1, rd_ptr))
         m.d.sync += [
             rd_ptr.eq(Mux(self.pop, rd1, rd_ptr)),
             rd1.eq(Mux(self.pop, wrap(uadd(rd1, 1)), rd1)),
