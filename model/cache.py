@@ -204,17 +204,29 @@ class KVCache(ABC):
         assert self.k is not None
         n = self.resident_tokens
         c = getattr(self, "_pbounds", None)
-        buf = getattr(self, "_kvbuf", None)
-        if (c is None or c[0] != pt or c[1] > n or buf is None or buf[0] is not self.k
-                or c[4] is not buf[2]):
+        if c is None or c[0] != pt or not self._grown_since(c[1], c[4]):
             kmin, kmax = page_bounds(self.k, pt)
         else:
             p0 = (c[1] - 1) // pt if c[1] else 0
             tmin, tmax = page_bounds(self.k[:, p0 * pt:], pt)
             kmin = torch.cat([c[2][:, :p0], tmin], 1)
             kmax = torch.cat([c[3][:, :p0], tmax], 1)
-        self._pbounds = (pt, n, kmin, kmax, None if buf is None else buf[2])
+        self._pbounds = (pt, n, kmin, kmax, self._kv_buffer())
         return kmin, kmax
+
+    def _kv_buffer(self) -> torch.Tensor | None:
+        """The capacity buffer ``self.k`` is a view of (:meth:`_append`), if any."""
+        buf = getattr(self, "_kvbuf", None)
+        return None if buf is None else buf[2]
+
+    def _grown_since(self, n: int, buffer: torch.Tensor | None) -> bool:
+        """Whether ``self.k`` is what it was when it had ``n`` rows in ``buffer`` (what
+        :meth:`_kv_buffer` gave then) plus rows added by :meth:`_append` only: a result kept per
+        token for those ``n`` rows is still valid (anything that replaced ``self.k`` --
+        prefill, eviction, pruning, a new capacity buffer -- makes this false)."""
+        buf = getattr(self, "_kvbuf", None)
+        return (buffer is not None and buf is not None and buf[0] is self.k
+                and buf[2] is buffer and n <= self.resident_tokens)
 
     # ----------------------------------------------------------------- hooks
     _wants_col_sums = False

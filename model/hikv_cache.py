@@ -175,15 +175,13 @@ class HiKV(Evicting):
         assert self.k is not None
         n = self.resident_tokens
         c = getattr(self, "_lbkeys", None)
-        buf = getattr(self, "_kvbuf", None)
-        if (c is None or c[0] != bits or c[1] > n or buf is None or buf[0] is not self.k
-                or c[3] is not buf[2]):
+        if c is None or c[0] != bits or not self._grown_since(c[1], c[3]):
             kq = _lowbit(self.k, bits)
         elif c[1] == n:
             kq = c[2]
         else:
             kq = torch.cat([c[2], _lowbit(self.k[:, c[1]:], bits)], 1)
-        self._lbkeys = (bits, n, kq, None if buf is None else buf[2])
+        self._lbkeys = (bits, n, kq, self._kv_buffer())
         return kq
 
     def _select_query_aware(self, qg: torch.Tensor) -> torch.Tensor:
