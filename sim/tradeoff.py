@@ -40,7 +40,7 @@ from hikv.params import Config, Method, MethodSpec, ParamError
 
 from .attention_model import Overrides, attention_cost
 from .clocks import Clocks
-from .timing import TimingModel, default_timing, loader_instances
+from .timing import TimingModel, default_timing
 
 __all__ = ["TARGET_SHARE", "ROOFLINE_TARGET", "BlockArea", "Tradeoff", "cached_synth",
            "block_areas", "sorter_clocks", "tradeoff", "summary", "write_tradeoff",
@@ -142,7 +142,8 @@ class Tradeoff:
     bottleneck: np.ndarray
     origin: np.ndarray             # how each point's areas were obtained
     scorer_used: bool
-    loader_rule: int               # the instance rule's count at the preset's bandwidth
+    loader_rule: tuple[int, float]  # the instance rule's count at the preset's bandwidth and
+    #                                 the loader clock (Hz) it was computed at
 
     def best_within(self, share: float = TARGET_SHARE) -> int | None:
         """Index of the highest throughput with ``share`` or less (None if no point)."""
@@ -212,7 +213,16 @@ def tradeoff(cfg: Config, *, sorter_lanes: list[int], scorer_lanes: list[int],
         area_hikv_m2=hikv, share=hikv / (base + hikv), steps_per_s=1.0 / time_s,
         speedup_vs_full=float(full.time_s) / time_s, bytes_bound_fraction=frac,
         bottleneck=bottleneck.astype(str), origin=origin,
-        scorer_used=used, loader_rule=int(loader_instances(cfg)))
+        scorer_used=used, loader_rule=_loader_rule(cfg, clocks))
+
+
+def _loader_rule(cfg: Config, clocks: Clocks | None) -> tuple[int, float]:
+    """The instance rule's loader count at the preset's bandwidth and the loader's clock
+    (``clocks``' loader clock, else ``accel.clock_hz``), with that clock."""
+    from .area import loader_instances as at_clock
+
+    hz = float(clocks.hz("loader")) if clocks is not None else float(cfg.accel.clock_hz)
+    return at_clock(cfg, hz), hz
 
 
 def sorter_clocks(cfg: Config, lanes: list[int], clocks: Clocks | None, *,
@@ -309,7 +319,8 @@ def write_tradeoff(r: Tradeoff, out: Path) -> list[Path]:
              f"Baseline accelerator {r.area_baseline_m2 * 1e6:.3f} mm^2; HiKV units = sorter"
              + (" + scoring unit" if r.scorer_used else "")
              + " + loaders + pipeline buffers; the instance rule gives "
-             f"{r.loader_rule} loaders at this bandwidth. Model results (pipelined schedule); "
+             f"{r.loader_rule[0]} loaders at this bandwidth and the loader's "
+             f"{r.loader_rule[1] / 1e6:.0f} MHz. Model results (pipelined schedule); "
              "areas from our synthesis, interpolated where the column says so.", "",
              "| P (sorter) | L (scorer) | I (loaders) | HiKV mm^2 | % of system | steps/s "
              "| vs full KV | % of bytes roofline | bound | area |",

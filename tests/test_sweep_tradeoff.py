@@ -75,8 +75,8 @@ def test_tradeoff_share_throughput_and_summary(monkeypatch, tmp_path):
                 if all(getattr(r, a)[i] == getattr(r, a)[j] for a in others) and v[i] < v[j]:
                     assert r.area_hikv_m2[i] < r.area_hikv_m2[j]
                     assert r.steps_per_s[i] <= r.steps_per_s[j] * (1 + 1e-12)
-    # the fewest loaders are loader-bound on `default` (the rule asks for 4)
-    assert r.loader_rule == 4
+    # the fewest loaders are loader-bound on `default` (the rule asks for 4 at 1 GHz)
+    assert r.loader_rule == (4, 1e9)
     assert set(r.bottleneck[r.loaders == 1]) == {"loaders"}
     w = r.best_within(1.0)
     assert w == int(np.argmax(r.steps_per_s))
@@ -156,3 +156,7 @@ def test_each_sorter_lane_count_at_its_own_builds_clock(monkeypatch):
     i = int(np.flatnonzero(r.sorter_lanes == 16)[0])
     assert r.steps_per_s[i] == pytest.approx(1.0 / float(want.time_s))
     assert r.origin[i] == "synthesised"
+    # the table's instance rule is the loader's, at its own clock (256 GB/s / (64 B x 0.5 GHz))
+    half = dataclasses.replace(sta, blocks={**sta.blocks, "loader": dataclasses.replace(
+        sta.blocks["loader"], origin="sta", hz=5e8)})
+    assert T._loader_rule(cfg, half) == (8, 5e8) and T._loader_rule(cfg, None) == (4, 1e9)
