@@ -339,7 +339,7 @@ def test_lowbit_keys_kept_incrementally_equal_a_full_requantisation(label, monke
 
     monkeypatch.setattr(hikv_cache.HiKV, "_lowbit_keys", checked)
     out, _, cache = _run(spec, q, k, v, 40)
-    assert seen == list(range(41, 201))         # every step, past three buffer doublings
+    assert seen == list(range(41, 201))         # every step, through three capacity buffers
     monkeypatch.setattr(hikv_cache.HiKV, "_lowbit_keys",
                         lambda self, bits: hikv_cache._lowbit(self.k, bits))
     again, _, _ = _run(spec, q, k, v, 40)
