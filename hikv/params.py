@@ -31,6 +31,7 @@ __all__ = [
     "SorterParams",
     "LoaderParams",
     "loader_needs_channel_pages",
+    "loader_needs_masked_records",
     "ScorerParams",
     "MemoryType",
     "AcceleratorParams",
@@ -189,6 +190,10 @@ class LoaderParams:
     ``head_dim x page_tokens`` elements read out token-major. Only a Stage II rule that selects
     K channels per query needs it (:func:`loader_needs_channel_pages`); without it the loader
     answers a channel-page job with ``status.cfg_error`` and reads it as dense rows.
+    ``masked_records`` builds the masked-record path: records of a mask and the kept elements
+    (a buffer one mask longer, the expander that scatters ``lanes`` elements per cycle back to
+    their channels). Only a Stage II rule that stores masked records needs it
+    (:func:`loader_needs_masked_records`); without it a masked job is answered the same way.
     """
 
     addr_width: int = 32
@@ -198,6 +203,7 @@ class LoaderParams:
     id_width: int = 4
     max_tokens: int = 4096      # longest token stream of one job
     channel_pages: bool = True  # elaborate the channel-page (transpose) path
+    masked_records: bool = True  # elaborate the masked-record path (mask + expander)
 
     def __post_init__(self) -> None:
         o = "LoaderParams"
@@ -211,6 +217,9 @@ class LoaderParams:
         if not isinstance(self.channel_pages, bool):
             raise ParamError(f"{o}.channel_pages must be True or False, not "
                              f"{self.channel_pages!r}")
+        if not isinstance(self.masked_records, bool):
+            raise ParamError(f"{o}.masked_records must be True or False, not "
+                             f"{self.masked_records!r}")
 
     @property
     def beat_bytes(self) -> int:
@@ -232,6 +241,13 @@ def loader_needs_channel_pages(policy: HiKVPolicy) -> bool:
     query: ``QUERY_CHANNELS`` or ``CHANNEL_GROUPS``), so the loader must be built with
     ``LoaderParams.channel_pages``."""
     return policy.k_rule.kind in (Stage2Kind.QUERY_CHANNELS, Stage2Kind.CHANNEL_GROUPS)
+
+
+def loader_needs_masked_records(policy: HiKVPolicy) -> bool:
+    """Whether ``policy`` stores masked records (a ``STATIC`` Stage II rule on K or V: a mask
+    and the kept elements per token), so the loader must be built with
+    ``LoaderParams.masked_records``."""
+    return Stage2Kind.STATIC in (policy.k_rule.kind, policy.v_rule.kind)
 
 
 @dataclass(frozen=True)

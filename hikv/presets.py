@@ -28,6 +28,7 @@ from .params import (
     Stage2Rule,
     SyntheticWorkload,
     loader_needs_channel_pages,
+    loader_needs_masked_records,
     parse_method,
 )
 
@@ -76,7 +77,8 @@ def _tiny() -> Config:
         # beats narrower than a burst: the tests reach the loader's sub-burst corners
         loader=LoaderParams(addr_width=16, data_width=32, max_burst_beats=8,
                             max_outstanding=2, id_width=2, max_tokens=64,
-                            channel_pages=loader_needs_channel_pages(policy)),
+                            channel_pages=loader_needs_channel_pages(policy),
+                            masked_records=loader_needs_masked_records(policy)),
         scorer=ScorerParams(lanes=4, query_bits=8),   # L = the sorter's P
         accel=AcceleratorParams(pe_lanes=8, softmax_lanes=4, sram_kv_bytes=4096,
                                 sram_q_bytes=256, device_memory_bytes=1 << 30),
@@ -122,7 +124,8 @@ def _default() -> Config:
         # the entry queue stays 512 deep) (docs/loader.md, section 10)
         loader=LoaderParams(addr_width=32, data_width=512, max_burst_beats=4,
                             max_outstanding=64, id_width=4, max_tokens=4096,
-                            channel_pages=loader_needs_channel_pages(policy)),
+                            channel_pages=loader_needs_channel_pages(policy),
+                            masked_records=loader_needs_masked_records(policy)),
         scorer=ScorerParams(lanes=32, query_bits=8),   # L = the sorter's P
         # GQA-3 decode does 1.5 MAC per KV byte; 512 MAC/cycle at 1 GHz balances 341 GB/s,
         # above the 256 GB/s of this memory, so full-KV decode attention is memory-bound
@@ -153,7 +156,8 @@ def _paper() -> Config:
         # rows (32 x 4 >= 100 + 4)
         loader=LoaderParams(addr_width=40, data_width=512, max_burst_beats=4,
                             max_outstanding=32, id_width=4, max_tokens=32768,
-                            channel_pages=loader_needs_channel_pages(policy)),
+                            channel_pages=loader_needs_channel_pages(policy),
+                            masked_records=loader_needs_masked_records(policy)),
         scorer=ScorerParams(lanes=32, query_bits=8),   # L = the sorter's P
         # PE lanes sized so full-KV decode attention is memory-bound, as long-context decoding
         # is: GQA-4 decode does 2 MAC per KV byte; 1,024 MAC/cycle at 1 GHz balances 512 GB/s

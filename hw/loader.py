@@ -76,7 +76,8 @@ class KVLoader(wiring.Component):
     has left and every read has returned (``status.done``). A configuration the RTL cannot use
     is corrected and flagged, never dropped: an unaligned ``base`` loses its low bits, ``kept >
     d`` is clamped to ``d``, mode 3 (and mode 2 on a loader built without
-    ``LoaderParams.channel_pages``) reads as dense (all set ``status.cfg_error``);
+    ``LoaderParams.channel_pages``) and mode 1 on one built without
+    ``LoaderParams.masked_records`` read as dense (all set ``status.cfg_error``);
     ``outstanding`` 0 or above the built maximum means the built maximum.
 
     Parameters
@@ -149,6 +150,8 @@ class KVLoader(wiring.Component):
             bad_mode = eq_const(cp.mode.as_value(), 3)
             if not g.channel_pages:          # no page path built: pages read as dense rows
                 bad_mode = bad_mode | eq_const(cp.mode.as_value(), Mode.PAGES.value)
+            if not g.masked_records:         # no masked path built: read as dense rows
+                bad_mode = bad_mode | eq_const(cp.mode.as_value(), Mode.MASKED.value)
             too_many = ult(Const(d), cp.kept)
             o_bad = is_zero(cp.outstanding) | ult(Const(lp.max_outstanding), cp.outstanding)
             m.d.sync += [
@@ -168,7 +171,8 @@ class KVLoader(wiring.Component):
             kept = Mux(too_many, d, cp.kept)
             masked_len = add_w(Const(lay.mask_bytes), mul_w(kept, Const(lay.elem_bytes), rw), rw)
             dense = bad_mode | eq_const(cp.mode.as_value(), Mode.DENSE.value)
-            m.d.sync += j.rec_len.eq(Mux(dense, lay.row_bytes, masked_len))
+            m.d.sync += j.rec_len.eq(Mux(dense, lay.row_bytes, masked_len) if g.masked_records
+                                     else lay.row_bytes)
         with m.If(j.start):
             m.d.sync += j.stride.eq(Cat(Const(0, al), add_w(j.rec_len, Const(lay.align_bytes - 1),
                                                             len(j.rec_len) + 1)[al:]))

@@ -159,6 +159,16 @@ class Packer(wiring.Component):
         # row's multiplexer: its fan-out stays off the path to b_ready and the entry pop)
         final = Signal(name="pack_final")
         s.final = final
+        if not g.masked_records:
+            # LoaderParams.masked_records off: every record is a row or a skip, one cycle each
+            # (the top reads a masked job as dense); the expander is the output's register
+            m.d.comb += final.eq(1)
+            s.b_ready = ~s.busy | s.o_free
+            with m.If(s.busy & s.o_free):
+                m.d.sync += s.busy.eq(0)
+                m.d.comb += [s.o_load.eq(1), s.o_token.eq(s.b_token), s.o_err.eq(s.b_err),
+                             s.o_last.eq(s.b_last), s.o_data.eq(s.cmp), s.o_mask.eq(s.msk)]
+            return
         b_fire = s.busy & (~final | s.o_free)
         s.b_ready = ~s.busy | (b_fire & final)
 
@@ -224,16 +234,23 @@ class Packer(wiring.Component):
         with m.If(s.a2b):
             m.d.sync += [s.busy.eq(1), s.step.eq(0)]
         with m.If(s.b_ready):
-            m.d.sync += [s.b_token.eq(cur.token), s.b_last.eq(cur.last),
-                         s.final.eq(cur.nodata | s.is_dense | Const(int(g.expand_cycles == 1)))]
+            m.d.sync += [s.b_token.eq(cur.token), s.b_last.eq(cur.last)]
+            if g.masked_records:
+                m.d.sync += s.final.eq(cur.nodata | s.is_dense
+                                       | Const(int(g.expand_cycles == 1)))
             with m.If(cur.nodata):
                 m.d.sync += [s.b_err.eq(1), s.b_dense.eq(1), s.cmp.eq(0), s.msk.eq(0)]
             with m.Else():
                 m.d.sync += [s.b_err.eq(s.cur_err | bt.err), s.b_dense.eq(s.is_dense)]
-                with m.If(s.is_dense):
+                if not g.masked_records:            # rows only
                     m.d.sync += [s.cmp.eq(rec[:row_bits]), s.msk.eq(Const((1 << d) - 1, d))]
-                with m.Else():
-                    m.d.sync += [s.cmp.eq(rec[mb * 8: mb * 8 + row_bits]), s.msk.eq(rec[:d])]
+                else:
+                    with m.If(s.is_dense):
+                        m.d.sync += [s.cmp.eq(rec[:row_bits]),
+                                     s.msk.eq(Const((1 << d) - 1, d))]
+                    with m.Else():
+                        m.d.sync += [s.cmp.eq(rec[mb * 8: mb * 8 + row_bits]),
+                                     s.msk.eq(rec[:d])]
 
     # ------------------------------------------------------------------ page rows
     def _page_drain(self, m: Module, s: SimpleNamespace) -> None:

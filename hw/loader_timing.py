@@ -83,9 +83,16 @@ class LoaderGeometry:
 
     # ------------------------------------------------------------------ records
     @property
+    def masked_records(self) -> bool:
+        """Whether the masked-record path (mask, expander) is built
+        (``LoaderParams.masked_records``)."""
+        return self.loader.masked_records
+
+    @property
     def record_bytes_max(self) -> int:
-        """Largest record: a masked record keeping every element (mask + dense row)."""
-        return self.layout.mask_bytes + self.layout.row_bytes
+        """Largest record: a masked record keeping every element (mask + dense row), or a
+        dense row on a loader built without the masked-record path."""
+        return (self.layout.mask_bytes if self.masked_records else 0) + self.layout.row_bytes
 
     @property
     def record_words(self) -> int:
@@ -300,6 +307,9 @@ def job_timing(geo: LoaderGeometry, *, mode: str, slots: list[int], base: int = 
     if mode == "channel_pages" and not geo.channel_pages:
         raise ParamError("mode = 'channel_pages' needs a loader built with "
                          "LoaderParams.channel_pages = True")
+    if mode == "masked" and not geo.masked_records:
+        raise ParamError("mode = 'masked' needs a loader built with "
+                         "LoaderParams.masked_records = True")
     o = lp.max_outstanding if outstanding is None else outstanding
     if not 1 <= o <= lp.max_outstanding:
         raise ParamError(f"outstanding = {o} is out of range: allowed [1, "

@@ -298,13 +298,18 @@ class LoaderJob:
     def check(self, layout: KVLayout, loader: LoaderParams) -> None:
         """Raise :class:`ParamError` unless the RTL built for ``layout``/``loader`` can run this
         job: 1 to ``max_tokens`` slots below ``max_tokens``, ``kept`` and channels in range,
-        a burst-aligned base, a region inside the address space, and channel pages only on a
-        loader built with ``LoaderParams.channel_pages``."""
+        a burst-aligned base, a region inside the address space, channel pages only on a
+        loader built with ``LoaderParams.channel_pages`` and masked records only on one built
+        with ``LoaderParams.masked_records``."""
         d = layout.head_dim
         if self.mode is RecordLayout.CHANNEL_PAGES and not loader.channel_pages:
             raise ParamError("LoaderJob mode 'channel_pages' needs a loader built with "
                              "LoaderParams.channel_pages = True (the presets build it only "
                              "when their K Stage II rule selects channels)")
+        if self.mode is RecordLayout.MASKED_RECORD and not loader.masked_records:
+            raise ParamError("LoaderJob mode 'masked' needs a loader built with "
+                             "LoaderParams.masked_records = True (the presets build it only "
+                             "when a Stage II rule stores masked records)")
         if not 1 <= len(self.slots) <= loader.max_tokens:
             raise ParamError(f"LoaderJob has {len(self.slots)} slots: allowed "
                              f"[1, {loader.max_tokens}]")

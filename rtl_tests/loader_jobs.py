@@ -319,9 +319,14 @@ def make_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
         ("dense-decerr", dict(mode=D, error=DECERR)),
         ("pages-slverr", dict(mode=P, channels=list(range(d)), error=SLVERR)),
     ]
-    if not lp.channel_pages:      # no channel-page path built (LoaderParams.channel_pages)
-        corners = [(n, kw) for n, kw in corners if kw["mode"] is not P]
-    modes = [D, M, P] if lp.channel_pages else [D, M]
+    # a path not built (LoaderParams.channel_pages / masked_records): no job of its layout;
+    # instead a dense job configured as that layout, which the RTL must read as dense rows
+    # and flag with status.cfg_error (knob ``unbuilt_mode``: the layout driven on cfg.mode)
+    unbuilt = [m for m, built in ((M, lp.masked_records), (P, lp.channel_pages)) if not built]
+    corners = [(n, kw) for n, kw in corners if kw["mode"] not in unbuilt]
+    corners += [(f"dense-as-{m.value}", dict(mode=D, knobs=dict(k(rng), unbuilt_mode=m.value)))
+                for m in unbuilt]
+    modes = [m for m in (D, M, P) if m not in unbuilt]
     cases = []
     for name, kw in corners:
         kw.setdefault("knobs", k(rng))
@@ -380,8 +385,9 @@ def make_timing_cases(cfg: Config, seed: int, latencies: tuple[int, ...] = (1, 8
                                                     outstanding=lim)))
 
     layouts = [(D, {}), (M, {"kept": d * 3 // 4}), (P, {"channels": list(range(0, d, 2))})]
-    if not lp.channel_pages:      # no channel-page path built (LoaderParams.channel_pages)
-        layouts = layouts[:2]
+    # only the layouts the loader is built for (LoaderParams.masked_records / channel_pages)
+    layouts = [(m, kw) for m, kw in layouts
+               if (m is not M or lp.masked_records) and (m is not P or lp.channel_pages)]
     for mode, kw in layouts:
         for kind in ("all", "runs", "sparse"):
             case = make_case(cfg, rng, name=f"timing-{mode.value}-{kind}", mode=mode,

@@ -57,6 +57,18 @@ def wide_variant(cfg: Config) -> Config:
         max_outstanding=8))
 
 
+def rows_variant(cfg: Config) -> Config:
+    """:func:`wide_variant` built as `default` and `paper` are: without the masked-record path
+    (``LoaderParams.masked_records``; their policies store no masked records), so every job
+    reads rows, and a masked or channel-page job is read as rows with ``status.cfg_error``;
+    named ``<preset>+rows``."""
+    import dataclasses
+
+    w = wide_variant(cfg)
+    return w.replace(name=f"{cfg.name}+rows", loader=dataclasses.replace(
+        w.loader, masked_records=False, channel_pages=False))
+
+
 def pages_variant(cfg: Config) -> Config:
     """``cfg`` with the channel-page path built (``LoaderParams.channel_pages``), for tests of
     a layout whose preset does not need it; named ``<preset>+pages``."""
@@ -121,9 +133,13 @@ def _sorter_conf(cfg: Config) -> dict[str, Any]:
 
 def _case_json(case: Any, images: dict[int, str]) -> dict[str, Any]:
     from hikv.hw.loader_ports import MODE_OF_LAYOUT
+    from hikv.params import RecordLayout
 
     d = case.to_json(images)
     d["mode_code"] = MODE_OF_LAYOUT[case.job.mode].value
+    unbuilt = case.knobs.get("unbuilt_mode")     # a layout the loader is not built for
+    if unbuilt:
+        d["cfg_mode_code"] = MODE_OF_LAYOUT[RecordLayout(unbuilt)].value
     return d
 
 

@@ -219,7 +219,9 @@ class TB:
         # the output, with the job's valid / ready probabilities
         base = case["base"] | (1 if knobs.get("misalign_base") else 0)
         cfg_src = StreamSource(dut, "cfg")
-        cfg_src.queue.append(pack(self.lay["cfg"], mode=case["mode_code"], base=base,
+        # cfg_mode_code: a layout this loader is not built for, read as the case's dense rows
+        cfg_src.queue.append(pack(self.lay["cfg"], mode=case.get("cfg_mode_code",
+                                                                 case["mode_code"]), base=base,
                                   kept=case["kept"], outstanding=limit_cfg,
                                   cmask=sum(1 << c for c in case["channels"])))
         sources = [cfg_src]
@@ -372,7 +374,8 @@ class TB:
         want_status = {"slverr": int(2 in errs), "decerr": int(3 in errs),
                        "err_addr": int(next(iter(case["error_beats"]), 0)),
                        "rlast_error": 0, "order_error": int(bool(knobs.get("disorder"))),
-                       "cfg_error": int(bool(knobs.get("misalign_base")))}
+                       "cfg_error": int(bool(knobs.get("misalign_base"))
+                                        or "cfg_mode_code" in case)}
         status = {k: read_int(getattr(dut, f"status__{k}")) for k in want_status}
         if status != want_status:
             raise self._fail(case, "status", want_status, status)

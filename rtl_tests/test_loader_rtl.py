@@ -1,8 +1,8 @@
 """The loader's RTL checks: Verilator lint, the CLI, the cocotb regression against the golden
-model (tiny preset; tiny with one burst per beat, as default and paper are built; tiny with
-records packed at 2 and 8 bytes -- records crossing bursts and 4 KiB lines mid-record -- and
-the channel-page path), and the sorter -> loader chain against the golden Stage I + Stage
-II."""
+model (tiny preset; tiny with one burst per beat, as default and paper are built, with and
+without the masked-record path; tiny with records packed at 2 and 8 bytes -- records crossing
+bursts and 4 KiB lines mid-record -- and the channel-page path), and the sorter -> loader
+chain against the golden Stage I + Stage II."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from hikv.rtl_tests.loader_launch import (
     CHAIN_TOPLEVEL,
     TOPLEVEL,
     packed_variant,
+    rows_variant,
     run_chain_regression,
     run_regression,
     wide_variant,
@@ -30,12 +31,15 @@ LINT_FLAGS = ["--lint-only", "-Wall", "-Wno-PROCASSINIT", "-Wno-UNUSEDSIGNAL"]
 
 def _variant(name: str):
     """A preset (``tiny``, ``default``, ...) or a tiny test variant: ``tiny+wide`` (one burst
-    per beat), ``tiny+packed`` (records at element alignment, two-burst channel chunks),
+    per beat), ``tiny+rows`` (that, without the masked-record path, as default and paper are
+    built), ``tiny+packed`` (records at element alignment, two-burst channel chunks),
     ``tiny+packed8`` (records at 8 bytes); the packed ones build the channel-page path."""
     base, _, var = name.partition("+")
     cfg = get_preset(base)
     if var == "wide":
         return wide_variant(cfg)
+    if var == "rows":
+        return rows_variant(cfg)
     if var.startswith("packed"):
         return packed_variant(cfg, int(var.removeprefix("packed") or cfg.layout.elem_bytes))
     assert not var, f"unknown variant {name}"
@@ -60,7 +64,8 @@ def _lint(cfg, tmp_path: Path, chain: bool = False) -> str:
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("name", ["tiny", "default", "tiny+wide", "tiny+packed", "chain-tiny"])
+@pytest.mark.parametrize("name", ["tiny", "default", "tiny+wide", "tiny+rows", "tiny+packed",
+                                  "chain-tiny"])
 def test_loader_lints_clean(name: str, tmp_path: Path) -> None:
     cfg = _variant(name.removeprefix("chain-"))
     log = _lint(cfg, tmp_path, chain=name.startswith("chain-"))
@@ -80,7 +85,8 @@ def test_hikv_verilog_loader(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.rtl
 @pytest.mark.slow
-@pytest.mark.parametrize("variant,jobs", [("tiny", 40), ("tiny+wide", 30), ("tiny+packed", 30),
+@pytest.mark.parametrize("variant,jobs", [("tiny", 40), ("tiny+wide", 30), ("tiny+rows", 20),
+                                          ("tiny+packed", 30),
                                           pytest.param("tiny+packed8", 30,
                                                        marks=pytest.mark.extended)])
 def test_loader_cocotb_regression(variant: str, jobs: int) -> None:

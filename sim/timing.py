@@ -187,7 +187,10 @@ class RtlTiming:
                                         (records - 1) expand_cycles) + hold + 1 + DONE_CYCLES
 
         ``beats = ceil(bytes / beat_bytes)``, ``requests`` rounded up; ``hold`` is
-        ``expand_cycles`` with masked records, 0 for channel pages only, else 1.
+        ``expand_cycles`` with masked records, 0 for channel pages only, else 1. Masked records
+        and channel pages are timed as on a loader built with their paths (a preset builds
+        only the paths its own policy uses, ``LoaderParams.masked_records`` /
+        ``channel_pages``; the paths add no cycles to the other layouts).
         """
         geo = LoaderGeometry(layout, params)
         beats = np.ceil(np.asarray(bytes, dtype=float) / params.beat_bytes)

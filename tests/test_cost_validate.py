@@ -90,5 +90,6 @@ def test_recorded_loader_jobs_cover_every_layout_at_the_presets_latency():
         modes = {m.job["mode"] for m in ms if m.block == "loader" and m.preset == preset
                  and m.job["mem_latency_cycles"] == lat
                  and m.job["outstanding"] == cfg.loader.max_outstanding}
-        want = {"dense", "masked"} | ({"channel_pages"} if cfg.loader.channel_pages else set())
+        want = {"dense"} | ({"masked"} if cfg.loader.masked_records else set()) \
+            | ({"channel_pages"} if cfg.loader.channel_pages else set())
         assert modes == want, (preset, modes)

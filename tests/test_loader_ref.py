@@ -29,6 +29,7 @@ from hikv.params import (
     ParamError,
     RecordLayout,
     loader_needs_channel_pages,
+    loader_needs_masked_records,
 )
 from hikv.presets import PRESETS, get_preset
 from hikv.rtl_tests.loader_launch import packed_variant, pages_variant, wide_variant
@@ -183,6 +184,39 @@ def test_geometry_rejects_what_the_rtl_cannot_build() -> None:
                                                      else geo.record_bytes_max)
         # presets build the channel-page path exactly when their K Stage II rule needs it
         assert geo.channel_pages == loader_needs_channel_pages(get_preset(name).policy)
+        # and the masked-record path exactly when a Stage II rule stores masked records
+        assert geo.masked_records == loader_needs_masked_records(get_preset(name).policy)
+
+
+def test_a_loader_without_the_masked_path_refuses_masked_jobs() -> None:
+    """Built without ``LoaderParams.masked_records`` (as `default` and `paper`, whose Stage II
+    is off): the golden model and the timing contract refuse a masked job, the record buffer
+    holds a row (no mask), and dense jobs time exactly as on the loader with the path."""
+    import dataclasses
+
+    from hikv.rtl_tests.loader_launch import rows_variant, wide_variant
+
+    assert not get_preset("default").loader.masked_records
+    assert not get_preset("paper").loader.masked_records
+    assert TINY.loader.masked_records            # tiny keeps static V records
+    for cfg in (rows_variant(TINY), get_preset("default"), get_preset("paper")):
+        lay, lp = cfg.layout, cfg.loader
+        with pytest.raises(ParamError, match="masked_records = True"):
+            LoaderJob(M, (0, 1), kept=1).check(lay, lp)
+        geo = LoaderGeometry(lay, lp)
+        with pytest.raises(ParamError, match="masked_records = True"):
+            job_timing(geo, mode="masked", slots=[0, 1], kept=1)
+        full = LoaderGeometry(lay, dataclasses.replace(lp, masked_records=True))
+        assert geo.record_bytes_max == lay.row_bytes
+        assert full.record_bytes_max == lay.row_bytes + lay.mask_bytes
+        assert geo.entry_fifo_depth == full.entry_fifo_depth
+        rng = random.Random(5)
+        for _ in range(5):
+            slots = sorted(rng.sample(range(min(lp.max_tokens, 200)), rng.randint(1, 40)))
+            kw = dict(mode="dense", slots=slots, latency=rng.randint(1, 100),
+                      outstanding=rng.randint(1, lp.max_outstanding))
+            assert job_timing(geo, **kw) == job_timing(full, **kw)
+    assert wide_variant(TINY).loader.masked_records
 
 
 # --------------------------------------------------------------------------- timing model
@@ -193,7 +227,8 @@ def test_timing_model_requests_are_the_golden_requests(name: str) -> None:
     lay, lp = cfg.layout, cfg.loader
     geo = LoaderGeometry(lay, lp)
     rng = random.Random(11)
-    for mode in (D, M, P) if lp.channel_pages else (D, M):
+    for mode in [m for m, built in ((D, True), (M, lp.masked_records), (P, lp.channel_pages))
+                 if built]:
         for _ in range(3):
             slots = sorted(rng.sample(range(min(lp.max_tokens, 300)), rng.randint(1, 60)))
             job = LoaderJob(mode, tuple(slots), base=lay.burst_bytes * rng.randrange(200),
@@ -262,7 +297,9 @@ def test_closed_form_estimate_within_ten_percent_of_the_model(name: str) -> None
     d, n = cfg.layout.head_dim, min(cfg.loader.max_tokens, 512)
     layouts = [("dense", {}), ("masked", {"kept": d * 3 // 4}),
                ("channel_pages", {"channels": list(range(0, d, 2))})]
-    for mode, kw in layouts if cfg.loader.channel_pages else layouts[:2]:
+    built = {"dense": True, "masked": cfg.loader.masked_records,
+             "channel_pages": cfg.loader.channel_pages}
+    for mode, kw in [(m, kw) for m, kw in layouts if built[m]]:
         for slots in (list(range(n)), [s for s in range(n) if (s // 7) % 2 == 0]):
             for lat in (1, 8, 32, 100):
                 for o in sorted({1, cfg.loader.max_outstanding}):

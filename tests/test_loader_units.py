@@ -25,14 +25,20 @@ from hikv.model.loader_ref import axi_requests, job_requests
 from hikv.params import RecordLayout
 from hikv.presets import get_preset
 from hikv.rtl_tests.loader_jobs import SLVERR, expected_entries, make_case
-from hikv.rtl_tests.loader_launch import packed_variant, pages_variant, wide_variant
+from hikv.rtl_tests.loader_launch import (
+    packed_variant,
+    pages_variant,
+    rows_variant,
+    wide_variant,
+)
 
 CFG = get_preset("tiny")
 GEO = LoaderGeometry(CFG.layout, CFG.loader)
 #: records packed at element alignment (sharing beats), channel chunks of two bursts
 PACKED = packed_variant(CFG)
 #: tiny with the channel-page path; tiny with one burst per beat (as default and paper)
-CONFIGS = {"tiny": pages_variant(CFG), "packed": PACKED, "wide": wide_variant(CFG)}
+CONFIGS = {"tiny": pages_variant(CFG), "packed": PACKED, "wide": wide_variant(CFG),
+           "rows": rows_variant(CFG)}
 
 
 def _needs_pages(cfg, mode: RecordLayout) -> None:
@@ -168,13 +174,21 @@ def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout, cfg_name:
 
 
 # --------------------------------------------------------------------------- packer
-@pytest.mark.parametrize("cfg_name", ["tiny", "packed", "wide"])
-@pytest.mark.parametrize("seed,mode,error", [(21, RecordLayout.DENSE, None),
-                                             (22, RecordLayout.MASKED_RECORD, None),
-                                             (23, RecordLayout.MASKED_RECORD, SLVERR),
-                                             (24, RecordLayout.CHANNEL_PAGES, None),
-                                             (25, RecordLayout.CHANNEL_PAGES, SLVERR),
-                                             (26, RecordLayout.MASKED_RECORD, "shared")])
+PACKER_JOBS = [(21, RecordLayout.DENSE, None), (22, RecordLayout.MASKED_RECORD, None),
+               (23, RecordLayout.MASKED_RECORD, SLVERR), (24, RecordLayout.CHANNEL_PAGES, None),
+               (25, RecordLayout.CHANNEL_PAGES, SLVERR), (26, RecordLayout.MASKED_RECORD, "shared"),
+               (27, RecordLayout.DENSE, SLVERR)]
+
+
+def _built(cfg, mode: RecordLayout) -> bool:
+    """Whether the loader of ``cfg`` is built for ``mode``'s layout."""
+    lp = cfg.loader
+    return {RecordLayout.CHANNEL_PAGES: lp.channel_pages,
+            RecordLayout.MASKED_RECORD: lp.masked_records}.get(mode, True)
+
+
+@pytest.mark.parametrize("cfg_name,seed,mode,error", [
+    (c, *job) for c in CONFIGS for job in PACKER_JOBS if _built(CONFIGS[c], job[1])])
 def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int | str | None,
                                       cfg_name: str) -> None:
     rng = random.Random(seed)
@@ -240,7 +254,7 @@ def test_blocks_reject_a_config_instead_of_a_geometry(block) -> None:
         block(CFG)
 
 
-@pytest.mark.parametrize("cfg_name", ["tiny", "packed", "wide"])
+@pytest.mark.parametrize("cfg_name", list(CONFIGS))
 def test_latency_is_the_fixed_part_of_the_timing_contract(cfg_name: str) -> None:
     """A one-request job (one dense row) takes ``latency + L + beats - 1`` cycles at read
     latency ``L``, for every ``L`` (``job_timing``, which the cocotb timing jobs check

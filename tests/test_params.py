@@ -69,6 +69,7 @@ REJECTED = [
     (LoaderParams, "max_outstanding", 0, ["max_outstanding"]),
     (LoaderParams, "id_width", 0, ["id_width"]),
     (LoaderParams, "channel_pages", 1, ["channel_pages", "True or False"]),
+    (LoaderParams, "masked_records", "yes", ["masked_records", "True or False"]),
     (LoaderParams, "max_tokens", 0, ["max_tokens"]),
     (AcceleratorParams, "clock_hz", 0, ["clock_hz", "> 0"]),
     (AcceleratorParams, "pe_lanes", 0, ["pe_lanes"]),
