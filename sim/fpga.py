@@ -263,6 +263,8 @@ def fpga_timing(verilog: str, top: str, *, target_mhz: float = 100.0, wrap: bool
                                            f"{''.join(' ' + o for o in sopts)}\n")
             _run([*yosys_command(), "-q", "synth.ys"], work, timeout_s, "yosys synth_ecp5",
                  "yosys.log")
+            if not (work / "synth.json").is_file():
+                raise FpgaError(f"yosys synth_ecp5 wrote no netlist (synth.json) in {work}")
             tmp_net = snet.with_suffix(f".{os.getpid()}.tmp")
             tmp_net.write_bytes(gzip.compress((work / "synth.json").read_bytes()))
             tmp_net.replace(snet)

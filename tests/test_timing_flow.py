@@ -176,6 +176,8 @@ def test_fpga_flow_options_reach_the_tools_and_the_result(monkeypatch, tmp_path)
 
     def fake_run(cmd, cwd, timeout_s, what, log):
         seen.append((list(cmd), (cwd / "synth.ys").read_text()))
+        if cmd[0] == "fake-yosys":
+            (cwd / "synth.json").write_text("{}")
         if cmd[0] == "fake-nextpnr":
             (cwd / "report.json").write_text(json.dumps(report))
 
