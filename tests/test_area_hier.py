@@ -170,3 +170,29 @@ def test_tiny_scorer_hierarchical_area_matches_flat():
     assert -0.01 <= diff <= 0.02, (f"tiny scorer, 2 lanes: hierarchical "
                                    f"{hier.nand2_equivalents:,.0f} against flat "
                                    f"{flat.nand2_equivalents:,.0f} NAND2 eq. ({diff:+.2%})")
+
+
+@pytest.mark.slow
+def test_loader_parts_benchmark_on_tiny():
+    """benchmarks/loader_parts.py (issue 13: where a loader's area is, and the bound on one
+    shared address side): every part of the tiny loader synthesised, the shares summing to one,
+    the bound ``(I - 1) x (top + agen + coal)`` and the flat synthesis below the parts' sum."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    cells_or_skip()
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "loader_parts.py"
+    spec = importlib.util.spec_from_file_location("loader_parts", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    A.block_synth("loader", get_preset("tiny"))          # the flat build, for the comparison
+    r = mod.parts("tiny")
+    assert set(r["parts"]) == {"top", "agen", "coal", "entries", "inflight", "pack"}
+    assert abs(sum(p["share"] for p in r["parts"].values()) - 1) < 1e-9
+    shared = sum(r["parts"][k]["area_mm2"] for k in mod.SHARED)
+    assert r["one_loader_saving_bound_mm2"] == pytest.approx((r["instances"] - 1) * shared)
+    assert r["flat_mm2"] is not None and r["flat_mm2"] <= r["hierarchical_mm2"]
+    mod.show(r)
