@@ -156,9 +156,11 @@ class LoaderGeometry:
         stride (or page), plus two, rounded up to a power of two: the address side can then
         keep every allowed request in flight, and can never wait on the FIFO while the data
         side waits for a request that the address side has not issued yet (that needs
-        ``ceil(request / unit) + 2``).
+        ``ceil(request / unit) + 2``). The smallest record is a mask alone (a masked record
+        keeping no element) on a loader built with the masked-record path, else a row.
         """
-        unit = self.layout.stride(self.layout.mask_bytes)
+        unit = self.layout.stride(self.layout.mask_bytes if self.masked_records
+                                  else self.layout.row_bytes)
         if self.channel_pages:
             unit = min(unit, self.page_bytes)
         per_request = -(-self.max_request_bytes // unit) + 1

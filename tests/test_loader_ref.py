@@ -191,7 +191,8 @@ def test_geometry_rejects_what_the_rtl_cannot_build() -> None:
 def test_a_loader_without_the_masked_path_refuses_masked_jobs() -> None:
     """Built without ``LoaderParams.masked_records`` (as `default` and `paper`, whose Stage II
     is off): the golden model and the timing contract refuse a masked job, the record buffer
-    holds a row (no mask), and dense jobs time exactly as on the loader with the path."""
+    holds a row (no mask), the entry queue is sized for rows (half as deep here), and dense
+    jobs time exactly as on the loader with the path."""
     import dataclasses
 
     from hikv.rtl_tests.loader_launch import rows_variant, wide_variant
@@ -209,7 +210,7 @@ def test_a_loader_without_the_masked_path_refuses_masked_jobs() -> None:
         full = LoaderGeometry(lay, dataclasses.replace(lp, masked_records=True))
         assert geo.record_bytes_max == lay.row_bytes
         assert full.record_bytes_max == lay.row_bytes + lay.mask_bytes
-        assert geo.entry_fifo_depth == full.entry_fifo_depth
+        assert geo.entry_fifo_depth == full.entry_fifo_depth // 2
         rng = random.Random(5)
         for _ in range(5):
             slots = sorted(rng.sample(range(min(lp.max_tokens, 200)), rng.randint(1, 40)))
