@@ -221,6 +221,12 @@ class LoaderParams:
             raise ParamError(f"{o}.masked_records must be True or False, not "
                              f"{self.masked_records!r}")
 
+    def builds(self, layout: RecordLayout) -> bool:
+        """Whether this loader is built for jobs of ``layout``: dense rows always, masked
+        records with ``masked_records``, channel pages with ``channel_pages``."""
+        return {RecordLayout.MASKED_RECORD: self.masked_records,
+                RecordLayout.CHANNEL_PAGES: self.channel_pages}.get(layout, True)
+
     @property
     def beat_bytes(self) -> int:
         return self.data_width // 8

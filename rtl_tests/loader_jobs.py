@@ -322,7 +322,7 @@ def make_cases(cfg: Config, seed: int, jobs: int) -> list[Case]:
     # a path not built (LoaderParams.channel_pages / masked_records): no job of its layout;
     # instead a dense job configured as that layout, which the RTL must read as dense rows
     # and flag with status.cfg_error (knob ``unbuilt_mode``: the layout driven on cfg.mode)
-    unbuilt = [m for m, built in ((M, lp.masked_records), (P, lp.channel_pages)) if not built]
+    unbuilt = [m for m in (M, P) if not lp.builds(m)]
     corners = [(n, kw) for n, kw in corners if kw["mode"] not in unbuilt]
     corners += [(f"dense-as-{m.value}", dict(mode=D, knobs=dict(k(rng), unbuilt_mode=m.value)))
                 for m in unbuilt]
@@ -386,8 +386,7 @@ def make_timing_cases(cfg: Config, seed: int, latencies: tuple[int, ...] = (1, 8
 
     layouts = [(D, {}), (M, {"kept": d * 3 // 4}), (P, {"channels": list(range(0, d, 2))})]
     # only the layouts the loader is built for (LoaderParams.masked_records / channel_pages)
-    layouts = [(m, kw) for m, kw in layouts
-               if (m is not M or lp.masked_records) and (m is not P or lp.channel_pages)]
+    layouts = [(m, kw) for m, kw in layouts if lp.builds(m)]
     for mode, kw in layouts:
         for kind in ("all", "runs", "sparse"):
             case = make_case(cfg, rng, name=f"timing-{mode.value}-{kind}", mode=mode,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hikv.params import ParamError
+from hikv.params import ParamError, RecordLayout
 from hikv.presets import PRESETS, get_preset
 from hikv.sim import validate as V
 from hikv.sim.timing import RtlTiming, default_timing
@@ -90,6 +90,5 @@ def test_recorded_loader_jobs_cover_every_layout_at_the_presets_latency():
         modes = {m.job["mode"] for m in ms if m.block == "loader" and m.preset == preset
                  and m.job["mem_latency_cycles"] == lat
                  and m.job["outstanding"] == cfg.loader.max_outstanding}
-        want = {"dense"} | ({"masked"} if cfg.loader.masked_records else set()) \
-            | ({"channel_pages"} if cfg.loader.channel_pages else set())
+        want = {m.value for m in RecordLayout if cfg.loader.builds(m)}
         assert modes == want, (preset, modes)

@@ -228,8 +228,7 @@ def test_timing_model_requests_are_the_golden_requests(name: str) -> None:
     lay, lp = cfg.layout, cfg.loader
     geo = LoaderGeometry(lay, lp)
     rng = random.Random(11)
-    for mode in [m for m, built in ((D, True), (M, lp.masked_records), (P, lp.channel_pages))
-                 if built]:
+    for mode in [m for m in (D, M, P) if lp.builds(m)]:
         for _ in range(3):
             slots = sorted(rng.sample(range(min(lp.max_tokens, 300)), rng.randint(1, 60)))
             job = LoaderJob(mode, tuple(slots), base=lay.burst_bytes * rng.randrange(200),
@@ -298,9 +297,7 @@ def test_closed_form_estimate_within_ten_percent_of_the_model(name: str) -> None
     d, n = cfg.layout.head_dim, min(cfg.loader.max_tokens, 512)
     layouts = [("dense", {}), ("masked", {"kept": d * 3 // 4}),
                ("channel_pages", {"channels": list(range(0, d, 2))})]
-    built = {"dense": True, "masked": cfg.loader.masked_records,
-             "channel_pages": cfg.loader.channel_pages}
-    for mode, kw in [(m, kw) for m, kw in layouts if built[m]]:
+    for mode, kw in [(m, kw) for m, kw in layouts if cfg.loader.builds(RecordLayout(m))]:
         for slots in (list(range(n)), [s for s in range(n) if (s // 7) % 2 == 0]):
             for lat in (1, 8, 32, 100):
                 for o in sorted({1, cfg.loader.max_outstanding}):

@@ -41,9 +41,9 @@ CONFIGS = {"tiny": pages_variant(CFG), "packed": PACKED, "wide": wide_variant(CF
            "rows": rows_variant(CFG)}
 
 
-def _needs_pages(cfg, mode: RecordLayout) -> None:
-    if mode is RecordLayout.CHANNEL_PAGES and not cfg.loader.channel_pages:
-        pytest.skip(f"{cfg.name} builds no channel-page path")
+def _needs_path(cfg, mode: RecordLayout) -> None:
+    if not cfg.loader.builds(mode):
+        pytest.skip(f"{cfg.name} builds no {mode.value} path")
 
 
 # --------------------------------------------------------------------------- coalescer
@@ -112,7 +112,7 @@ def test_coalescer_matches_axi_requests(seed: int, cfg_name: str) -> None:
 def test_address_gen_ranges_and_entries(seed: int, mode: RecordLayout, cfg_name: str) -> None:
     rng = random.Random(seed)
     cfg = CONFIGS[cfg_name]
-    _needs_pages(cfg, mode)
+    _needs_path(cfg, mode)
     geo = LoaderGeometry(cfg.layout, cfg.loader)
     case = make_case(cfg, rng, name="agen", mode=mode, max_slots=24)
     job = case.job
@@ -180,20 +180,13 @@ PACKER_JOBS = [(21, RecordLayout.DENSE, None), (22, RecordLayout.MASKED_RECORD, 
                (27, RecordLayout.DENSE, SLVERR)]
 
 
-def _built(cfg, mode: RecordLayout) -> bool:
-    """Whether the loader of ``cfg`` is built for ``mode``'s layout."""
-    lp = cfg.loader
-    return {RecordLayout.CHANNEL_PAGES: lp.channel_pages,
-            RecordLayout.MASKED_RECORD: lp.masked_records}.get(mode, True)
-
-
 @pytest.mark.parametrize("cfg_name,seed,mode,error", [
-    (c, *job) for c in CONFIGS for job in PACKER_JOBS if _built(CONFIGS[c], job[1])])
+    (c, *job) for c in CONFIGS for job in PACKER_JOBS if CONFIGS[c].loader.builds(job[1])])
 def test_packer_matches_packed_output(seed: int, mode: RecordLayout, error: int | str | None,
                                       cfg_name: str) -> None:
     rng = random.Random(seed)
     cfg = CONFIGS[cfg_name]
-    _needs_pages(cfg, mode)
+    _needs_path(cfg, mode)
     geo = LoaderGeometry(cfg.layout, cfg.loader)
     kw = {}
     if error == "shared":
