@@ -167,12 +167,15 @@ class KVLoader(wiring.Component):
             ]
             # record length from the cfg payload, stride from it in the start cycle: both are
             # registers by the first token (cycle 2), so neither is in the token's cycle
-            rw = len(j.rec_len)
-            kept = Mux(too_many, d, cp.kept)
-            masked_len = add_w(Const(lay.mask_bytes), mul_w(kept, Const(lay.elem_bytes), rw), rw)
-            dense = bad_mode | eq_const(cp.mode.as_value(), Mode.DENSE.value)
-            m.d.sync += j.rec_len.eq(Mux(dense, lay.row_bytes, masked_len) if g.masked_records
-                                     else lay.row_bytes)
+            if g.masked_records:
+                rw = len(j.rec_len)
+                kept = Mux(too_many, d, cp.kept)
+                masked_len = add_w(Const(lay.mask_bytes), mul_w(kept, Const(lay.elem_bytes), rw),
+                                   rw)
+                dense = bad_mode | eq_const(cp.mode.as_value(), Mode.DENSE.value)
+                m.d.sync += j.rec_len.eq(Mux(dense, lay.row_bytes, masked_len))
+            else:                            # every job reads rows
+                m.d.sync += j.rec_len.eq(lay.row_bytes)
         with m.If(j.start):
             m.d.sync += j.stride.eq(Cat(Const(0, al), add_w(j.rec_len, Const(lay.align_bytes - 1),
                                                             len(j.rec_len) + 1)[al:]))

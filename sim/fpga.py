@@ -293,12 +293,18 @@ def fpga_timing(verilog: str, top: str, *, target_mhz: float = 100.0, wrap: bool
     return res
 
 
-def block_fpga(block: Any, cfg: Config, **kw: Any) -> FpgaResult:
-    """:func:`fpga_timing` of a registered block (name or :class:`hikv.hw.blocks.Block`)."""
+def _block(block: Any) -> Any:
+    """A registered block from its name (or the :class:`hikv.hw.blocks.Block` itself)."""
     if isinstance(block, str):
         from hikv.hw.blocks import get_block
 
-        block = get_block(block)
+        return get_block(block)
+    return block
+
+
+def block_fpga(block: Any, cfg: Config, **kw: Any) -> FpgaResult:
+    """:func:`fpga_timing` of a registered block (name or :class:`hikv.hw.blocks.Block`)."""
+    block = _block(block)
     return fpga_timing(block.verilog(cfg), block.toplevel, **kw)
 
 
@@ -395,8 +401,5 @@ def fpga_seed_sweep(verilog: str, top: str, seeds: tuple[int, ...] | list[int] |
 def block_fpga_seeds(block: Any, cfg: Config, seeds: tuple[int, ...] | list[int] | str,
                      **kw: Any) -> SeedSweep:
     """:func:`fpga_seed_sweep` of a registered block."""
-    if isinstance(block, str):
-        from hikv.hw.blocks import get_block
-
-        block = get_block(block)
+    block = _block(block)
     return fpga_seed_sweep(block.verilog(cfg), block.toplevel, seeds, **kw)
