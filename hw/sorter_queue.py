@@ -287,7 +287,27 @@ class LaneQueue(wiring.Component):
                                               Mux(self.w_en, count, c_dec),
                                               Mux(self.end, Mux(self.w_en, c_end1, c_end),
                                                   Mux(self.w_en, c_inc, count))))]
-            fulls.append(count[cw - 1] | ult(count[:cw - 1], depth))
+            # "not full" is a register of its own, so the writer's ready (and the producer's
+            # stall behind it) starts at a flip-flop instead of a compare of the count and an
+            # AND over the lanes (same cycles). Its next value is chosen by the same late
+            # selects as the count's, among flags of registers: with 0 <= count <= depth
+            # (or negative), count + 1 fills the lane only from depth - 1, a pop or an end
+            # of amt >= 1 never does, count + 1 - amt only with amt <= 1
+            at_full = Signal(name=f"at_full{j}")
+            at_edge = Signal(name=f"at_edge{j}")       # count >= depth - 1
+            amt0 = Signal(name=f"amt0_{j}")
+            amt1 = Signal(name=f"amt1_{j}")
+            m.d.comb += [at_full.eq(ueq(count, depth)),
+                         at_edge.eq(at_full | ueq(count, depth - 1)),
+                         amt0.eq(is_zero(self.amt[j])), amt1.eq(ueq(self.amt[j], 1))]
+            rdy = Signal(name=f"w_rdy{j}", init=1)
+            m.d.sync += rdy.eq(late_select(
+                self.pop_sel[j], self.pop1[j], self.pop0[j],
+                ~(self.w_en & at_full),                                  # count or count - 1
+                Mux(self.end,
+                    ~Mux(self.w_en, (amt0 & at_edge) | (amt1 & at_full), amt0 & at_full),
+                    ~Mux(self.w_en, at_edge, at_full))))
+            fulls.append(rdy)
             empties.append(is_zero(count))
         m.d.comb += [self.w_rdy.eq(Cat(*fulls).all()), self.idle.eq(Cat(*empties).all())]
         return m

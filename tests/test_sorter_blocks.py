@@ -25,7 +25,7 @@ from hikv.hw.sorter_net import (
     bitonic_sort_network,
     compact_left,
 )
-from hikv.hw.sorter_queue import RowQueue
+from hikv.hw.sorter_queue import LaneQueue, RowQueue
 
 
 def row_const(width: int, items: list[int]) -> int:
@@ -159,6 +159,66 @@ def test_row_queue_against_deque(with_skip, head_register, depth):
                 model.append(nxt)
                 nxt = (nxt + 1) & 0xFF
             assert ctx.get(dut.level) == len(model), f"seed={seed} cycle={cycle}"
+
+    run_sim(dut, tb)
+
+
+@pytest.mark.parametrize("depth", [2, 3, 6])
+def test_lane_queue_against_deques(depth):
+    """Each lane a FIFO with drop-on-arrival; ``w_rdy`` (a register of its own) equals "no lane
+    full" of the counts on every cycle, through pops given as comparator-selected pairs, ends
+    of 0, 1 and more items than stored, and writes into the last free slot."""
+    lanes, seed = 3, 7 + depth
+    rng = random.Random(seed)
+    dut = LaneQueue(lanes=lanes, width=8, depth=depth)
+    items = [deque() for _ in range(lanes)]
+    drop = [0] * lanes
+
+    async def tb(ctx):
+        nxt = 0
+        for cycle in range(4000):
+            where = f"seed={seed} depth={depth} cycle={cycle}"
+            count = [len(items[j]) - drop[j] for j in range(lanes)]
+            assert ctx.get(dut.w_rdy) == all(c < depth for c in count), where
+            valid = ctx.get(dut.r_valid)
+            for j in range(lanes):
+                assert (valid >> j) & 1 == (count[j] > 0), where
+                if count[j] > 0:
+                    assert (ctx.get(dut.r_data) >> (8 * j)) & 0xFF == items[j][0], where
+            w = ctx.get(dut.w_rdy) and rng.random() < 0.6
+            end = rng.random() < 0.08
+            # (as in the engine, a lane never owes more rows than a run: count >= -depth)
+            amt = [min(rng.choice([0, 1, rng.randrange(depth + 1)]), count[j] + depth)
+                   for j in range(lanes)]
+            pops = [not end and (valid >> j) & 1 and rng.random() < 0.5 for j in range(lanes)]
+            sel = [rng.random() < 0.5 for _ in range(lanes)]
+            # the pop is whichever of pop1/pop0 the comparator selects; the other is random
+            p1 = [pops[j] if sel[j] else rng.random() < 0.5 for j in range(lanes)]
+            p0 = [pops[j] if not sel[j] else rng.random() < 0.5 for j in range(lanes)]
+            row = [(nxt + j) & 0xFF for j in range(lanes)]
+            ctx.set(dut.w_en, w)
+            ctx.set(dut.w_data, sum(v << (8 * j) for j, v in enumerate(row)))
+            ctx.set(dut.end, end)
+            for j in range(lanes):
+                ctx.set(dut.amt[j], amt[j])
+            ctx.set(dut.pop_sel, sum(b << j for j, b in enumerate(sel)))
+            ctx.set(dut.pop1, sum(b << j for j, b in enumerate(p1)))
+            ctx.set(dut.pop0, sum(b << j for j, b in enumerate(p0)))
+            await ctx.tick()
+            for j in range(lanes):
+                if pops[j]:
+                    items[j].popleft()
+                if end:
+                    gone = min(amt[j], len(items[j]))
+                    for _ in range(gone):
+                        items[j].popleft()
+                    drop[j] += amt[j] - gone
+                if w:
+                    if drop[j]:
+                        drop[j] -= 1
+                    else:
+                        items[j].append(row[j])
+            nxt = (nxt + lanes) & 0xFF
 
     run_sim(dut, tb)
 
