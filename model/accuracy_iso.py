@@ -231,7 +231,10 @@ def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), 
         got = passkey_of(chosen["label"])
         out.append({
             "family": fam, "label": chosen["label"], "method": chosen["method"],
-            "iso_budget": chosen["budget"] if best is not None else None,
+            # full KV is the reference: it keeps every token (its rows' nominal budget
+            # is not a budget it was chosen at)
+            "iso_budget": ALL_TOKENS if fam == "full" else (
+                chosen["budget"] if best is not None else None),
             "reached": best is not None, "budgets_tested": [r["budget"] for r in rows],
             "ppl": chosen["ppl"], "ppl_rel": chosen["ppl"] / ref_ppl - 1,
             "passkey_correct": None if got is None else got[0],

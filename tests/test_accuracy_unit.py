@@ -79,6 +79,8 @@ def test_iso_table_picks_smallest_budget_with_all_larger_passing() -> None:
     assert t["hikv-query_aware"]["bytes_burst"] == 150
     assert t["hikv-query_aware"]["step_bytes_burst"] == 150 * 90
     assert t["quest"]["iso_budget"] is None            # +2% at its largest budget
+    # full KV is the reference and keeps every token: no budget of its rows is an iso budget
+    assert t["full"]["iso_budget"] == A.ALL_TOKENS and t["full"]["reached"]
     t2 = {r["family"]: r for r in A.iso_table(ppl, pk, ppl_tol=0.03, passkey_tol=0.2)}
     # h2o@128 is +5%: the smallest budget with every larger one passing is 256
     assert t2["h2o"]["iso_budget"] == 256 and t2["quest"]["iso_budget"] == 256
