@@ -1,24 +1,35 @@
-"""The 8k perplexity cell of seed-gemma, every method family (the suite's, the six new baselines
-and ThinK alone): ``python run_ppl_families.py OUT [CACHE]``.
+"""A perplexity cell of seed-gemma with every method family (the suite's, the six new baselines
+and ThinK alone): ``python run_ppl_families.py OUT [CACHE] [--length N] [--per-pass K]``
+(N: 8192, the default, or 16384).
 
-On an empty ``OUT`` it runs one family more per pass, so each pass's rows are on disk when it
-ends (a perplexity cell is written when it finishes). A pass writes the cell with its own
-families' methods only (it runs those the file lacks), so where ``OUT/cells`` already holds the
-cell (a copy of ``cells/`` here, or an interrupted run) one pass with every family runs just
-the missing methods and keeps the rest."""
+On an empty ``OUT`` it runs ``K`` families more per pass (default 1), so each pass's rows are on
+disk when it ends (a perplexity cell is written when it finishes). A pass writes the cell with
+its own families' methods only (it runs those the file lacks), so where ``OUT/cells`` already
+holds the cell (a copy of ``cells/`` here, or an interrupted run) one pass with every family
+runs just the missing methods and keeps the rest. ``--families A B ...`` runs only those (a part
+of the cell, to run side by side with other parts and merge with ``merge_cells.py``)."""
+import argparse
 import dataclasses
-import sys
 from pathlib import Path
 
 from hikv.model.seed_spec import EXTRA_BASELINES_GEMMA
 from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
 
-out = Path(sys.argv[1])
+ap = argparse.ArgumentParser()
+ap.add_argument("out", type=Path)
+ap.add_argument("cache", type=Path, nargs="?")
+ap.add_argument("--length", type=int, default=8192, choices=SEED_SUITES["seed-gemma"].lengths)
+ap.add_argument("--per-pass", type=int, default=1)
+ap.add_argument("--families", nargs="+")
+a = ap.parse_args()
+if a.per_pass < 1:
+    ap.error(f"--per-pass = {a.per_pass} is out of range: allowed >= 1")
 s = SEED_SUITES["seed-gemma"]
-families = s.families + tuple(EXTRA_BASELINES_GEMMA)
-first = len(families) if (out / "cells" / "ppl_8192.json").is_file() else 1
-for i in range(first, len(families) + 1):
-    suite = dataclasses.replace(s, lengths=(8192,), tasks=(), families=families[:i])
-    print(f"pass {i}/{len(families)}: + {families[i - 1]}", flush=True)
-    run_seed_suite(suite, out, cache=Path(sys.argv[2]) if len(sys.argv) > 2 else None,
-                   threads=1, batch=8)
+families = tuple(a.families) if a.families else s.families + tuple(EXTRA_BASELINES_GEMMA)
+first = len(families) if (a.out / "cells" / f"ppl_{a.length}.json").is_file() \
+    else min(a.per_pass, len(families))
+ends = list(range(first, len(families), a.per_pass)) + [len(families)]
+for i in ends:
+    suite = dataclasses.replace(s, lengths=(a.length,), tasks=(), families=families[:i])
+    print(f"pass to {i}/{len(families)}: + {families[max(0, i - a.per_pass):i]}", flush=True)
+    run_seed_suite(suite, a.out, cache=a.cache, threads=1, batch=8)
