@@ -405,10 +405,12 @@ def test_iso_points_are_keyed_by_family(tmp_path) -> None:
         load_iso_accuracy(f, cfg)
 
 
-def test_committed_iso_point_files_read_as_before() -> None:
+def test_committed_iso_point_files_read_as_before(tmp_path) -> None:
     """Every committed operating-point file (docs/results/**/iso_points*.json, written before
     points were keyed by family and without ``hikv_family``) loads to the rows the one-point-
-    per-method rule gave: per method its smallest within-tolerance budget, HiKV last."""
+    per-method rule gave: per method its smallest within-tolerance budget, HiKV last. A file
+    measured on a model of another head_dim than the preset's (Gemma-3, d = 256) is refused
+    with a clear error, and its points, read without that guard, follow the same rule."""
     import json
     from pathlib import Path
 
@@ -421,6 +423,13 @@ def test_committed_iso_point_files_read_as_before() -> None:
     assert len(files) >= 3
     for f in files:
         data = json.loads(f.read_text())
+        if data.get("head_dim", cfg.layout.head_dim) != cfg.layout.head_dim:
+            with pytest.raises(ParamError, match=f"head_dim = {data['head_dim']} .* preset "
+                                                 f"'default' has head_dim = "
+                                                 f"{cfg.layout.head_dim}"):
+                load_iso_accuracy(f, cfg)
+            f = tmp_path / f.name
+            f.write_text(json.dumps({k: v for k, v in data.items() if k != "head_dim"}))
         best: dict = {}
         for pt in data["points"]:
             s = from_dict(MethodSpec, pt["spec"])
