@@ -15,21 +15,21 @@ from pathlib import Path
 from hikv.model.seed_spec import EXTRA_BASELINES_GEMMA
 from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
 
+s = SEED_SUITES["seed-gemma"]
 ap = argparse.ArgumentParser()
 ap.add_argument("out", type=Path)
 ap.add_argument("cache", type=Path, nargs="?")
-ap.add_argument("--length", type=int, default=8192, choices=SEED_SUITES["seed-gemma"].lengths)
+ap.add_argument("--length", type=int, default=8192, choices=s.lengths)
 ap.add_argument("--per-pass", type=int, default=1)
 ap.add_argument("--families", nargs="+")
 a = ap.parse_args()
 if a.per_pass < 1:
     ap.error(f"--per-pass = {a.per_pass} is out of range: allowed >= 1")
-s = SEED_SUITES["seed-gemma"]
 families = tuple(a.families) if a.families else s.families + tuple(EXTRA_BASELINES_GEMMA)
 first = len(families) if (a.out / "cells" / f"ppl_{a.length}.json").is_file() \
     else min(a.per_pass, len(families))
 ends = list(range(first, len(families), a.per_pass)) + [len(families)]
-for i in ends:
+for prev, i in zip([0, *ends[:-1]], ends, strict=True):
     suite = dataclasses.replace(s, lengths=(a.length,), tasks=(), families=families[:i])
-    print(f"pass to {i}/{len(families)}: + {families[max(0, i - a.per_pass):i]}", flush=True)
+    print(f"pass to {i}/{len(families)}: + {families[prev:i]}", flush=True)
     run_seed_suite(suite, a.out, cache=a.cache, threads=1, batch=8)
