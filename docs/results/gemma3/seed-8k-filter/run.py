@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+from hikv.params import ParamError
 
 s = SEED_SUITES["seed-gemma"]
 ap = argparse.ArgumentParser()
@@ -26,4 +27,7 @@ if a.batch < 1:
     ap.error(f"--batch = {a.batch} is out of range: allowed >= 1")
 suite = dataclasses.replace(s, lengths=(a.length,), tasks=tuple(a.tasks),
                             families=tuple(a.families))
-run_seed_suite(suite, a.out, cache=a.cache, threads=1, batch=a.batch)
+try:
+    run_seed_suite(suite, a.out, cache=a.cache, threads=1, batch=a.batch)
+except ParamError as e:          # a bad family label, cache, ...
+    ap.error(str(e))

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from hikv.model.accuracy_io import read_rows, write_rows
+from hikv.params import ParamError
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--length", type=int, default=8192)
@@ -17,7 +18,10 @@ key = f"ppl_{a.length}"
 rows, meta, seen = [], None, set()
 wall = cpu = 0.0
 for part in a.parts:
-    r, m = read_rows(part / "cells" / f"{key}.json")
+    try:
+        r, m = read_rows(part / "cells" / f"{key}.json")
+    except ParamError as e:
+        ap.error(str(e))
     meta = meta or dict(m)
     wall += float(m.get("wall_s") or 0.0)
     cpu += float(m.get("cpu_s") or 0.0)

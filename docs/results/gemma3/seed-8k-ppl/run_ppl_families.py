@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hikv.model.seed_spec import EXTRA_BASELINES_GEMMA
 from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+from hikv.params import ParamError
 
 s = SEED_SUITES["seed-gemma"]
 ap = argparse.ArgumentParser()
@@ -32,4 +33,7 @@ ends = list(range(first, len(families), a.per_pass)) + [len(families)]
 for prev, i in zip([0, *ends[:-1]], ends, strict=True):
     suite = dataclasses.replace(s, lengths=(a.length,), tasks=(), families=families[:i])
     print(f"pass to {i}/{len(families)}: + {families[prev:i]}", flush=True)
-    run_seed_suite(suite, a.out, cache=a.cache, threads=1, batch=8)
+    try:
+        run_seed_suite(suite, a.out, cache=a.cache, threads=1, batch=8)
+    except ParamError as e:          # a bad family label, cache, ...
+        ap.error(str(e))
