@@ -212,8 +212,11 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                  None if cpu is None else cpu / n, extra)
 
     groups = cell_groups(todo)
-    phases = [[g for g in groups if g[0].kind == "ppl"],
-              [g for g in groups if g[0].kind == "task"]]
+    # in parallel, each phase's longest units (the longest contexts) start first, so the
+    # short ones fill the workers' tails instead of one long unit running alone at the end
+    # (stable: the serial order within a length)
+    phases = [sorted((g for g in groups if g[0].kind == kind), key=lambda g: -g[0].length)
+              for kind in ("ppl", "task")]
     if todo and (executor == "ray" or workers > 1):
         for phase in phases:
             args = [(g, suite, kw, {c.key: state[c.key][0] for c in g}, ppl_of(g[0]))
