@@ -109,13 +109,22 @@ def cell_groups(cells: list[Cell], pair: bool = True) -> list[list[Cell]]:
 
 def _pool_cell(args: tuple[list[Cell], SeedSuite, dict[str, Any], dict[str, list[dict]],
                            list[dict]]
-               ) -> tuple[dict[str, list[dict]], dict[str, Any], dict[str, dict[str, str]]]:
+               ) -> tuple[dict[str, list[dict]], dict[str, Any], dict[str, dict[str, str]],
+                          float, float]:
+    """One unit of work in a worker process: ``(rows per cell key, model shape, skipped,
+    wall s, CPU s)``, the times this process spent on it plus a resumed trial journal's."""
     cells, suite, kw, have, ppl_rows = args
     env = _setup(kw["model"], kw["cache"], kw["preset"], kw["device"], kw["threads"])
+    tc, pc = time.perf_counter(), time.process_time()
     skipped: dict[str, dict[str, str]] = {}
+    resumed: dict[str, tuple[float, float]] = {}
     rows = run_cells(cells, suite, env, seed=kw["seed"], batch=kw["batch"], have=have,
-                     ppl_rows=ppl_rows, skipped=skipped, partial_dir=kw.get("partial_dir"))
-    return rows, dataclasses.asdict(env["lm"].shape), skipped
+                     ppl_rows=ppl_rows, skipped=skipped, partial_dir=kw.get("partial_dir"),
+                     resumed=resumed)
+    w0 = max((w for w, _ in resumed.values()), default=0.0)
+    c0 = max((c for _, c in resumed.values()), default=0.0)
+    return (rows, dataclasses.asdict(env["lm"].shape), skipped,
+            w0 + time.perf_counter() - tc, c0 + time.process_time() - pc)
 
 
 def _cell_state(cells_dir: Path, cell: Cell, suite: SeedSuite, redo: bool
@@ -152,8 +161,10 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     trial's prompt pass (:func:`cell_groups`, :func:`run_cells`), each written to its own
     file as before. ``workers`` > 1 runs units in
     that many processes (each loads the model once); ``executor="ray"`` spreads them over a
-    Ray cluster (``ray.init()`` joins the one in ``RAY_ADDRESS`` or starts a local one). A
-    progress bar goes to stderr.
+    Ray cluster (``ray.init()`` joins the one in ``RAY_ADDRESS`` or starts a local one). In
+    parallel a length's task units start once its perplexity cell is saved, the longest
+    contexts first, and each unit is saved (and the progress bar moves) the moment it finishes
+    (:func:`hikv.executor.run_graph`). A progress bar goes to stderr.
     """
     from hikv.params import to_dict
     from hikv.presets import get_preset
@@ -202,8 +213,8 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     def save_group(g: list[Cell], got: dict[str, list[dict[str, Any]]], shape: dict[str, Any],
                    wall: float, skipped: dict[str, dict[str, str]],
                    cpu: float | None = None) -> None:
-        # measured (cpu given): a shared pair's time is split evenly between its cells, the
-        # pair's total kept in pair_*; else wall is the time since the run began
+        # a shared pair's measured time is split evenly between its cells, the pair's total
+        # kept in pair_* (in parallel runs: the worker's own time on the unit)
         n = len(g) if cpu is not None else 1
         extra = {"paired_with": [c.key for c in g], "pair_wall_s": wall,
                  "pair_cpu_s": cpu} if len(g) > 1 else {}
@@ -212,19 +223,39 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                  None if cpu is None else cpu / n, extra)
 
     groups = cell_groups(todo)
-    # in parallel, each phase's longest units (the longest contexts) start first, so the
-    # short ones fill the workers' tails instead of one long unit running alone at the end
-    # (stable: the serial order within a length)
-    phases = [sorted((g for g in groups if g[0].kind == kind), key=lambda g: -g[0].length)
-              for kind in ("ppl", "task")]
+    spent = {c.key: state[c.key][2] for c in cells}
     if todo and (executor == "ray" or workers > 1):
-        for phase in phases:
-            args = [(g, suite, kw, {c.key: state[c.key][0] for c in g}, ppl_of(g[0]))
-                    for g in phase]
-            for g, (got, shape, skipped) in zip(
-                    phase, _run_parallel(args, executor, workers, kw), strict=True):
-                save_group(g, got, shape, time.perf_counter() - t0, skipped)
-                bar(sum(cell_units(c, suite) for c in g))
+        # a length's task units need its perplexity cell (adaptive pruning): they become
+        # runnable when it is saved; every unit is saved the moment it finishes
+        waiting: dict[int, list[list[Cell]]] = {}
+        ppl_todo = {g[0].length for g in groups if g[0].kind == "ppl"}
+        ready = []
+        for g in groups:
+            if g[0].kind == "task" and g[0].length in ppl_todo:
+                waiting.setdefault(g[0].length, []).append(g)
+            else:
+                ready.append(g)
+
+        def arg(g: list[Cell]) -> tuple:
+            return (g, suite, kw, {c.key: state[c.key][0] for c in g}, ppl_of(g[0]))
+
+        def done(a: tuple, res: tuple) -> list[tuple]:
+            g = a[0]
+            got, shape, skipped, wall, cpu = res
+            save_group(g, got, shape, wall + sum(spent[c.key][0] for c in g), skipped,
+                       cpu + sum(spent[c.key][1] for c in g))
+            bar(sum(cell_units(c, suite) for c in g))
+            return [arg(x) for x in waiting.pop(g[0].length, [])] if g[0].kind == "ppl" \
+                else []
+
+        from hikv.executor import run_graph
+
+        # the longest contexts start first (a length's perplexity before its tasks), so the
+        # short units fill the workers' tails instead of a long one running alone at the end
+        run_graph(_pool_cell, [arg(g) for g in ready], done,
+                  executor="ray" if executor == "ray" else "process", workers=workers,
+                  num_cpus=kw["threads"], spawn=True,
+                  key=lambda a: (-a[0][0].length, a[0][0].kind != "ppl"))
     elif todo:
         env = _setup(model, cache, preset, device, threads)
         for g in groups:                # per length: perplexity, then its task cells
@@ -238,11 +269,13 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
             # a resumed cell's time includes its journaled trials' (the killed run's) and
             # what its rows on disk took (a run adding methods to finished cells)
             w0 = max((w for w, _ in resumed.values()), default=0.0) \
-                + sum(state[c.key][2][0] for c in g)
+                + sum(spent[c.key][0] for c in g)
             c0 = max((c for _, c in resumed.values()), default=0.0) \
-                + sum(state[c.key][2][1] for c in g)
+                + sum(spent[c.key][1] for c in g)
             save_group(g, got, dataclasses.asdict(env["lm"].shape),
                        w0 + time.perf_counter() - tc, skipped, c0 + time.process_time() - pc)
+    if todo:
+        log(f"ran {len(todo)} cells in {time.perf_counter() - t0:.0f} s wall")
     rows: list[dict[str, Any]] = []
     m: dict[str, Any] = {}
     missing = []
@@ -262,13 +295,3 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
         log(f"cells missing (not in the tables): {missing}")
     return seed_tables(suite, rows, out, {**meta, "shape": m["shape"], "missing": missing,
                                           "cells": info}, log=log)
-
-
-def _run_parallel(args: list[tuple], executor: str, workers: int, kw: dict[str, Any]
-                  ) -> list[tuple[str, list[dict], dict[str, Any], dict[str, str]]]:
-    """:func:`_pool_cell` of each argument tuple, in order, on a process pool or Ray
-    (:func:`hikv.executor.run_tasks`, shared with the cluster benchmark)."""
-    from hikv.executor import run_tasks
-
-    return run_tasks(_pool_cell, args, executor="ray" if executor == "ray" else "process",
-                     workers=max(1, workers), num_cpus=kw["threads"], spawn=True)

@@ -210,6 +210,9 @@ def _check_like_one_process(tiny_model, tmp_path, **run) -> None:
     for key in ("ppl_1024", "passkey_prompt_1024"):
         assert read_rows(one / "cells" / f"{key}.json")[0] == \
             read_rows(other / "cells" / f"{key}.json")[0], key
+        # each cell records the time its own worker spent on it, as one process does
+        meta = read_rows(other / "cells" / f"{key}.json")[1]
+        assert meta["cpu_s"] > 0 and 0 < meta["wall_s"], (key, meta["cpu_s"], meta["wall_s"])
 
 
 def test_seed_suite_workers_match_one_process(tiny_model, tmp_path) -> None:
