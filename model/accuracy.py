@@ -215,9 +215,10 @@ def _shared_prefill(lm: LM, specs: Seq[MethodSpec], cfg: Config, ctx: Seq[int], 
         assert all(x is not None for x in seqs)
         ready: list[Sequence] = seqs  # type: ignore[assignment]
         if record is None or not share:
-            later = [x for x in pending if x is not None] if share and len(chunks) > 1 \
-                else None
-            logits = prefill(lm, ready, ctx, record_for=later)
+            # the later batches, for what the record must hold; not kept in a local name,
+            # which would keep every batch's caches alive until the last batch ends
+            logits = prefill(lm, ready, ctx, record_for=[x for x in pending if x is not None]
+                             if share and len(chunks) > 1 else None)
             record = lm.last_prefill
         else:
             logits = adopt_prefill(lm, ready, record)
@@ -288,6 +289,9 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
                 for a in seqs[b].accounts:
                     acc[i] = acc[i] + a
                 steps[i] += len(seqs[b].accounts)
+            # this batch's caches go before the next batch's are made (the loop variable
+            # would hold them until then: two batches' caches at once)
+            del seqs
     rows = []
     for i, s in enumerate(specs):
         n = sum(cnt[i])
@@ -447,6 +451,7 @@ def _generate(lm: LM, specs: Seq[MethodSpec], cfg: Config, ctx: Seq[int], feed: 
     for chunk, seqs, first in _shared_prefill(lm, specs, cfg, ctx, cap, share):
         for b, o in enumerate(_answer(lm, seqs, first, feed, references, max_new)):
             outs[chunk[b]] = o
+        del seqs                # one batch's caches at a time (see perplexity)
     return outs
 
 

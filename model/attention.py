@@ -109,7 +109,9 @@ def prefill_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
         # the chunk's upper triangle set to -inf in place, the softmax, the values' product and
         # the sums. The keys a chunk cannot see had probability exactly 0 in the earlier pass
         # over the full square, so the output, the sums and the observations are the same
-        # floats (tests/test_accuracy_prefill.py) at about 1/3 of its CPU time
+        # floats at the harness's chunk of 512 (tests/test_accuracy_prefill.py; smaller chunks
+        # round the values' product differently in the last bit), at about half the CPU time
+        # of the pass that kept the later keys at -inf
         logits = torch.matmul(qc, k[:, None, :e].transpose(-1, -2))
         if not pow2:
             logits.mul_(scale)
@@ -125,13 +127,12 @@ def prefill_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
                 o[:, :e] += probs[:, :, lo:].sum(dim=(1, 2))
         if pre is not None and s < prefix:
             pe = min(e, prefix)                # a pass over the prefix ends its chunk here
-            pk = min(e, prefix)
-            pp = probs[:, :, :pe - s, :pk]
+            pp = probs[:, :, :pe - s, :pe]     # its rows see the prefix's keys [0, pe)
             if pre.sums is not None:
-                pre.sums[:, :pk] += pp.sum(dim=(1, 2))
+                pre.sums[:, :pe] += pp.sum(dim=(1, 2))
             for w, o in pre.obs.items():
                 if pe > prefix - w:
-                    o[:, :pk] += pp[:, :, max(s, prefix - w) - s:].sum(dim=(1, 2))
+                    o[:, :pe] += pp[:, :, max(s, prefix - w) - s:].sum(dim=(1, 2))
     return out, sums, obs, pre
 
 

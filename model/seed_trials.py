@@ -260,6 +260,8 @@ def _fork_generate(lm: Any, prompt: list[MethodSpec], follow: list[MethodSpec], 
             for i, o in zip(chunk, A._answer(lm, seqs, logits, feed_p, refs, new),
                             strict=True):
                 out_p[i] = o
+                pending[i] = None       # one batch's caches at a time
+            del seqs
         assert fork is not None
         for chunk in A._batches(list(range(len(follow))), cap_f):
             seqs = [fseqs[i] for i in chunk]
@@ -267,6 +269,8 @@ def _fork_generate(lm: Any, prompt: list[MethodSpec], follow: list[MethodSpec], 
             for i, o in zip(chunk, A._answer(lm, seqs, logits, feed_f, refs, new),
                             strict=True):
                 out_f[i] = o
+                fseqs[i] = None
+            del seqs
     finally:
         lm.last_prefill = lm.last_prefix = None
     return out_p, out_f

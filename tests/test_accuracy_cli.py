@@ -273,3 +273,55 @@ def test_one_prefill_shared_by_every_batch_of_methods(tiny_model) -> None:
           "words": essay_words(text), "batch": 2, "seed": SEED}
     assert A.task_accuracy(lm, specs, cfg, **kw) == \
         A.task_accuracy(lm, specs, cfg, share_prefill=False, **kw)
+
+
+def test_each_batch_is_freed_before_the_next_runs(tiny_model) -> None:
+    """Memory (session 11): once a batch of methods has been decoded, nothing keeps its
+    sequences (and so their K/V copies) alive while the later batches run -- in perplexity
+    windows, in task answers and in the two protocols' shared trial. A local list naming the
+    later batches for the shared prompt pass kept every batch alive to the end (an 8k
+    perplexity cell at 14 GB, two workers out of memory)."""
+    import gc
+    import random
+    import weakref
+
+    from hikv.model import accuracy as A
+    from hikv.model import seed_trials
+    from hikv.model.lm import lm_config, load_lm
+    from hikv.model.tasks import essay_words, make_case
+    from hikv.presets import get_preset
+
+    model, cache = tiny_model
+    lm = load_lm(str(model), cache=cache)
+    cfg = lm_config(get_preset("tiny"), lm.shape)
+    specs = [A.parse_method(x, cfg.policy, lm.shape.head_dim)
+             for x in ("full", "h2o@32", "snapkv@32", "quest@32")]
+    text = (cache / "assets" / "pg-essays" / "PaulGrahamEssays" / "a.txt").read_text()
+    seen: list[list[weakref.ref]] = []
+    leaked: list[int] = []
+    real_step = A.step
+
+    def watching(lm_, seqs, tokens):
+        ids = [id(s) for s in seqs]
+        if not seen or [id(r()) for r in seen[-1]] != ids:
+            gc.collect()
+            # every batch before the previous one (the previous may still be on the stack of
+            # the call that is building this batch) must be gone
+            leaked.extend(i for i, batch in enumerate(seen[:-1])
+                          if any(r() is not None for r in batch))
+            seen.append([weakref.ref(s) for s in seqs])
+        return real_step(lm_, seqs, tokens)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(A, "step", watching)
+        mp.setattr("hikv.model.lm_route.step", watching)
+        A.perplexity(lm, specs, cfg, A.text_windows(lm, text, 200, 1), 180, batch=1)
+        assert len(seen) >= 4 and not leaked, (len(seen), leaked)
+        seen.clear()
+        A.task_accuracy(lm, specs, cfg, task="passkey", length=400, trials=1,
+                        protocol="prompt", words=essay_words(text), batch=1, seed=SEED)
+        assert len(seen) >= 4 and not leaked, (len(seen), leaked)
+        seen.clear()
+        case = make_case(lm, "passkey", 400, random.Random(SEED), words=essay_words(text))
+        seed_trials._fork_generate(lm, specs, specs, cfg, case, batch=1)
+        assert len(seen) >= 8 and not leaked, (len(seen), leaked)
