@@ -11,7 +11,8 @@ a local one is started for the call and shut down after it (``RAY_ADDRESS`` or a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .param_checks import ParamError
@@ -48,10 +49,7 @@ def run_tasks(fn: Callable[[Any], Any], args: Sequence[Any], *, executor: str = 
     ------
     ParamError : an unknown executor, ``workers < 1``, or ``"ray"`` without Ray installed.
     """
-    if executor not in EXECUTORS:
-        raise ParamError(f"executor = {executor!r} is not one of: {', '.join(EXECUTORS)}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ParamError(f"workers = {workers!r} is out of range: allowed an integer >= 1")
+    _check(executor, workers)
     if not args:
         return []
     if executor == "ray":
@@ -84,10 +82,7 @@ def run_graph(fn: Callable[[Any], Any], ready: Sequence[Any],
     ------
     ParamError : as :func:`run_tasks`.
     """
-    if executor not in EXECUTORS:
-        raise ParamError(f"executor = {executor!r} is not one of: {', '.join(EXECUTORS)}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ParamError(f"workers = {workers!r} is out of range: allowed an integer >= 1")
+    _check(executor, workers)
     order = 0
     pending: list[tuple[Any, int, Any]] = []
 
@@ -129,15 +124,7 @@ def run_graph(fn: Callable[[Any], Any], ready: Sequence[Any],
 def _graph_ray(fn: Callable[[Any], Any], pending: list[tuple[Any, int, Any]],
                push: Callable[[Sequence[Any]], None],
                on_done: Callable[[Any, Any], Sequence[Any]], num_cpus: float) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise ParamError("executor 'ray' needs Ray: pip install -e \".[ray]\"") from None
-    started = not ray.is_initialized()
-    if started:
-        ray.init(ignore_reinit_error=True, log_to_driver=False)
-    try:
-        remote = ray.remote(num_cpus=num_cpus)(fn)
+    with _ray_remote(fn, num_cpus) as (ray, remote):
         running: dict[Any, Any] = {}
         while pending or running:
             while pending:
@@ -147,12 +134,25 @@ def _graph_ray(fn: Callable[[Any], Any], pending: list[tuple[Any, int, Any]],
             for ref in done:
                 a = running.pop(ref)
                 push(on_done(a, ray.get(ref)))
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def _run_ray(fn: Callable[[Any], Any], args: Sequence[Any], num_cpus: float) -> list[Any]:
+    with _ray_remote(fn, num_cpus) as (ray, remote):
+        return list(ray.get([remote.remote(a) for a in args]))
+
+
+def _check(executor: str, workers: int) -> None:
+    """The options :func:`run_tasks` and :func:`run_graph` share."""
+    if executor not in EXECUTORS:
+        raise ParamError(f"executor = {executor!r} is not one of: {', '.join(EXECUTORS)}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ParamError(f"workers = {workers!r} is out of range: allowed an integer >= 1")
+
+
+@contextlib.contextmanager
+def _ray_remote(fn: Callable[[Any], Any], num_cpus: float) -> Iterator[tuple[Any, Any]]:
+    """``(ray, fn as a remote function reserving num_cpus)``; a Ray instance started here (none
+    was running and ``RAY_ADDRESS`` names none) is shut down on leaving."""
     try:
         import ray
     except ImportError:
@@ -161,8 +161,7 @@ def _run_ray(fn: Callable[[Any], Any], args: Sequence[Any], num_cpus: float) -> 
     if started:
         ray.init(ignore_reinit_error=True, log_to_driver=False)
     try:
-        remote = ray.remote(num_cpus=num_cpus)(fn)
-        return list(ray.get([remote.remote(a) for a in args]))
+        yield ray, ray.remote(num_cpus=num_cpus)(fn)
     finally:
         if started:
             ray.shutdown()

@@ -107,24 +107,32 @@ def cell_groups(cells: list[Cell], pair: bool = True) -> list[list[Cell]]:
     return list(groups.values())
 
 
+def _timed_unit(cells: list[Cell], suite: SeedSuite, env: dict[str, Any], **kw: Any
+                ) -> tuple[dict[str, list[dict]], dict[str, dict[str, str]], float, float]:
+    """:func:`run_cells` of one unit of work (``kw``: its keyword arguments but ``skipped``
+    and ``resumed``): ``(rows per cell key, skipped, wall s, CPU s)``, the times this process
+    spent on it plus a resumed trial journal's."""
+    tc, pc = time.perf_counter(), time.process_time()
+    skipped: dict[str, dict[str, str]] = {}
+    resumed: dict[str, tuple[float, float]] = {}
+    rows = run_cells(cells, suite, env, skipped=skipped, resumed=resumed, **kw)
+    w0 = max((w for w, _ in resumed.values()), default=0.0)
+    c0 = max((c for _, c in resumed.values()), default=0.0)
+    return rows, skipped, w0 + time.perf_counter() - tc, c0 + time.process_time() - pc
+
+
 def _pool_cell(args: tuple[list[Cell], SeedSuite, dict[str, Any], dict[str, list[dict]],
                            list[dict]]
                ) -> tuple[dict[str, list[dict]], dict[str, Any], dict[str, dict[str, str]],
                           float, float]:
     """One unit of work in a worker process: ``(rows per cell key, model shape, skipped,
-    wall s, CPU s)``, the times this process spent on it plus a resumed trial journal's."""
+    wall s, CPU s)`` (:func:`_timed_unit`)."""
     cells, suite, kw, have, ppl_rows = args
     env = _setup(kw["model"], kw["cache"], kw["preset"], kw["device"], kw["threads"])
-    tc, pc = time.perf_counter(), time.process_time()
-    skipped: dict[str, dict[str, str]] = {}
-    resumed: dict[str, tuple[float, float]] = {}
-    rows = run_cells(cells, suite, env, seed=kw["seed"], batch=kw["batch"], have=have,
-                     ppl_rows=ppl_rows, skipped=skipped, partial_dir=kw.get("partial_dir"),
-                     resumed=resumed)
-    w0 = max((w for w, _ in resumed.values()), default=0.0)
-    c0 = max((c for _, c in resumed.values()), default=0.0)
-    return (rows, dataclasses.asdict(env["lm"].shape), skipped,
-            w0 + time.perf_counter() - tc, c0 + time.process_time() - pc)
+    rows, skipped, wall, cpu = _timed_unit(cells, suite, env, seed=kw["seed"],
+                                           batch=kw["batch"], have=have, ppl_rows=ppl_rows,
+                                           partial_dir=kw.get("partial_dir"))
+    return rows, dataclasses.asdict(env["lm"].shape), skipped, wall, cpu
 
 
 def _cell_state(cells_dir: Path, cell: Cell, suite: SeedSuite, redo: bool
@@ -197,12 +205,12 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
         f"{len(todo)} to run ({executor}, {workers} worker(s)) -> {out}")
     bar = _Bar(sum(cell_units(c, suite) for c in todo), f"{suite.name}")
     t0 = time.perf_counter()
+    spent = {c.key: state[c.key][2] for c in cells}
 
     def save(key: str, rows: list[dict[str, Any]], shape: dict[str, Any], wall: float,
-             skipped: dict[str, str], cpu: float | None = None,
-             extra: dict[str, Any] | None = None) -> None:
+             skipped: dict[str, str], cpu: float, extra: dict[str, Any]) -> None:
         write_rows(cells_dir, key, rows, {**meta, "cell": key, "shape": shape, "wall_s": wall,
-                                          "cpu_s": cpu, **(extra or {}),
+                                          "cpu_s": cpu, **extra,
                                           "suite_key": suite_key(suite), "skipped": skipped})
         partial_path(cells_dir, key).unlink(missing_ok=True)
 
@@ -210,20 +218,20 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
         p = cells_dir / f"ppl_{c.length}.json"
         return read_rows(p)[0] if c.kind == "task" and p.is_file() else []
 
-    def save_group(g: list[Cell], got: dict[str, list[dict[str, Any]]], shape: dict[str, Any],
-                   wall: float, skipped: dict[str, dict[str, str]],
-                   cpu: float | None = None) -> None:
-        # a shared pair's measured time is split evenly between its cells, the pair's total
+    def save_unit(g: list[Cell], got: dict[str, list[dict[str, Any]]], shape: dict[str, Any],
+                  skipped: dict[str, dict[str, str]], wall: float, cpu: float) -> None:
+        # a unit's measured time plus what its rows on disk took (a run adding methods to
+        # finished cells); a shared pair's is split evenly between its cells, the pair's total
         # kept in pair_* (in parallel runs: the worker's own time on the unit)
-        n = len(g) if cpu is not None else 1
+        wall += sum(spent[c.key][0] for c in g)
+        cpu += sum(spent[c.key][1] for c in g)
+        n = len(g)
         extra = {"paired_with": [c.key for c in g], "pair_wall_s": wall,
-                 "pair_cpu_s": cpu} if len(g) > 1 else {}
+                 "pair_cpu_s": cpu} if n > 1 else {}
         for c in g:
-            save(c.key, got[c.key], shape, wall / n, skipped.get(c.key, {}),
-                 None if cpu is None else cpu / n, extra)
+            save(c.key, got[c.key], shape, wall / n, skipped.get(c.key, {}), cpu / n, extra)
 
     groups = cell_groups(todo)
-    spent = {c.key: state[c.key][2] for c in cells}
     if todo and (executor == "ray" or workers > 1):
         # a length's task units need its perplexity cell (adaptive pruning): they become
         # runnable when it is saved; every unit is saved the moment it finishes
@@ -241,9 +249,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
 
         def done(a: tuple, res: tuple) -> list[tuple]:
             g = a[0]
-            got, shape, skipped, wall, cpu = res
-            save_group(g, got, shape, wall + sum(spent[c.key][0] for c in g), skipped,
-                       cpu + sum(spent[c.key][1] for c in g))
+            save_unit(g, *res)
             bar(sum(cell_units(c, suite) for c in g))
             return [arg(x) for x in waiting.pop(g[0].length, [])] if g[0].kind == "ppl" \
                 else []
@@ -259,21 +265,11 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     elif todo:
         env = _setup(model, cache, preset, device, threads)
         for g in groups:                # per length: perplexity, then its task cells
-            tc, pc = time.perf_counter(), time.process_time()
-            skipped: dict[str, dict[str, str]] = {}
-            resumed: dict[str, tuple[float, float]] = {}
-            got = run_cells(g, suite, env, seed=seed, batch=batch, progress=bar,
-                            have={c.key: state[c.key][0] for c in g}, ppl_rows=ppl_of(g[0]),
-                            skipped=skipped, partial_dir=cells_dir, resumed=resumed,
-                            log=lambda m: log(f"\n{m}"))
-            # a resumed cell's time includes its journaled trials' (the killed run's) and
-            # what its rows on disk took (a run adding methods to finished cells)
-            w0 = max((w for w, _ in resumed.values()), default=0.0) \
-                + sum(spent[c.key][0] for c in g)
-            c0 = max((c for _, c in resumed.values()), default=0.0) \
-                + sum(spent[c.key][1] for c in g)
-            save_group(g, got, dataclasses.asdict(env["lm"].shape),
-                       w0 + time.perf_counter() - tc, skipped, c0 + time.process_time() - pc)
+            got, skipped, wall, cpu = _timed_unit(
+                g, suite, env, seed=seed, batch=batch, progress=bar,
+                have={c.key: state[c.key][0] for c in g}, ppl_rows=ppl_of(g[0]),
+                partial_dir=cells_dir, log=lambda m: log(f"\n{m}"))
+            save_unit(g, got, dataclasses.asdict(env["lm"].shape), skipped, wall, cpu)
     if todo:
         log(f"ran {len(todo)} cells in {time.perf_counter() - t0:.0f} s wall")
     rows: list[dict[str, Any]] = []
