@@ -108,10 +108,11 @@ def prefill_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
         # columns alone: the logits (each a dot product over d, whatever the number of keys),
         # the chunk's upper triangle set to -inf in place, the softmax, the values' product and
         # the sums. The keys a chunk cannot see had probability exactly 0 in the earlier pass
-        # over the full square, so the output, the sums and the observations are the same
-        # floats at the harness's chunk of 512 (tests/test_accuracy_prefill.py; smaller chunks
-        # round the values' product differently in the last bit), at about half the CPU time
-        # of the pass that kept the later keys at -inf
+        # over the full square, so the sums and the observations are the same floats and the
+        # output is too where the BLAS kernel rounds the values' product independently of the
+        # key count (MKL at the harness's chunk of 512 on one machine; on another AVX-512
+        # one it differs in the last bit: tests/test_accuracy_prefill.py), at about half the
+        # CPU time of the pass that kept the later keys at -inf
         logits = torch.matmul(qc, k[:, None, :e].transpose(-1, -2))
         if not pow2:
             logits.mul_(scale)

@@ -1,8 +1,9 @@
 """The prompt pass leaves out the keys a causal chunk cannot see
 (:func:`hikv.model.attention.prefill_pass`, issue 11's harness speed): the same floats as the
-earlier pass over the full square with those keys masked, for the output, the column sums,
-every observation window and the prefix statistics of the follow-up fork; and a seed-smoke
-suite run gives the same cell files with either pass."""
+earlier pass over the full square with those keys masked for the column sums, every
+observation window and the prefix statistics of the follow-up fork, the output within float32
+rounding (bit-equal where the BLAS kernel rounds a product independently of its length); and
+a seed-smoke suite run gives the same cell files with either pass."""
 
 from __future__ import annotations
 
@@ -71,13 +72,14 @@ def test_causal_key_range_gives_the_same_floats(n, hq, hkv, d, chunk, prefix) ->
     got = prefill_pass(q, k, v, d ** -0.5, **kw)
     want = _masked_square_pass(q, k, v, d ** -0.5, **kw)
     ctx = f"seed {SEED + n}, n {n}, d {d}, chunk {chunk}, prefix {prefix}"
-    if chunk == 512:
-        # the harness's chunk: the values' product over the visible keys only is the same
-        # floats as over the full square (whose further probabilities are exactly 0)
-        assert torch.equal(got[0], want[0]), ctx
-    else:
-        # small chunks take another BLAS path whose rounding depends on the key count
-        torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6, msg=ctx)
+    # the output: the values' product over the visible keys only against the full square's
+    # (whose further probabilities are exactly 0). Whether these are the same floats is the
+    # BLAS kernel's choice, not the code's: MKL's sgemm gave identical floats at the
+    # harness's chunk of 512 on session 11's machine; on session 12's (AVX-512 and AMX) it
+    # rounds by the key count (max |difference| 2.4e-7, in a quarter of the elements), and at
+    # chunk 64 on both. So the output is held to float32 rounding, the statistics
+    # below (sums of the same probabilities) to equality
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6, msg=ctx)
     assert torch.equal(got[1], want[1]), ctx
     assert got[2].keys() == want[2].keys()
     for w in want[2]:
