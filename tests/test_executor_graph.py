@@ -58,3 +58,29 @@ def test_errors_end_the_run() -> None:
 def test_bad_options_name_the_parameter(kw, what) -> None:
     with pytest.raises(ParamError, match=what):
         run_graph(math.factorial, [1], lambda a, r: [], **kw)
+
+
+
+def test_suite_bar_eta_follows_the_weight_done(monkeypatch) -> None:
+    """The seed suite's progress bar extrapolates the elapsed time by the weight done (a
+    unit's context length), not by the unit count: with the 8k unit first, the four 2k units
+    left are half the work, not four fifths."""
+    import io
+    import itertools
+
+    from hikv.model import seed_suite
+
+    def bars(**kw):
+        clock = itertools.chain([0.0], itertools.repeat(80.0))   # start, then 80 s on
+        monkeypatch.setattr(seed_suite.time, "perf_counter", lambda: next(clock))
+        out = io.StringIO()
+        return seed_suite._Bar(5, "suite", stream=out, **kw), out
+
+    bar, out = bars(weight_total=8192 + 4 * 2048)
+    assert bar.eta() is None and "ETA" not in out.getvalue()
+    bar(1, weight=8192)                     # half the weight done in 80 s
+    assert bar.eta() == pytest.approx(80.0)
+    assert out.getvalue().endswith("1/5 80 s ETA 80 s")
+    plain, _ = bars()                       # every unit weighs 1: four more of 80 s
+    plain(1)
+    assert plain.eta() == pytest.approx(320.0)
