@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _benchmarks import load_benchmark
 from _hikv_cost_helpers import cells_or_skip
 from amaranth import Module, Signal
 from amaranth.lib import wiring
@@ -177,17 +178,8 @@ def test_loader_parts_benchmark_on_tiny():
     """benchmarks/loader_parts.py (issue 13: where a loader's area is, and the bound on one
     shared address side): every part of the tiny loader synthesised, the shares summing to one,
     the bound ``(I - 1) x (top + agen + coal)`` and the flat synthesis below the parts' sum."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
     cells_or_skip()
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "loader_parts.py"
-    spec = importlib.util.spec_from_file_location("loader_parts", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("loader_parts")
     A.block_synth("loader", get_preset("tiny"))          # the flat build, for the comparison
     r = mod.parts("tiny")
     assert set(r["parts"]) == {"top", "agen", "coal", "entries", "inflight", "pack"}

@@ -3,27 +3,12 @@ to compression-ratio mapping and the settings mapping of each pair."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import pytest
+from _benchmarks import load_benchmark
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load():
-    path = ROOT / "benchmarks" / "kvpress_crosscheck.py"
-    spec = importlib.util.spec_from_file_location("kvpress_crosscheck", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-kc = _load()
+kc = load_benchmark("kvpress_crosscheck")
 
 
 def test_jaccard() -> None:
@@ -116,11 +101,7 @@ def test_render_marks_targets() -> None:
 def test_ties_classify_and_options() -> None:
     """benchmarks/kvpress_ties.py: a swap is a tie only on exactly equal scores; its options
     are the cross-check's (one table)."""
-    path = ROOT / "benchmarks" / "kvpress_ties.py"
-    spec = importlib.util.spec_from_file_location("kvpress_ties", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("kvpress_ties")
     assert mod.classify([0.5, 0.7], [0.5, 0.2]) == "tie"
     assert mod.classify([0.5], [0.5 * (1 + 1e-6)]) == "near"
     assert mod.classify([0.5], [0.6]) == "far"

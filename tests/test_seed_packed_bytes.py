@@ -4,27 +4,16 @@ lowers them where burst-aligned records do not."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from _benchmarks import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 CELLS = sorted((ROOT / "docs" / "results").glob("*/seed/cells/ppl_*.json"))
 
 
-def _load():
-    path = ROOT / "benchmarks" / "seed_packed_bytes.py"
-    spec = importlib.util.spec_from_file_location("seed_packed_bytes", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-spb = _load()
+spb = load_benchmark("seed_packed_bytes")
 
 
 @pytest.mark.skipif(not CELLS, reason="no committed seed-suite perplexity cells")
