@@ -2,7 +2,7 @@
 seed suites measured (issue 11 item 4, the seed's fourth claim).
 
     python benchmarks/seed_packed_bytes.py docs/results/smollm2/seed/cells/ppl_*.json \
-        docs/results/gemma3/seed/cells/ppl_*.json [--aligns 64 8 2] [--json FILE]
+        docs/results/gemma3/seed/cells/ppl_*.json [--aligns 8 2] [--json FILE]
 
 The layout changes bytes, not answers: an evicting cache holds the same tokens and the same
 Stage II elements whatever the record alignment, so a perplexity cell's accuracy holds for
@@ -55,35 +55,40 @@ def cell_rows(path: Path, aligns: tuple[int, ...] = (8, 2)) -> list[dict[str, An
     evicting ran."""
     from hikv.params import Config, from_dict
 
-    data = json.loads(Path(path).read_text())
-    meta, rows = data["meta"], data["rows"]
-    cfg = from_dict(Config, meta["config"])
-    d = int(meta["shape"]["head_dim"])
+    try:
+        data = json.loads(Path(path).read_text())
+        meta, rows = data["meta"], data["rows"]
+        cfg = from_dict(Config, meta["config"])
+        d = int(meta["shape"]["head_dim"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a seed-suite cell (a JSON object with 'meta' holding "
+                         f"'config' and 'shape', and 'rows'): {exc!r}") from None
+    if meta.get("cell", "").split("_")[0] != "ppl" or any("ppl" not in r for r in rows):
+        raise ValueError(f"{path}: cell {meta.get('cell')!r} is not a perplexity cell "
+                         f"(ppl_<N>.json)")
     full = [r for r in rows if r["family"] == "full"]
     if not full:
         raise ValueError(f"{path}: no full-KV row")
     ppl_full = float(full[0]["ppl"])
-    by = {(r["family"], r["budget"]): r for r in rows}
-    seed_fams = sorted({r["family"] for r in rows if r["family"].startswith(SEED_PREFIX)})
+    evict = {r["budget"]: r for r in rows if r["family"] == EVICT}
     out = []
-    for fam in seed_fams:
-        for (f, b), s in sorted(by.items(), key=lambda kv: kv[0][1]):
-            if f != fam or (EVICT, b) not in by:
-                continue
-            e = by[(EVICT, b)]
-            pre, win = int(s["prefix"]), int(s["window"])
-            cf64 = _mean_step_bytes(s["label"], cfg, d, pre, win, 64)
-            row: dict[str, Any] = {
-                "model": meta.get("model"), "length": int(s["length"]), "budget": int(b),
-                "seed_family": fam, "ppl_full": ppl_full,
-                "evict_ppl_delta": float(e["ppl"]) / ppl_full - 1,
-                "seed_ppl_delta": float(s["ppl"]) / ppl_full - 1,
-                "evict_bytes": float(e["bytes_burst"]), "seed_bytes_64": float(s["bytes_burst"]),
-                "cf_over_cell_64": cf64 / float(s["bytes_burst"])}
-            for a in aligns:
-                row[f"seed_bytes_{a}"] = _mean_step_bytes(s["label"], cfg, d, pre, win, a)
-                row[f"seed_{a}_over_evict"] = row[f"seed_bytes_{a}"] / row["evict_bytes"]
-            out.append(row)
+    for s in rows:
+        e = evict.get(s["budget"])
+        if not s["family"].startswith(SEED_PREFIX) or e is None:
+            continue
+        pre, win = int(s["prefix"]), int(s["window"])
+        cf64 = _mean_step_bytes(s["label"], cfg, d, pre, win, 64)
+        row: dict[str, Any] = {
+            "model": meta.get("model"), "length": int(s["length"]), "budget": int(s["budget"]),
+            "seed_family": s["family"], "ppl_full": ppl_full,
+            "evict_ppl_delta": float(e["ppl"]) / ppl_full - 1,
+            "seed_ppl_delta": float(s["ppl"]) / ppl_full - 1,
+            "evict_bytes": float(e["bytes_burst"]), "seed_bytes_64": float(s["bytes_burst"]),
+            "cf_over_cell_64": cf64 / float(s["bytes_burst"])}
+        for a in aligns:
+            row[f"seed_bytes_{a}"] = _mean_step_bytes(s["label"], cfg, d, pre, win, a)
+            row[f"seed_{a}_over_evict"] = row[f"seed_bytes_{a}"] / row["evict_bytes"]
+        out.append(row)
     return out
 
 
@@ -118,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     for p in a.cells:
         if not p.is_file():
             ap.error(f"cell {p} does not exist")
-        rows += cell_rows(p, aligns)
+        try:
+            rows += cell_rows(p, aligns)
+        except ValueError as exc:
+            ap.error(str(exc))
     rows.sort(key=lambda r: (str(r["model"]), r["length"], r["budget"], r["seed_family"]))
     if not rows:
         print("no cell has both the seed's HiKV and HiKV evicting rows", file=sys.stderr)

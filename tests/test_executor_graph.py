@@ -60,7 +60,6 @@ def test_bad_options_name_the_parameter(kw, what) -> None:
         run_graph(math.factorial, [1], lambda a, r: [], **kw)
 
 
-
 def test_suite_bar_eta_follows_the_weight_done(monkeypatch) -> None:
     """The seed suite's progress bar extrapolates the elapsed time by the weight done (a
     unit's context length), not by the unit count: with the 8k unit first, the four 2k units

@@ -41,3 +41,14 @@ def test_missing_cell_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         spb.main([str(tmp_path / "nope.json")])
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["{}", "not json", '{"meta": {"cell": "passkey_prompt_2048"}}'])
+def test_a_file_that_is_not_a_perplexity_cell_is_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> None:
+    bad = tmp_path / "cell.json"
+    bad.write_text(text)
+    with pytest.raises(SystemExit):
+        spb.main([str(bad)])
+    err = capsys.readouterr().err
+    assert "cell" in err and "Traceback" not in err
