@@ -1,6 +1,6 @@
 """Peak memory of one perplexity pass of the accuracy harness (a benchmark, not a test): the
 first ``--methods`` methods of a seed suite at ``--length`` tokens, decoded ``--batch`` side by
-side, as a suite's perplexity cell runs them (:func:`hikv.model.accuracy.perplexity`).
+side, as a suite's perplexity cell runs them (:func:`hikv.model.accuracy.experiments.perplexity`).
 
     python benchmarks/accuracy_memory.py --length 4096 --methods 24 --batch 12 --decode 8
 
@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from pathlib import Path
 
-    from hikv.model import accuracy as A
-    from hikv.model.seed_spec import EXTRA_BASELINES, SEED_SUITES, suite_specs
-    from hikv.model.seed_suite import _setup
+    from hikv.model.accuracy import experiments as A
+    from hikv.model.accuracy.seed_spec import EXTRA_BASELINES, SEED_SUITES, suite_specs
+    from hikv.model.accuracy.seed_suite import _setup
     from hikv.params import ParamError
 
     if a.suite not in SEED_SUITES:

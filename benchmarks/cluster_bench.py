@@ -6,9 +6,9 @@ tails_<trace>.png and goodput.png into --out.
     python benchmarks/cluster_bench.py --out out/cluster            # about 15 min of CPU
     python benchmarks/cluster_bench.py --out out/cluster --quick    # under 2 min
 
-Every number comes from :func:`hikv.sim.cluster.simulate_cluster` (and
-:func:`hikv.sim.cluster_goodput.cluster_goodput`), one cell per configuration
-(:func:`hikv.sim.cluster_report.run_cell`); the command line and code version are recorded in
+Every number comes from :func:`hikv.sim.cluster.engine.simulate_cluster` (and
+:func:`hikv.sim.cluster.goodput.cluster_goodput`), one cell per configuration
+(:func:`hikv.sim.cluster.report.run_cell`); the command line and code version are recorded in
 every row. ``--jobs N`` spreads the cells over N local processes, ``--executor ray`` over a
 Ray cluster (the accuracy suite's executor, :mod:`hikv.executor`).
 """
@@ -24,11 +24,11 @@ from typing import Any
 
 from hikv.executor import run_tasks
 from hikv.params import ParamError
-from hikv.sim.cluster_params import RATIO_POLICIES, ClusterParams, DynamicRatio, get_link
-from hikv.sim.cluster_report import markdown_table, plot_tails, run_cell, write_rows
-from hikv.sim.serving_report import code_version
-from hikv.sim.step_cost import DEFAULT_STEP_COST
-from hikv.sim.workload import find_azure_trace
+from hikv.sim.cluster.params import RATIO_POLICIES, ClusterParams, DynamicRatio, get_link
+from hikv.sim.cluster.report import markdown_table, plot_tails, run_cell, write_rows
+from hikv.sim.serving.report import code_version
+from hikv.sim.serving.step_cost import DEFAULT_STEP_COST
+from hikv.sim.serving.workload import find_azure_trace
 
 METHODS = ("full", "hikv-evict")
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", default="conv,code",
                     help="Azure traces (conv, code) or shift (a Poisson workload whose mix "
                          "shifts from prefill to decode work half-way, "
-                         "hikv.sim.cluster_report.shifting_workload)")
+                         "hikv.sim.cluster.report.shifting_workload)")
     ap.add_argument("--requests", type=int, default=4000,
                     help="first N requests of each trace (30%% train the predictor)")
     ap.add_argument("--rate", default="conv=10,code=6",

@@ -7,7 +7,7 @@ virtual environment (``<out>/kvpress-venv``: ``kvpress``, ``transformers<5.3`` a
 
 What it measures, on SmolLM2-135M (the kit's ``smollm2-135m`` asset, dequantised once and saved
 as a Hugging Face folder so both sides run identical float32 weights) and the Paul Graham
-essays windows of the accuracy harness (:func:`hikv.model.accuracy.text_windows`):
+essays windows of the accuracy harness (:func:`hikv.model.accuracy.experiments.text_windows`):
 
 * **full KV**: the logits of the prompt's last token and of ``--decode`` teacher-forced decode
   steps, ours (every attention through the golden model) against the plain model in kvpress's
@@ -117,10 +117,10 @@ def pairs(budget: int, tokens: int, *, window: int = 32, pool_kernel: int | None
     """The settings mapping at ``budget`` kept tokens per (layer, KV head) of a ``tokens``
     prompt. ``window`` is the observation window of SnapKV, AdaKV and PyramidKV and H2O's recent
     window (our ``MethodSpec.recent``); ``pool_kernel`` is our SnapKV's
-    (``hikv.model.baselines.SnapKV.pool_kernel`` when None); with ``layers`` (the model's) and
+    (``hikv.model.methods.baselines.SnapKV.pool_kernel`` when None); with ``layers`` (the model's) and
     our PyramidKV schedule present, a PyramidKV row runs kvpress with our layer budgets."""
     if pool_kernel is None:
-        from hikv.model.baselines import SnapKV
+        from hikv.model.methods.baselines import SnapKV
 
         pool_kernel = SnapKV.pool_kernel
     cr = compression_ratio(budget, tokens)
@@ -174,7 +174,7 @@ def pairs(budget: int, tokens: int, *, window: int = 32, pool_kernel: int | None
 def _pyramid_ours(budget: int, tokens: int, window: int, layers: int | None,
                   snap: Mapping[str, Any], win: Mapping[str, Any]) -> list[Pair]:
     try:
-        from hikv.model.baselines_adaptive import pyramid_budgets
+        from hikv.model.methods.baselines_adaptive import pyramid_budgets
     except ImportError:
         return []
     if layers is None:
@@ -232,9 +232,9 @@ def prepare(out: Path, *, tokens: int, decode: int, windows: int, model: str
     """Load the model through the kit, cut the essays into windows, save the dequantised model
     (its config and float32 state dict, ``<out>/model.pt``) for the worker; return (lm,
     windows, that file)."""
-    from hikv.model.accuracy import text_windows
-    from hikv.model.assets import essays_text
-    from hikv.model.lm import load_lm
+    from hikv.model.accuracy.experiments import text_windows
+    from hikv.model.lm.assets import essays_text
+    from hikv.model.lm.runner import load_lm
 
     lm = load_lm(model)
     wins = text_windows(lm, essays_text(), tokens + decode, windows)
@@ -255,8 +255,8 @@ def run_ours(lm: Any, wins: list[list[int]], todo: list[Pair], *, tokens: int,
     and full KV's logits (prompt's last token, then each decode step)."""
     import torch
 
-    from hikv.model.lm import Sequence as Seq
-    from hikv.model.lm import lm_config, prefill, step
+    from hikv.model.lm.runner import Sequence as Seq
+    from hikv.model.lm.runner import lm_config, prefill, step
     from hikv.presets import get_preset
 
     cfg = lm_config(get_preset("default"), lm.shape)

@@ -43,7 +43,7 @@ def classify(ours_only: list[float], theirs_only: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from hikv.model import baselines_adaptive as BA
+    from hikv.model.methods import baselines_adaptive as BA
     from hikv.presets import MODEL_SHAPES
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -6,13 +6,13 @@ would save (issue 13, "a loader whose cost does not scale by copying it").
 The loader's unflattened Verilog (one module per part: ``agen`` address generator, ``coal``
 coalescer, ``entries`` entry queue, ``inflight`` in-flight request queue, ``pack`` packer and
 expander, and the top's job registers, statistics and glue) goes through the area flow's
-hierarchical synthesis (:func:`hikv.sim.area.hierarchical_synthesis`: each part by the flat
+hierarchical synthesis (:func:`hikv.sim.eda.area.hierarchical_synthesis`: each part by the flat
 flow, the top with the parts as black boxes; nothing is optimised across a part boundary, so
 the sum is an upper bound of the flat area). Areas at the preset's node as the cost model
 prices them (logic: NAND2 equivalents x the node's NAND2; macros: the SRAM model).
 
 The cost model replicates the loader until the copies carry the memory bandwidth (``I``
-copies at the loader's own clock, :func:`hikv.sim.area.loader_instances`). A single loader with
+copies at the loader's own clock, :func:`hikv.sim.eda.area.loader_instances`). A single loader with
 ``P`` memory ports (docs/loader.md section 10, "One loader for the whole memory bandwidth")
 would keep one address generator, one coalescer and one top, but its in-flight queues, entry
 queue and packer must still carry ``I`` copies' worth of requests and bytes per cycle. So the
@@ -36,7 +36,7 @@ def parts(preset: str) -> dict[str, Any]:
     from hikv.hw.blocks import get_block
     from hikv.hw.verilog import to_verilog
     from hikv.presets import get_preset
-    from hikv.sim.area import (
+    from hikv.sim.eda.area import (
         _item,
         block_synth,
         hierarchical_synthesis,
@@ -44,8 +44,8 @@ def parts(preset: str) -> dict[str, Any]:
         loader_instances,
         synthesize,
     )
-    from hikv.sim.area import _modules as modules
-    from hikv.sim.sta import block_sta
+    from hikv.sim.eda.area import _modules as modules
+    from hikv.sim.eda.sta import block_sta
 
     cfg = get_preset(preset)
     blk = get_block("loader")
@@ -58,7 +58,7 @@ def parts(preset: str) -> dict[str, Any]:
     subs = {n: t for n, t in mods.items() if n != blk.toplevel}
     rows: dict[str, dict[str, Any]] = {}
     # each part by itself (cached by the hierarchical run above under the same keys)
-    from hikv.sim.area import _canonical as canonical
+    from hikv.sim.eda.area import _canonical as canonical
 
     for (ptop, _, n), name in zip(hier.parts, subs, strict=True):
         res = synthesize(canonical(subs[name], ptop), ptop, cells=cells)

@@ -1,5 +1,5 @@
 """CPU cost of the query-aware HiKV's low-bit scoring in the golden model: one layer's cache,
-keys quantised incrementally (each token once, :meth:`hikv.model.hikv_cache.HiKV._lowbit_keys`)
+keys quantised incrementally (each token once, :meth:`hikv.model.methods.hikv.HiKV._lowbit_keys`)
 against re-quantising the whole cache every step (a benchmark, not a test; random tensors)::
 
     python benchmarks/lowbit_select.py --preset default --prompt 4096 --steps 64
@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from hikv.model import hikv_cache
-from hikv.model.methods import make_cache
+from hikv.model.methods import hikv as hikv_cache
+from hikv.model.methods.registry import make_cache
 from hikv.params import parse_method
 from hikv.presets import get_preset
 

@@ -29,9 +29,9 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from test_accuracy_prefill import _masked_square_pass
 
-    from hikv.model import lm_route
-    from hikv.model.accuracy_io import read_rows
-    from hikv.model.seed_suite import SEED_SUITES, Cell, _setup, run_cells
+    from hikv.model.lm import route as lm_route
+    from hikv.model.accuracy.io import read_rows
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, Cell, _setup, run_cells
 
     ppl = read_rows(Path(a.ppl_rows))[0] if a.ppl_rows else []
     suite = dataclasses.replace(SEED_SUITES[a.suite], trials=1, lengths=(a.length,))

@@ -4,7 +4,7 @@
 
 Runs the plan of :mod:`hikv.rtl_tests.rtl_cycles` per preset (slow for default and paper:
 minutes each on 2 cores), checks the rows against the cost model's timing
-(:mod:`hikv.sim.validate`), and replaces that preset's rows in the golden file with the command
+(:mod:`hikv.sim.cost.validate`), and replaces that preset's rows in the golden file with the command
 and wall time of each run.
 """
 
@@ -16,8 +16,8 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     from hikv.rtl_tests.rtl_cycles import PLANS, measure, merge_golden
-    from hikv.sim import validate as V
-    from hikv.sim.timing import default_timing
+    from hikv.sim.cost import validate as V
+    from hikv.sim.cost.timing import default_timing
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", action="append", choices=PLANS, required=True)

@@ -3,10 +3,10 @@
     python benchmarks/scorer_area.py --preset default --lanes 8 --mode hier flat
 
 For each (lanes, mode): the ``scorer`` block built for the preset with ``scorer.lanes``
-overridden, synthesised as :func:`hikv.sim.area.block_synth` does (its Verilog converted once
+overridden, synthesised as :func:`hikv.sim.eda.area.block_synth` does (its Verilog converted once
 here): ``hier`` is the cost model's path (one lane and the top with the lanes as black boxes,
-:func:`hikv.sim.area.hierarchical_synthesis` of the unflattened Verilog), ``flat`` the flat
-flow (``block_synth(..., flat=True)``: :func:`hikv.sim.area.synthesize` of the flat Verilog).
+:func:`hikv.sim.eda.area.hierarchical_synthesis` of the unflattened Verilog), ``flat`` the flat
+flow (``block_synth(..., flat=True)``: :func:`hikv.sim.eda.area.synthesize` of the flat Verilog).
 
 Prints one JSON line per run: the Amaranth Verilog conversion time (``verilog_s``, not in
 ``wall_s``), NAND2 equivalents, flip-flops, the synthesis wall time, the CPU time of Yosys
@@ -25,7 +25,7 @@ import time
 from hikv.hw.blocks import get_block
 from hikv.hw.verilog import to_verilog
 from hikv.presets import get_preset, with_overrides
-from hikv.sim.area import cached_synthesis, hierarchical_synthesis, synthesize
+from hikv.sim.eda.area import cached_synthesis, hierarchical_synthesis, synthesize
 
 
 def run(preset: str, lanes: int, mode: str) -> dict:

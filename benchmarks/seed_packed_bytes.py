@@ -15,7 +15,7 @@ metadata:
 * ``seed@64`` -- the seed's HiKV (evicting Stage I, ThinK K channels, static top-|V|
   records) in that layout, the cell's golden account;
 * ``seed@A`` -- the same selections with records packed back to back at alignment ``A``
-  (2 or 8 bytes), counted by the closed form (:func:`hikv.sim.closed_form.step_bytes`) over the
+  (2 or 8 bytes), counted by the closed form (:func:`hikv.sim.cost.closed_form.step_bytes`) over the
   cell's decode steps; the closed form at 64 bytes is printed beside the cell's account
   (``cf/cell``) as the check that it counts what the golden model counted;
 * perplexity against full KV for both families (the cell's rows).
@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: the seed's HiKV families of the suites (hikv.model.seed_spec.SEED_HIKV and Gemma's d = 256)
+#: the seed's HiKV families of the suites (hikv.model.accuracy.seed_spec.SEED_HIKV and Gemma's d = 256)
 SEED_PREFIX = "hikv-evict/k:think"
 EVICT = "hikv-evict"
 
@@ -41,8 +41,8 @@ def _mean_step_bytes(label: str, cfg: Any, head_dim: int, prefix: int, window: i
                      align: int) -> float:
     import numpy as np
 
-    from hikv.model import accuracy as A
-    from hikv.sim.closed_form import step_bytes
+    from hikv.model.accuracy import experiments as A
+    from hikv.sim.cost.closed_form import step_bytes
 
     spec = A.parse_method(label, cfg.policy, head_dim)
     layout = dataclasses.replace(cfg.layout, head_dim=head_dim, align_bytes=align)

@@ -165,9 +165,9 @@ def cycles(preset: str, seed: int) -> dict[str, Any]:
 
 
 def mapped(preset: str, blocks: list[str]) -> dict[str, Any]:
-    """The cost model's area flow (:func:`hikv.sim.area.block_synth`: flat synthesis to
+    """The cost model's area flow (:func:`hikv.sim.eda.area.block_synth`: flat synthesis to
     sky130 cells, memories of >= 4,096 bits cut out as SRAM macros, cached by Verilog hash)."""
-    from hikv.sim.area import block_synth
+    from hikv.sim.eda.area import block_synth
 
     cfg = get_preset(preset)
     rows = {}

@@ -1,6 +1,6 @@
 """Where one seed-suite trial's time goes (issue 11's 3-hour target): one trial of one task,
 both protocols sharing the prompt pass as ``hikv accuracy run`` does
-(:func:`hikv.model.seed_suite.run_cells`), every method of the suite that the length's
+(:func:`hikv.model.accuracy.seed_suite.run_cells`), every method of the suite that the length's
 perplexity cell lets run, split into process-CPU seconds per part and per method family.
 
     python benchmarks/trial_profile.py --length 4096 --task passkey \
@@ -8,16 +8,16 @@ perplexity cell lets run, split into process-CPU seconds per part and per method
 
 Parts (instrumented by wrapping the harness's functions; nested calls are counted once):
 
-* ``prompt pass``: :func:`hikv.model.lm.prefill` and :func:`~hikv.model.lm.adopt_prefill`
+* ``prompt pass``: :func:`hikv.model.lm.runner.prefill` and :func:`~hikv.model.lm.runner.adopt_prefill`
   (dense layers and full causal attention over the prompt, once per trial), of which
   ``method prefill hooks`` is each method's own work at the end of prefill
   (``KVCache.adopt_prefill``: SnapKV-style compaction, ThinK's channels, ...), per family;
-* ``decode, dense layers``: :func:`hikv.model.lm.step` minus the methods' attention, i.e. the
+* ``decode, dense layers``: :func:`hikv.model.lm.runner.step` minus the methods' attention, i.e. the
   transformer's projections, MLP and logits for every sequence decoded side by side;
 * ``decode, golden attention``: ``Sequence._decode_layer`` per family (the method's cache:
   append, selection, attention, byte accounting), of which ``selection`` (top-k, scores,
   compaction, page bounds, channel choice) and ``byte accounting`` (reads as byte ranges,
-  burst counting, :class:`~hikv.model.layout.ByteAccount` sums) are listed apart;
+  burst counting, :class:`~hikv.model.refs.layout.ByteAccount` sums) are listed apart;
 * ``other``: case generation, tokenisation, scoring, bookkeeping of the cells.
 
 Not a test: the numbers depend on the machine and its load (process CPU seconds, not wall).
@@ -91,9 +91,15 @@ def _subclasses(cls: type) -> list[type]:
 
 def instrument(clock: Clock) -> None:
     """Wrap the harness's functions (see the module docstring)."""
-    from hikv.model import accuracy as A
-    from hikv.model import baselines, baselines_adaptive, cache, hikv_cache, layout, lm, lm_route
-    from hikv.model.cache import KVCache
+    from hikv.model.accuracy import experiments as A
+    from hikv.model.methods import baselines
+    from hikv.model.methods import baselines_adaptive
+    from hikv.model.methods import cache
+    from hikv.model.methods import hikv as hikv_cache
+    from hikv.model.refs import layout
+    from hikv.model.lm import runner as lm
+    from hikv.model.lm import route as lm_route
+    from hikv.model.methods.cache import KVCache
 
     def fam_of_cache(a: tuple) -> str:
         spec = getattr(a[0], "spec", None)
@@ -148,8 +154,8 @@ def main() -> int:
 
     import torch
 
-    from hikv.model.accuracy_io import read_rows
-    from hikv.model.seed_suite import SEED_SUITES, Cell, _setup, run_cells
+    from hikv.model.accuracy.io import read_rows
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, Cell, _setup, run_cells
 
     base = SEED_SUITES[a.suite]
     suite = dataclasses.replace(base, trials=1, lengths=(a.length,),
@@ -164,8 +170,7 @@ def main() -> int:
     pair = [Cell("task", a.length, p, a.task) for p in ("prompt", "follow-up")]
 
     # the trial's case: a.trial-th of the cell (make_case seeded as the suite seeds it)
-    from hikv.model import seed_trials
-
+    from hikv.model.accuracy import seed_trials
     real_case = seed_trials._TaskCell.case
     seed_trials._TaskCell.case = lambda self, lm, words, i: real_case(self, lm, words,
                                                                        i + a.trial)

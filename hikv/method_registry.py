@@ -174,7 +174,7 @@ class _MethodRegistry(type):
         if _LOADING:
             raise RuntimeError("the KV methods are used while the built-in ones are being "
                                "registered (a module-level use of Method in a module "
-                               "hikv.sim.closed_form imports)")
+                               "hikv.sim.cost.closed_form imports)")
         return tuple(sorted(_REGISTRY.values(), key=lambda m: (m.info.order, m._index)))
 
 
@@ -184,8 +184,8 @@ class Method(metaclass=_MethodRegistry):
     Used like an enum: ``Method.H2O``, ``Method("h2o")``, ``m.value`` (the label name),
     ``m.name`` (the attribute), ``for m in Method`` (table order). Each method is one
     :class:`MethodInfo` given to :func:`register_method`, which the method's closed form
-    calls (the built-in ones: :mod:`hikv.sim.closed_form_baselines`,
-    :mod:`hikv.sim.closed_form_hikv`); the golden class of the same method names it too.
+    calls (the built-in ones: :mod:`hikv.sim.cost.closed_form_baselines`,
+    :mod:`hikv.sim.cost.closed_form_hikv`); the golden class of the same method names it too.
     """
 
     __slots__ = ("info", "_index")
@@ -216,7 +216,7 @@ _REGISTRY: dict[str, Method] = {}
 _LOADED = False
 _LOADING = False
 #: the module whose import registers the built-in methods (their closed forms)
-_BUILTIN = "hikv.sim.closed_form"
+_BUILTIN = "hikv.sim.cost.closed_form"
 
 
 def _load_builtin() -> None:

@@ -3,7 +3,7 @@ label grammar (``h2o@256``, ``hikv-evict@256/v:static48``, ...).
 
 A method is one :class:`MethodInfo` (name, label options, which :class:`MethodSpec` fields it
 uses) given to :func:`register_method` by the method's closed form
-(:mod:`hikv.sim.closed_form_baselines`, :mod:`hikv.sim.closed_form_hikv`); :class:`Method` is
+(:mod:`hikv.sim.cost.closed_form_baselines`, :mod:`hikv.sim.cost.closed_form_hikv`); :class:`Method` is
 built from the registry, and :class:`MethodSpec` checks, spells and parses (:func:`parse_method`)
 a spec by it. Standard library only: :class:`Method` imports the built-in closed forms (numpy,
 no torch) when first used. :mod:`hikv.params` re-exports the names most code uses, so
@@ -325,7 +325,7 @@ def _parse_hikv(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec | No
     return MethodSpec.for_hikv(pol)
 
 
-#: HiKV's label grammar (registered with HiKV's closed form, :mod:`hikv.sim.closed_form_hikv`)
+#: HiKV's label grammar (registered with HiKV's closed form, :mod:`hikv.sim.cost.closed_form_hikv`)
 HIKV_GRAMMAR = LabelGrammar(
     label=_hikv_label, parse=_parse_hikv,
     usage="hikv-{evict,query_aware,none}@B[/lowbitN]"

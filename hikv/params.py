@@ -73,7 +73,7 @@ from .param_checks import (  # noqa: F401
 
 # --------------------------------------------------------------------------- enums
 class KeyFormat(enum.Enum):
-    """How a non-negative float becomes an unsigned sorter key (see hikv.model.keys)."""
+    """How a non-negative float becomes an unsigned sorter key (see hikv.model.refs.keys)."""
 
     FP16 = "fp16"   # IEEE binary16 bits, sign cleared; keys narrower than 16 bits keep the MSBs
     BF16 = "bf16"   # bfloat16 bits (fp32 truncated towards zero), sign cleared
@@ -261,7 +261,7 @@ class ScorerParams:
     """Low-bit scoring unit (Stage I scores from b-bit keys; ``hikv.hw.scorer``).
 
     The key bits are ``policy.lowbit_bits`` and the head size ``layout.head_dim`` (not repeated
-    here); the query enters as ``query_bits``-bit signed integers (:mod:`hikv.model.lowbit`).
+    here); the query enters as ``query_bits``-bit signed integers (:mod:`hikv.model.refs.lowbit`).
     """
 
     lanes: int = 8          # L: tokens scored per cycle
@@ -274,7 +274,7 @@ class ScorerParams:
 
 
 _TECH_NODES_NM = (45, 28, 16, 7)
-#: the clocked parts of the accelerator the cost model times (hikv.sim.clocks): the baseline's
+#: the clocked parts of the accelerator the cost model times (hikv.sim.cost.clocks): the baseline's
 #: PE array (MAC and softmax lanes) and HiKV's sorter, loader and low-bit scoring unit
 CLOCK_BLOCKS = ("pe_array", "sorter", "loader", "scorer")
 #: ``per_block``: every block at its own clock; ``single``: the whole accelerator at the
@@ -286,11 +286,11 @@ CLOCK_POLICIES = ("per_block", "single")
 class AcceleratorParams:
     """The attention accelerator HiKV sits in (and the baseline without HiKV).
 
-    Clocks (:mod:`hikv.sim.clocks`): ``clock_hz`` is the *assumed* clock, used for a block whose
+    Clocks (:mod:`hikv.sim.cost.clocks`): ``clock_hz`` is the *assumed* clock, used for a block whose
     clock is neither given nor estimated (no synthesis allowed: the report says "assumed, not
     checked"). ``<block>_clock_hz`` (``pe_array``, ``sorter``, ``loader``, ``scorer``) set a
     block's clock by hand, 0 = from the timing flow's ASIC estimate at ``tech_nm``
-    (:func:`hikv.sim.sta.block_clock`); a hand-set clock needs ``clock_source`` (where the
+    (:func:`hikv.sim.eda.sta.block_clock`); a hand-set clock needs ``clock_source`` (where the
     number comes from). ``clock_policy``: one of :data:`CLOCK_POLICIES`.
     """
 
@@ -423,9 +423,9 @@ class SyntheticWorkload:
 
 @dataclass(frozen=True)
 class ServingParams:
-    """Iteration-level serving of one replica (hikv.sim.serving, docs/serving.md).
+    """Iteration-level serving of one replica (hikv.sim.serving.engine, docs/serving.md).
 
-    ``policy`` names a scheduler of :data:`hikv.sim.scheduler.POLICIES`. Each iteration
+    ``policy`` names a scheduler of :data:`hikv.sim.serving.scheduler.POLICIES`. Each iteration
     schedules at most ``max_batched_tokens`` tokens and at most ``max_running`` sequences. KV lives
     in blocks of ``block_tokens`` tokens of full KV (all layers and KV heads); KV capacity is
     device memory minus weights minus ``workspace_bytes``. Goodput counts a request as good
@@ -464,7 +464,7 @@ class ServingParams:
 @dataclass(frozen=True)
 class RooflineEfficiency:
     """Achieved efficiencies for the serving roofline (``--cost-model roofline-eff`` and
-    ``attention-model-eff``, :mod:`hikv.sim.device`).
+    ``attention-model-eff``, :mod:`hikv.sim.serving.device`).
 
     GEMMs run at ``compute_fraction`` of ``linear_flops_per_s`` or ``bandwidth_fraction`` of
     the memory bandwidth (weight reads); the non-GEMM operators of a layer (norms, rotary
@@ -472,7 +472,7 @@ class RooflineEfficiency:
     ``elementwise_bandwidth_fraction`` of the bandwidth plus ``elementwise_fixed_s`` per layer
     and iteration; attention kernels reach ``attention_compute_fraction`` (prefill) and
     ``attention_bandwidth_fraction`` (decode) plus ``attention_fixed_s`` per layer and kernel.
-    Defaults: :func:`hikv.sim.device.derive_efficiency` of the measured A100 Llama-3-8B
+    Defaults: :func:`hikv.sim.serving.device.derive_efficiency` of the measured A100 Llama-3-8B
     profile (Vidur ``mlp.csv``) and the fitted A100 attention kernels, rounded to two
     significant digits (``tests/test_device.py`` recomputes them).
     """

@@ -3,7 +3,7 @@
 HiKV's sorter and loader are measured against an attention accelerator of ``pe_lanes`` MAC
 lanes and ``softmax_lanes`` softmax lanes (:class:`~hikv.params.AcceleratorParams`). To make the
 overhead ratio like for like, the baseline's lanes are real RTL synthesised by the same flow
-(:mod:`hikv.sim.area`) as the sorter and the loader:
+(:mod:`hikv.sim.eda.area`) as the sorter and the loader:
 
 * :class:`Fp16MacLane`: binary16 x binary16 product accumulated in binary32, two pipeline
   stages (product register, accumulator);
@@ -11,7 +11,7 @@ overhead ratio like for like, the baseline's lanes are real RTL synthesised by t
   two pipeline stages.
 
 The arithmetic (and its simplifications: flush to zero, truncation) is defined by the bit-exact
-references in :mod:`hikv.model.baseline_pe_ref`, which the tests check these blocks against. A
+references in :mod:`hikv.model.refs.baseline_pe`, which the tests check these blocks against. A
 softmax lane is modelled as one :class:`ExpUnit` plus one :class:`Fp16MacLane` (an fp32 adder and
 multiplier for the running max subtraction, sum and final scaling).
 
@@ -22,7 +22,7 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hikv.model.baseline_pe_ref import (
+from hikv.model.refs.baseline_pe import (
     EXP_BASE,
     EXP_DELTA,
     EXP_LATENCY,
@@ -40,7 +40,7 @@ class Fp16MacLane(wiring.Component):
     Ports: ``a``, ``b`` (binary16 bits), ``valid``, ``clear`` (start a new dot product; with
     ``valid`` low it zeroes the accumulator), ``acc`` (binary32 bits, registered). An input
     reaches ``acc`` :data:`MAC_LATENCY` cycles later. Arithmetic:
-    :func:`hikv.model.baseline_pe_ref.mac`.
+    :func:`hikv.model.refs.baseline_pe.mac`.
     """
 
     a: In(16)
@@ -138,7 +138,7 @@ class ExpUnit(wiring.Component):
     """``y = exp(-|x|)`` in binary16, :data:`EXP_LATENCY` cycles after ``valid``.
 
     Ports: ``x`` (binary16 bits), ``valid``; ``y`` (binary16 bits), ``y_valid``. Arithmetic:
-    :func:`hikv.model.baseline_pe_ref.exp_neg`.
+    :func:`hikv.model.refs.baseline_pe.exp_neg`.
     """
 
     x: In(16)

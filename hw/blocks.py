@@ -1,6 +1,6 @@
 """Registry of RTL blocks: how to build each from a :class:`~hikv.params.Config` (its
 Amaranth component and Verilog top module). Used by ``hikv verilog``, the area flow
-(:mod:`hikv.sim.area`) and, beside :mod:`hikv.rtl_tests.registry` (each block's cocotb
+(:mod:`hikv.sim.eda.area`) and, beside :mod:`hikv.rtl_tests.registry` (each block's cocotb
 regression), by ``hikv rtl`` and the pytest launchers.
 
 This module knows nothing of testbenches. Its builders import the RTL inside the function, so
@@ -106,7 +106,7 @@ BLOCKS: dict[str, Block] = {
     "scorer": Block(
         name="scorer",
         description="low-bit scoring unit: Stage I scores of b-bit keys as sorter keys "
-                    "(model/lowbit.py)",
+                    "(model/refs/lowbit.py)",
         toplevel="hikv_scorer",
         make=_scorer,
     ),

@@ -3,7 +3,7 @@
 One *job* loads one region (the K or the V array of one (layer, KV head)) for a stream of
 retained token slots in strictly ascending order -- the sorter's Stage I output, ``(index,
 last)`` -- and delivers, per slot and in the same order, the token's dense vector with zeros
-where Stage II masked it. The function is :mod:`hikv.model.loader_ref` bit for bit; the
+where Stage II masked it. The function is :mod:`hikv.model.refs.loader` bit for bit; the
 geometry and timing contract are in :mod:`hikv.hw.loader_timing`; docs/loader.md has the
 interface, the memory layouts and measured numbers.
 

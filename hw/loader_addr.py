@@ -1,6 +1,6 @@
 """The loader's address side: retained token slots to burst-block ranges and packer entries.
 
-See :class:`AddressGen`; the function is :func:`hikv.model.loader_ref.job_ranges` (ranges) and
+See :class:`AddressGen`; the function is :func:`hikv.model.refs.loader.job_ranges` (ranges) and
 :func:`hikv.rtl_tests.loader_jobs.expected_entries` (entries), checked in
 tests/test_loader_units.py.
 """

@@ -1,6 +1,6 @@
 """The loader's request side: burst-block ranges to AXI4 INCR read requests.
 
-See :class:`Coalescer`; the function is :func:`hikv.model.loader_ref.axi_requests`, checked in
+See :class:`Coalescer`; the function is :func:`hikv.model.refs.loader.axi_requests`, checked in
 tests/test_loader_units.py.
 """
 

@@ -1,6 +1,6 @@
 """The loader's data side: R beats and packer entries to the packed output stream.
 
-See :class:`Packer`; the function is :func:`hikv.model.loader_ref.packed_output`, checked in
+See :class:`Packer`; the function is :func:`hikv.model.refs.loader.packed_output`, checked in
 tests/test_loader_units.py.
 """
 

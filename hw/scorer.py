@@ -1,9 +1,9 @@
 """The low-bit scoring unit: Stage I scores of stored b-bit keys, as sorter keys.
 
-Function (bit-exact with :mod:`hikv.model.lowbit`): for one integer query ``q`` (``d``
-elements of ``query_bits`` signed bits, :func:`~hikv.model.lowbit.quantise_query`) and each
+Function (bit-exact with :mod:`hikv.model.refs.lowbit`): for one integer query ``q`` (``d``
+elements of ``query_bits`` signed bits, :func:`~hikv.model.refs.lowbit.quantise_query`) and each
 token's stored metadata (``d`` codes of ``b`` bits, ``lo`` and ``step`` as fp16 patterns,
-:func:`~hikv.model.lowbit.store`)::
+:func:`~hikv.model.refs.lowbit.store`)::
 
     D = sum_i q[i] * code[i]            (exact integer)
     Q = sum_i q[i]                      (once per job, at configuration)
@@ -12,7 +12,7 @@ token's stored metadata (``d`` codes of ``b`` bits, ``lo`` and ``step`` as fp16 
     key   = signed order-preserving map of the score's pattern, top key_width bits
 
 which is ``q . (code * step + lo)``, the dot product of the query with the dequantised key,
-mapped like :func:`hikv.model.keys.float_to_key` with ``signed=True``. Token ``t`` of the job
+mapped like :func:`hikv.model.refs.keys.float_to_key` with ``signed=True``. Token ``t`` of the job
 gets the index ``first + t``, so the output feeds the sorter's Stage I directly.
 
 Microarchitecture (``L`` lanes, every lane one token per cycle; a global-stall pipeline of
@@ -306,7 +306,7 @@ def _onehot_index(m: Module, onehot: Value, name: str) -> Signal:
 class ScorerLane(wiring.Component):
     """One lane of the scoring unit: one token's key per cycle, stages 1 to 11 of the module
     docstring (a submodule, so the area flow can synthesise one lane and count ``L`` copies,
-    :func:`hikv.sim.area.block_synth`).
+    :func:`hikv.sim.eda.area.block_synth`).
 
     Parameters
     ----------

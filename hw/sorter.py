@@ -1,6 +1,6 @@
 """The reconfigurable importance sorter: one engine for HiKV Stage I and Stage II.
 
-Function (bit-exact with :mod:`hikv.model.sorter_ref`): keys are unsigned ``W``-bit integers;
+Function (bit-exact with :mod:`hikv.model.refs.sorter`): keys are unsigned ``W``-bit integers;
 the largest are selected, ties go to the **lower index**, and the selected items leave in
 **ascending index order**.
 

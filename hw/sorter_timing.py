@@ -300,7 +300,7 @@ def _job(params: SorterParams, mode: str, n: int, k: int, d: int, count: int,
 
 def sorter_cycles(params: SorterParams, mode: str, *, n: int = 0, k: int = 0, d: int = 0,
                   count: int = 0) -> int:
-    """Cycles of one job in the cost model's calling convention (``hikv.sim.timing``).
+    """Cycles of one job in the cost model's calling convention (``hikv.sim.cost.timing``).
 
     ``mode="stage1"``: top ``k`` of ``n`` keys; ``mode="stage2"``: ``count`` vectors of ``d``
     keys, top ``k`` (= r) of each. An empty job (``n`` or ``count`` zero) takes 0 cycles.
@@ -324,9 +324,9 @@ def global_topk_cycles(params: SorterParams, *, segments: int, length: int,
     one job at a time; the few idle cycles between jobs are not counted).
 
     Without ``keys`` (sizes only) the jobs are those of
-    :func:`hikv.model.global_select.round_schedule`, which re-streams every token not kept yet
+    :func:`hikv.model.methods.global_select.round_schedule`, which re-streams every token not kept yet
     in each of its ``ceil(k / min(max_k, max_n // 2))`` rounds: its first round is exact and is
-    also the first round of the buffered :func:`~hikv.model.global_select.sorter_schedule`
+    also the first round of the buffered :func:`~hikv.model.methods.global_select.sorter_schedule`
     (``exact`` true for one round); its later rounds, priced with whole segments, are an upper
     bound of the round schedule (``exact`` false). With ``keys`` (the sorter keys, ``segments``
     lists of ``length``) the buffered schedule is run on them and its cycles are exact for that
@@ -335,7 +335,7 @@ def global_topk_cycles(params: SorterParams, *, segments: int, length: int,
     Returns ``rounds``, ``jobs``, ``scan_jobs``, ``merge_jobs``, ``cycles``, ``exact`` and, with
     ``keys``, ``items`` (scores streamed into the sorter).
     """
-    from hikv.model.global_select import plan_round, round_budgets, schedule_cycles
+    from hikv.model.methods.global_select import plan_round, round_budgets, schedule_cycles
 
     _int("segments", segments, 1, 1 << 40)
     _int("length", length, 1, 1 << 40)

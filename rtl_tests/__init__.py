@@ -15,7 +15,7 @@ Modules:
   expected results from the golden model).
 * Scoring unit: :mod:`~hikv.rtl_tests.scorer_launch` (launcher, also the scorer -> sorter
   chain), :mod:`~hikv.rtl_tests.tb_scorer` (testbench), :mod:`~hikv.rtl_tests.scorer_jobs`
-  (random and adversarial jobs, expected keys from :mod:`hikv.model.lowbit`).
+  (random and adversarial jobs, expected keys from :mod:`hikv.model.refs.lowbit`).
 * :mod:`~hikv.rtl_tests.rtl_cycles` -- measured cycles recorded in tests/golden/rtl_cycles.json.
 * ``test_*.py`` -- the pytest launchers (marker ``rtl``).
 """

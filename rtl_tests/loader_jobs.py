@@ -3,7 +3,7 @@
 Used by the Amaranth unit tests (tests/test_loader_units.py) and the cocotb regression
 (rtl_tests/loader_launch.py writes the cases as JSON for rtl_tests/tb_loader.py, which then
 needs neither torch nor the golden model). Everything expected here comes from
-:mod:`hikv.model.loader_ref` and :mod:`hikv.model.layout`; the only loader-internal expectation
+:mod:`hikv.model.refs.loader` and :mod:`hikv.model.refs.layout`; the only loader-internal expectation
 is :func:`expected_entries`, the address side's records / pages, written from their definition
 in hw/loader.py.
 """
@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from hikv.hw.loader_timing import AXI_BOUNDARY, LoaderGeometry
-from hikv.model.layout import burst_bytes
-from hikv.model.loader_ref import (
+from hikv.model.refs.layout import burst_bytes
+from hikv.model.refs.loader import (
     LoaderJob,
     channel_page_image,
     dense_image,
@@ -456,8 +456,8 @@ def make_chain_cases(cfg: Config, seed: int, jobs: int,
     with the query-aware channels (golden Stage II: top ``d/2`` of ``|q|``). Expected: the
     golden packed output of those tokens (``packed_output``), requests and byte count.
     """
-    from hikv.model.keys import float_to_key
-    from hikv.model.sorter_ref import stage1_topk, topk_indices, topk_mask
+    from hikv.model.refs.keys import float_to_key
+    from hikv.model.refs.sorter import stage1_topk, topk_indices, topk_mask
 
     rng = random.Random(seed)
     lay, lp, sp = cfg.layout, cfg.loader, cfg.sorter

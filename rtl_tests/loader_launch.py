@@ -152,7 +152,7 @@ def _memory_bytes(cfg: Config, cases: list[Any]) -> int:
 
 def slot_fields(slots: list[int]) -> dict[str, Any]:
     """Ascending slots in the shorter JSON form: ``{"runs": [[start, length], ...]}`` or
-    ``{"slot_mask": hex}`` (bit ``i`` set for slot ``i``); :mod:`hikv.sim.validate` reads both."""
+    ``{"slot_mask": hex}`` (bit ``i`` set for slot ``i``); :mod:`hikv.sim.cost.validate` reads both."""
     runs: list[list[int]] = []
     for x in slots:
         if runs and runs[-1][0] + runs[-1][1] == x:
@@ -167,7 +167,7 @@ def slot_fields(slots: list[int]) -> dict[str, Any]:
 
 def rtl_cycles_rows(cfg: Config, timing: list[Any], rows: list[dict[str, Any]]
                     ) -> list[dict[str, Any]]:
-    """Measured timing jobs as ``hikv.rtl_cycles/1`` rows (:mod:`hikv.sim.validate`): the job
+    """Measured timing jobs as ``hikv.rtl_cycles/1`` rows (:mod:`hikv.sim.cost.validate`): the job
     in full (mode, slots as runs or a bit mask (:func:`slot_fields`), base, kept, channels,
     read latency, outstanding limit), its byte and request counts, and the measured cycles."""
     by_name = {c.name: c for c in timing}

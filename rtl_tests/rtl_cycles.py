@@ -1,5 +1,5 @@
 """Record the sorter's and the loader's cycles measured in cocotb as ``hikv.rtl_cycles/1`` rows
-(:mod:`hikv.sim.validate`), per preset, into tests/golden/rtl_cycles.json.
+(:mod:`hikv.sim.cost.validate`), per preset, into tests/golden/rtl_cycles.json.
 
 One plan (:data:`PLANS`) says which regression measures each preset, so the recording script
 (``python benchmarks/record_rtl_cycles.py --preset NAME``) and the CI check of the tiny rows

@@ -1,5 +1,5 @@
 """Scoring-unit jobs for the testbenches: generation, packing with the RTL's own layouts,
-expectations from the bit-exact reference :mod:`hikv.model.lowbit`.
+expectations from the bit-exact reference :mod:`hikv.model.refs.lowbit`.
 
 Used by the cocotb testbench (:mod:`hikv.rtl_tests.tb_scorer`) and the Amaranth-simulator
 test (tests/test_scorer_sim.py). Beats are packed with ``Layout.const`` and unpacked with
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hikv.model import lowbit as LB
+from hikv.model.refs import lowbit as LB
 from hikv.params import Config, ParamError
 
 __all__ = ["ScorerJob", "JOB_KINDS", "make_job", "expected_beats", "ScorerCodec"]

@@ -98,7 +98,7 @@ def _close_lines(lines: list[str], data: dict[str, Any], passed: bool) -> None:
 def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bool = False,
                    simulator: str = "verilator") -> RtlReport:
     """Randomized and adversarial regression of the scoring unit of ``cfg`` against
-    :mod:`hikv.model.lowbit`, cycles against :mod:`hikv.hw.scorer_timing`."""
+    :mod:`hikv.model.refs.lowbit`, cycles against :mod:`hikv.hw.scorer_timing`."""
     jobs = default_jobs(cfg) if jobs is None else jobs
     if jobs < 0:
         raise ParamError(f"jobs = {jobs} is out of range: allowed >= 0")
@@ -133,7 +133,7 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
 def run_chain_regression(cfg: Config, *, seed: int, jobs: int | None = None,
                          waves: bool = False, simulator: str = "verilator") -> RtlReport:
     """``scorer_sorter``: scoring jobs chained into sorter Stage I jobs, the selection against
-    :func:`hikv.model.sorter_ref.stage1_topk` of the reference keys, cycles against
+    :func:`hikv.model.refs.sorter.stage1_topk` of the reference keys, cycles against
     :func:`hikv.hw.scorer_sorter.chain_cycles` (300 jobs on ``tiny``, 20 otherwise)."""
     jobs = (300 if cfg.name == "tiny" else 20) if jobs is None else jobs
     if jobs < 0:

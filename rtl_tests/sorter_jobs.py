@@ -4,7 +4,7 @@ Used by the cocotb testbench (:mod:`hikv.rtl_tests.tb_sorter`), the Amaranth-sim
 and the replay entry point (:mod:`hikv.rtl_tests.sorter_replay`). Beats are packed and unpacked
 through :class:`BeatCodec`, whose field offsets are read from the Amaranth layouts of
 :mod:`hikv.hw.sorter` (the same objects the RTL is built from), never written by hand.
-Expected outputs come from the golden model :mod:`hikv.model.sorter_ref`.
+Expected outputs come from the golden model :mod:`hikv.model.refs.sorter`.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class SorterJob:
 
 def expected_output(job: SorterJob) -> list[list[tuple[int, int]]]:
     """Golden output per segment: selected (key, index), ascending index."""
-    from hikv.model.sorter_ref import stage1_topk, stage2_topr
+    from hikv.model.refs.sorter import stage1_topk, stage2_topr
 
     if job.mode == STAGE1:
         return [[(int(a), int(b)) for a, b in

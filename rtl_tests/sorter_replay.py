@@ -15,7 +15,7 @@ Example (tiny preset: P=4 lanes, 8-bit keys, n <= 64, k <= 16, d <= 16)::
     res.indices      # [[4, 5, 7], [3, 5, 7]]
 
 Keys are unsigned ``key_width``-bit integers. Float scores (lists of floats, numpy arrays or
-torch tensors) are converted with :func:`hikv.model.keys.float_to_key` in the preset's
+torch tensors) are converted with :func:`hikv.model.refs.keys.float_to_key` in the preset's
 ``key_format`` (magnitudes: pass non-negative values). Stage I labels default to
 ``0 .. n-1`` and must increase. Each call builds the preset once (cached) and starts one
 simulator process; pass several jobs to :func:`replay` to amortise the start-up.
@@ -44,7 +44,7 @@ class SorterRun:
     keys: list[list[int]]             # their keys
     cycles: int                       # measured: first input beat to last output beat
     formula_cycles: int               # hikv.hw.sorter_timing
-    matches_golden: bool              # equal to hikv.model.sorter_ref
+    matches_golden: bool              # equal to hikv.model.refs.sorter
 
 
 def to_keys(values: Any, cfg: Config) -> list[int]:
@@ -55,7 +55,7 @@ def to_keys(values: Any, cfg: Config) -> list[int]:
     if t.ndim != 1:
         raise ParamError(f"a score vector must be one-dimensional, got shape {tuple(t.shape)}")
     if t.is_floating_point():
-        from hikv.model.keys import float_to_key
+        from hikv.model.refs.keys import float_to_key
 
         t = float_to_key(t, cfg.key_format, cfg.sorter.key_width)
     return [int(x) for x in t.tolist()]

@@ -110,7 +110,7 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
     """Randomized regression of the sorter of ``cfg`` against the golden model.
 
     ``jobs`` random jobs per mode (default :func:`default_jobs`) after the directed corner
-    cases; every output compared with :mod:`hikv.model.sorter_ref`, every job without
+    cases; every output compared with :mod:`hikv.model.refs.sorter`, every job without
     backpressure timed against :mod:`hikv.hw.sorter_timing`.
     """
     jobs = default_jobs(cfg) if jobs is None else jobs
@@ -123,7 +123,7 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
     cycles_file = None
     if data.get("measurements"):
         # measured cycles of every distinct job run without backpressure, in the format the
-        # cost model validates against (hikv.sim.validate, schema hikv.rtl_cycles/1)
+        # cost model validates against (hikv.sim.cost.validate, schema hikv.rtl_cycles/1)
         cycles_file = run.results_xml.parent / "rtl_cycles.json"
         cycles_file.write_text(json.dumps({
             "schema": "hikv.rtl_cycles/1",

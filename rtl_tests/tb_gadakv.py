@@ -9,10 +9,10 @@ The configuration arrives as JSON in ``HIKV_TB_CONFIG``::
 Test ``gadakv``: ``jobs`` random problems, each several (layer, KV head) score segments (some
 longer than ``max_n``, so they are cut into chunks) of random keys with many ties, and a global
 budget ``K`` below, at and above ``max_k`` (several rounds). The schedule of
-:func:`hikv.model.global_select.sorter_schedule` is driven with the RTL: every job's output is
-compared bit for bit with :mod:`hikv.model.sorter_ref`, every job's cycles with
+:func:`hikv.model.methods.global_select.sorter_schedule` is driven with the RTL: every job's output is
+compared bit for bit with :mod:`hikv.model.refs.sorter`, every job's cycles with
 :mod:`hikv.hw.sorter_timing`, and the final kept sets with
-:func:`hikv.model.global_select.global_topk`. One local ``random.Random(seed)`` draws all.
+:func:`hikv.model.methods.global_select.global_topk`. One local ``random.Random(seed)`` draws all.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import cocotb
 
-from hikv.model.global_select import global_topk, sorter_schedule
+from hikv.model.methods.global_select import global_topk, sorter_schedule
 from hikv.params import SorterParams, config_from_json
 from hikv.rtl_tests.sorter_jobs import STAGE1, SorterJob, expected_output
 from hikv.rtl_tests.tb_sorter import SorterTB

@@ -10,7 +10,7 @@ Test ``regression``: ``jobs`` jobs cycling through the generators of
 :data:`~hikv.rtl_tests.scorer_jobs.JOB_KINDS` (random keys, raw fp16 metadata, extreme scales,
 all-zero keys, saturation), one at a time with valid/ready patterns (always, random, bursty) on
 both sides; then batches of jobs streamed back to back; then a reset in the middle of a job
-followed by a clean job. Every output beat is compared with :mod:`hikv.model.lowbit`; every job
+followed by a clean job. Every output beat is compared with :mod:`hikv.model.refs.lowbit`; every job
 run without backpressure must take exactly :meth:`~hikv.hw.scorer_timing.ScorerTiming.cycles`,
 and a back-to-back batch exactly the sum of its beats plus the latency.
 
@@ -179,10 +179,10 @@ async def regression(dut: Any) -> None:
 @cocotb.test()
 async def chain(dut: Any) -> None:
     """``scorer_sorter``: random and adversarial scoring jobs, each a sorter Stage I job with a
-    random ``k``; the selection must be :func:`~hikv.model.sorter_ref.stage1_topk` of the
+    random ``k``; the selection must be :func:`~hikv.model.refs.sorter.stage1_topk` of the
     reference keys, the cycles ``chain_cycles(n, k)`` without backpressure."""
     from hikv.hw.scorer_sorter import chain_cycles
-    from hikv.model.sorter_ref import stage1_topk
+    from hikv.model.refs.sorter import stage1_topk
     from hikv.rtl_tests.scorer_jobs import expected_keys
     from hikv.rtl_tests.sorter_jobs import STAGE1, BeatCodec, SorterJob
 

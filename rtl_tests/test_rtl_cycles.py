@@ -1,6 +1,6 @@
 """The recorded RTL cycles cannot go stale: re-measure the tiny preset's sorter and loader jobs
 in cocotb (the same plan as benchmarks/record_rtl_cycles.py) and require them to equal both the
-cost model's timing (hikv.sim.timing.RtlTiming) and the rows in tests/golden/rtl_cycles.json.
+cost model's timing (hikv.sim.cost.timing.RtlTiming) and the rows in tests/golden/rtl_cycles.json.
 
 After an intended RTL timing change: ``HIKV_UPDATE_GOLDEN=1 pytest rtl_tests/test_rtl_cycles.py``
 refreshes the tiny rows; ``python benchmarks/record_rtl_cycles.py --preset default --preset
@@ -14,8 +14,8 @@ import os
 import pytest
 
 from hikv.rtl_tests.rtl_cycles import golden_rows, measure, merge_golden
-from hikv.sim import validate as V
-from hikv.sim.timing import default_timing
+from hikv.sim.cost import validate as V
+from hikv.sim.cost.timing import default_timing
 
 pytestmark = pytest.mark.rtl
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hikv.hw.sorter_timing import SorterTiming
-from hikv.model.sorter_ref import stage1_topk, stage2_topr
+from hikv.model.refs.sorter import stage1_topk, stage2_topr
 from hikv.presets import PRESETS, get_preset
 from hikv.rtl_tests.sorter_rtl import run_regression
 from hikv.toolchain import setup_environ
@@ -36,7 +36,7 @@ def test_sorter_regression_tiny():
         assert stats[mode]["cycle_checks"] > 1000, stats
     # the measured cycles, in the cost model's format, agree with the formula module
     from hikv.hw.sorter_timing import sorter_cycles
-    from hikv.sim.validate import load_measurements
+    from hikv.sim.cost.validate import load_measurements
 
     rows = load_measurements(rep.metrics["rtl_cycles"])
     assert len(rows) > 100

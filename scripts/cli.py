@@ -44,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: Exceptions that are the user's or the machine's problem, not a bug, by module and class:
 #: each becomes one line on stderr and exit status 2. Looked up in ``sys.modules`` so the CLI
 #: imports nothing heavy to recognise them (an exception's module is loaded when it is raised).
-_EXPECTED = (("hikv.model.assets", "AssetError"), ("hikv.sim.cells", "CellsUnavailable"),
-             ("hikv.sim.area", "SynthError"), ("hikv.toolchain", "BuildError"),
+_EXPECTED = (("hikv.model.lm.assets", "AssetError"), ("hikv.sim.eda.cells", "CellsUnavailable"),
+             ("hikv.sim.eda.area", "SynthError"), ("hikv.toolchain", "BuildError"),
              ("hikv.toolchain", "SimulationError"),
              ("zipfile", "BadZipFile"), ("gguf", "GGUFError"))
 

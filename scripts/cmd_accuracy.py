@@ -75,7 +75,7 @@ def _protocol(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def _chosen_protocol(args: argparse.Namespace) -> str:
-    from hikv.model.accuracy_iso import QUESTION_ALIASES
+    from hikv.model.accuracy.iso import QUESTION_ALIASES
     from hikv.params import ParamError
 
     p, q = args.protocol, args.question
@@ -187,8 +187,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(hikv.iso_accuracy/1; the config is the perplexity JSON's)")
     _force(e)
 
-    f = sub.add_parser("run", help="the whole study, resumable (see hikv.model.accuracy_suite"
-                       " and hikv.model.seed_suite)")
+    f = sub.add_parser("run", help="the whole study, resumable (see hikv.model.accuracy.suite"
+                       " and hikv.model.accuracy.seed_suite)")
     _common(f)
     f.add_argument("--suite", default="full",
                    help="full, gemma, long, quick, smoke, or a seed suite: seed-smollm2, "
@@ -264,17 +264,17 @@ def run(args: argparse.Namespace) -> int:
     if args.what != "run" and args.model is None:
         args.model = _MODEL
 
-    from hikv.model import accuracy as A
-    from hikv.model.accuracy_io import code_version, plot_fidelity, write_rows
-    from hikv.model.accuracy_iso import _passkey_by_label
-    from hikv.model.assets import essays_text
-    from hikv.model.lm import lm_config, load_lm
+    from hikv.model.accuracy import experiments as A
+    from hikv.model.accuracy.io import code_version, plot_fidelity, write_rows
+    from hikv.model.accuracy.iso import _passkey_by_label
+    from hikv.model.lm.assets import essays_text
+    from hikv.model.lm.runner import lm_config, load_lm
     from hikv.params import to_dict
     from hikv.presets import get_preset
 
     if args.what == "run":
-        from hikv.model.accuracy_suite import SUITES, run_suite
-        from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+        from hikv.model.accuracy.suite import SUITES, run_suite
+        from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
 
         if args.suite in SEED_SUITES:
             suite = _seed_suite(SEED_SUITES[args.suite], args)
@@ -345,7 +345,7 @@ def run(args: argparse.Namespace) -> int:
         for lab, (c, n) in agg.items():
             print(f"{lab:42s} passkey ({proto}) {c}/{n}")
     elif args.what == "tasks":
-        from hikv.model.tasks import essay_words
+        from hikv.model.accuracy.tasks import essay_words
 
         words = essay_words(essays_text(args.cache))
         rows = []
@@ -390,8 +390,8 @@ def _as_param_error(errors: tuple[type[Exception], ...],
 
 
 def _table(args: argparse.Namespace) -> int:
-    from hikv.model import accuracy as A
-    from hikv.model.accuracy_io import markdown_table, read_rows, write_rows
+    from hikv.model.accuracy import experiments as A
+    from hikv.model.accuracy.io import markdown_table, read_rows, write_rows
     from hikv.params import ParamError
 
     loaded = [read_rows(p) for p in args.perplexity]
@@ -452,7 +452,7 @@ def _write_iso_file(args: argparse.Namespace, iso: list[dict], fam: str | None,
                     ppl: list[dict], meta: dict, acc_tol: float) -> None:
     """``meta``: the first perplexity file's metadata (its configuration and model)."""
     from hikv.io import write_json
-    from hikv.model import accuracy as A
+    from hikv.model.accuracy import experiments as A
     from hikv.params import Config, ParamError, from_dict
 
     if "config" not in meta:

@@ -4,7 +4,7 @@ disaggregation with KV transfer, each instance the single-replica engine of `hik
 `hikv cluster` is `hikv serve` with cluster flags: both take the same flag definitions
 (:func:`add_cluster_arguments`, added to `hikv serve`'s), and `hikv serve` runs this whenever a
 cluster flag is given. Layouts: --cluster NAME (a preset of
-:data:`hikv.sim.cluster_params.CLUSTER_PRESETS`; flags override its fields), --replicas N
+:data:`hikv.sim.cluster.params.CLUSTER_PRESETS`; flags override its fields), --replicas N
 (aggregated: every instance prefills and decodes) and/or --pd P:D (P prefill and D decode
 instances; comma-separated to compare several; --dynamic-ratio dopd|threshold, or --dynamic for
 dopd, moves instances between the pools). Every layout runs with every --router (round-robin,
@@ -106,7 +106,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     from hikv.io import prepare_out_dir
     from hikv.params import ParamError
     from hikv.presets import get_preset, resolve_methods, with_overrides
-    from hikv.sim.cluster_params import (
+    from hikv.sim.cluster.params import (
         RATIO_POLICIES,
         ROUTERS,
         ClusterParams,
@@ -114,7 +114,7 @@ def run_cluster(args: argparse.Namespace) -> int:
         get_cluster_preset,
         get_link,
     )
-    from hikv.sim.cluster_report import (
+    from hikv.sim.cluster.report import (
         GridPoint,
         decision_rows,
         format_table,
@@ -123,8 +123,8 @@ def run_cluster(args: argparse.Namespace) -> int:
         run_grid,
         write_rows,
     )
-    from hikv.sim.cluster_sched import split_workload
-    from hikv.sim.step_cost import DEFAULT_STEP_COST
+    from hikv.sim.cluster.sched import split_workload
+    from hikv.sim.serving.step_cost import DEFAULT_STEP_COST
 
     from .cmd_serve import check_workload_flags, serving_config, workload_from_flags
 

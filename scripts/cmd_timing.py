@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _asic(args: argparse.Namespace, cfg) -> dict:
-    from hikv.sim.sta import block_sta
+    from hikv.sim.eda.sta import block_sta
 
     r = block_sta(args.block, cfg)
     c = r.critical
@@ -61,7 +61,7 @@ def _asic(args: argparse.Namespace, cfg) -> dict:
 
 
 def _fpga(args: argparse.Namespace, cfg) -> dict:
-    from hikv.sim.fpga import block_fpga_seeds
+    from hikv.sim.eda.fpga import block_fpga_seeds
 
     seeds = args.seeds
     sw = block_fpga_seeds(args.block, cfg, seeds, target_mhz=args.fpga_mhz)
@@ -102,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     from hikv.hw.blocks import get_block
     from hikv.params import ParamError
     from hikv.presets import get_preset
-    from hikv.sim.cells import CellsUnavailable
-    from hikv.sim.fpga import FpgaToolMissing
+    from hikv.sim.eda.cells import CellsUnavailable
+    from hikv.sim.eda.fpga import FpgaToolMissing
 
     cfg = get_preset(args.preset)
     get_block(args.block)
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         raise ParamError(f"--paths = {args.paths} is out of range: allowed >= 1")
     if args.fpga_mhz <= 0:
         raise ParamError(f"--fpga-mhz = {args.fpga_mhz} is out of range: allowed > 0")
-    from hikv.sim.fpga import parse_seeds
+    from hikv.sim.eda.fpga import parse_seeds
 
     args.seeds = parse_seeds(args.fpga_seeds)
     out = {}

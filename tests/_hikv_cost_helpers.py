@@ -10,7 +10,7 @@ import pytest
 
 def cells_or_skip():
     """The sky130 area library, fetched if needed; skips the test when it cannot be fetched."""
-    from hikv.sim.cells import CellsUnavailable, fetch_cells
+    from hikv.sim.eda.cells import CellsUnavailable, fetch_cells
 
     try:
         return fetch_cells()

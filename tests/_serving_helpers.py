@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from hikv.params import SyntheticWorkload
-from hikv.sim.workload import Workload, poisson_workload
+from hikv.sim.serving.workload import Workload, poisson_workload
 
 
 def tight(cfg, kv_tokens: int):

@@ -116,7 +116,7 @@ def test_tasks_both_protocols_and_iso_table(tiny_model, tmp_path) -> None:
     """`hikv accuracy tasks` under both protocols on the tiny model, then `table --tasks
     --protocol --length` selects one protocol's rows and writes an iso-point file naming
     it."""
-    from hikv.model.accuracy import PROTOCOLS
+    from hikv.model.accuracy.experiments import PROTOCOLS
 
     model, cache = tiny_model
     common = ["--model", str(model), "--cache", str(cache), "--preset", "tiny"]
@@ -145,7 +145,7 @@ def test_tasks_both_protocols_and_iso_table(tiny_model, tmp_path) -> None:
     pts = json.loads((t / "iso.json").read_text())
     assert pts["protocol"] == "follow-up" and pts["length"] == 1024
     from hikv.presets import get_preset
-    from hikv.sim.report import load_iso_accuracy
+    from hikv.sim.explore.report import load_iso_accuracy
 
     assert load_iso_accuracy(t / "iso.json", get_preset("tiny")).context == 1024
     # passkey rows of both protocols need --protocol: never mixed in one criterion
@@ -168,7 +168,7 @@ def test_seed_smoke_suite_resumes(tiny_model, tmp_path) -> None:
     """The seed-smoke suite (both protocols, two tasks, scaled and fixed budgets) end to end:
     cells, task filter, one iso table and iso-point file per protocol; a second run resumes
     from the cell files."""
-    from hikv.model.accuracy_io import read_rows
+    from hikv.model.accuracy.io import read_rows
 
     model, cache = tiny_model
     out = tmp_path / "seed"
@@ -196,8 +196,8 @@ def _check_like_one_process(tiny_model, tmp_path, **run) -> None:
     gives the rows one process gives."""
     import dataclasses
 
-    from hikv.model.accuracy_io import read_rows
-    from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+    from hikv.model.accuracy.io import read_rows
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
 
     model, cache = tiny_model
     small = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",),
@@ -254,9 +254,9 @@ def test_one_prefill_shared_by_every_batch_of_methods(tiny_model) -> None:
     """Methods split into batches of one adopt the first batch's recorded prompt pass: the
     rows equal those of one pass per batch, exactly (perplexity with H2O's column sums and
     SnapKV's / HiKV's observation windows, and generated task answers)."""
-    from hikv.model import accuracy as A
-    from hikv.model.lm import lm_config, load_lm
-    from hikv.model.tasks import essay_words
+    from hikv.model.accuracy import experiments as A
+    from hikv.model.lm.runner import lm_config, load_lm
+    from hikv.model.accuracy.tasks import essay_words
     from hikv.presets import get_preset
 
     model, cache = tiny_model
@@ -285,10 +285,10 @@ def test_each_batch_is_freed_before_the_next_runs(tiny_model) -> None:
     import random
     import weakref
 
-    from hikv.model import accuracy as A
-    from hikv.model import seed_trials
-    from hikv.model.lm import lm_config, load_lm
-    from hikv.model.tasks import essay_words, make_case
+    from hikv.model.accuracy import experiments as A
+    from hikv.model.accuracy import seed_trials
+    from hikv.model.lm.runner import lm_config, load_lm
+    from hikv.model.accuracy.tasks import essay_words, make_case
     from hikv.presets import get_preset
 
     model, cache = tiny_model
@@ -314,7 +314,7 @@ def test_each_batch_is_freed_before_the_next_runs(tiny_model) -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(A, "step", watching)
-        mp.setattr("hikv.model.lm_route.step", watching)
+        mp.setattr("hikv.model.lm.route.step", watching)
         A.perplexity(lm, specs, cfg, A.text_windows(lm, text, 200, 1), 180, batch=1)
         assert len(seen) >= 4 and not leaked, (len(seen), leaked)
         seen.clear()

@@ -1,5 +1,5 @@
 """The prompt pass leaves out the keys a causal chunk cannot see
-(:func:`hikv.model.attention.prefill_pass`, issue 11's harness speed): the same floats as the
+(:func:`hikv.model.methods.attention.prefill_pass`, issue 11's harness speed): the same floats as the
 earlier pass over the full square with those keys masked for the column sums, every
 observation window and the prefix statistics of the follow-up fork, the output within float32
 rounding (bit-equal where the BLAS kernel rounds a product independently of its length); and
@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 import torch
 
-from hikv.model.attention import PrefixStats, prefill_pass
+from hikv.model.methods.attention import PrefixStats, prefill_pass
 
 SEED = 2718
 
@@ -97,9 +97,9 @@ from test_accuracy_cli import tiny_model  # noqa: E402,F401  (the shared fixture
 
 def test_seed_smoke_cells_equal_with_the_earlier_pass(tiny_model, tmp_path,  # noqa: F811
                                                       monkeypatch) -> None:
-    from hikv.model import lm_route
-    from hikv.model.accuracy_io import read_rows
-    from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+    from hikv.model.lm import route as lm_route
+    from hikv.model.accuracy.io import read_rows
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
 
     model, cache = tiny_model
     suite = dataclasses.replace(SEED_SUITES["seed-smoke"], trials=2, keep_min=0.0,

@@ -14,9 +14,9 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
-from hikv.model import accuracy as A  # noqa: E402
-from hikv.model.assets import AssetError, essays_text, fetch  # noqa: E402
-from hikv.model.lm import Sequence, lm_config, load_lm, prefill, reference_logits, step  # noqa: E402
+from hikv.model.accuracy import experiments as A  # noqa: E402
+from hikv.model.lm.assets import AssetError, essays_text, fetch  # noqa: E402
+from hikv.model.lm.runner import Sequence, lm_config, load_lm, prefill, reference_logits, step  # noqa: E402
 from hikv.params import MethodSpec  # noqa: E402
 from hikv.presets import get_preset  # noqa: E402
 
@@ -97,7 +97,7 @@ def test_tasks_under_both_protocols(smol) -> None:
     """RULER-style tasks on the real model at 640 tokens: full KV answers passkey and the
     single needle under both protocols (the cases are the same for both), and an evicting
     method runs beside it through the same prefill."""
-    from hikv.model.tasks import essay_words
+    from hikv.model.accuracy.tasks import essay_words
 
     lm, cfg = smol
     words = essay_words(essays_text())

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from hikv.model import accuracy as A
-from hikv.model import tasks as T
-from hikv.model.seed_suite import SEED_SUITES, Cell, SeedSuite, suite_cells, suite_specs
+from hikv.model.accuracy import experiments as A
+from hikv.model.accuracy import tasks as T
+from hikv.model.accuracy.seed_suite import SEED_SUITES, Cell, SeedSuite, suite_cells, suite_specs
 from hikv.params import ParamError
 from hikv.presets import get_preset
 

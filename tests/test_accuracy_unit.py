@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hikv.model import accuracy as A
-from hikv.model.accuracy_suite import SUITES, stage1_specs, stage2_specs
-from hikv.model.lm import LMShape, lm_config
+from hikv.model.accuracy import experiments as A
+from hikv.model.accuracy.suite import SUITES, stage1_specs, stage2_specs
+from hikv.model.lm.runner import LMShape, lm_config
 from hikv.params import Method, ParamError, Stage1Scorer, Stage1Variant, Stage2Kind
 from hikv.presets import get_preset
 
@@ -97,7 +97,7 @@ def test_iso_file_feeds_the_report() -> None:
     point per baseline and HiKV's best family, unreached methods left out and named."""
     import json
 
-    from hikv.sim.report import load_iso_accuracy
+    from hikv.sim.explore.report import load_iso_accuracy
 
     ppl = [_row("full", 10.0, 1000, 256),
            _row("h2o@64", 10.5, 100, 64), _row("h2o@256", 10.5, 400, 256),
@@ -241,7 +241,7 @@ def test_committed_iso_points_feed_the_default_report() -> None:
     from pathlib import Path
 
     from hikv.params import Stage1Scorer
-    from hikv.sim.report import load_iso_accuracy
+    from hikv.sim.explore.report import load_iso_accuracy
 
     path = Path(__file__).resolve().parents[1] / "docs/results/smollm2/iso_points.json"
     iso = load_iso_accuracy(path, CFG)

@@ -15,9 +15,9 @@ from _serving_helpers import burst_workload, tight
 
 from hikv.params import ParamError, SyntheticWorkload
 from hikv.presets import get_preset, resolve_methods
-from hikv.sim.scheduler import POLICIES, get_policy
-from hikv.sim.serving import kv_capacity_blocks, simulate
-from hikv.sim.workload import find_azure_trace, poisson_workload, read_azure_trace
+from hikv.sim.serving.scheduler import POLICIES, get_policy
+from hikv.sim.serving.engine import kv_capacity_blocks, simulate
+from hikv.sim.serving.workload import find_azure_trace, poisson_workload, read_azure_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def test_prompt_admission_reserves_the_whole_prompt():
     cfg = get_preset("default")
     cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, max_batched_tokens=256))
     spec = resolve_methods(cfg, "full")["full"]
-    from hikv.sim.workload import Workload
+    from hikv.sim.serving.workload import Workload
 
     wl = Workload(np.array([0.0]), np.array([2048]), np.array([4]), 1.0, "one prompt")
     chunk = simulate(cfg, spec, wl, policy="vllm-v1", fast_forward=False)

@@ -1,5 +1,5 @@
 """The area flow's hierarchical mode (issue 13): replicated lanes synthesised once and counted
-per copy (:func:`hikv.sim.area.hierarchical_synthesis`), checked against the flat flow, and the
+per copy (:func:`hikv.sim.eda.area.hierarchical_synthesis`), checked against the flat flow, and the
 flat flow's scripts and cache keys left as they were."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from hikv.hw.verilog import to_verilog
 from hikv.presets import get_preset, with_overrides
-from hikv.sim import area as A
+from hikv.sim.eda import area as A
 
 
 class _Lane(wiring.Component):

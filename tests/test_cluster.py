@@ -1,4 +1,4 @@
-"""The cluster simulator (hikv.sim.cluster): one replica is the lone engine; routers on a
+"""The cluster simulator (hikv.sim.cluster.engine): one replica is the lone engine; routers on a
 skewed load; P/D reduces to known behaviour with an ideal link; transfer bytes are the closed
 form's; conservation, determinism, Little's law per instance; EWSJF, MAPS, the predictor;
 bad parameters. Small workloads: seconds."""
@@ -16,15 +16,15 @@ from _serving_helpers import burst_workload, tight
 from hikv.params import ParamError
 from hikv.presets import get_preset, resolve_methods
 from hikv.scripts.cli import main
-from hikv.sim.closed_form import closed_form
-from hikv.sim.cluster import simulate_cluster, transfer_bytes
-from hikv.sim.cluster_params import LINKS, ClusterParams, DynamicRatio, KVLink, get_link
-from hikv.sim.cluster_report import parse_pd
-from hikv.sim.cluster_sched import OutputPredictor, split_workload
-from hikv.sim.router import jain_index
-from hikv.sim.serving import simulate
-from hikv.sim.serving_report import steady_state
-from hikv.sim.workload import Workload, find_azure_trace, read_azure_trace
+from hikv.sim.cost.closed_form import closed_form
+from hikv.sim.cluster.engine import simulate_cluster, transfer_bytes
+from hikv.sim.cluster.params import LINKS, ClusterParams, DynamicRatio, KVLink, get_link
+from hikv.sim.cluster.report import parse_pd
+from hikv.sim.cluster.sched import OutputPredictor, split_workload
+from hikv.sim.cluster.router import jain_index
+from hikv.sim.serving.engine import simulate
+from hikv.sim.serving.report import steady_state
+from hikv.sim.serving.workload import Workload, find_azure_trace, read_azure_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 

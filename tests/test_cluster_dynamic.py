@@ -12,11 +12,11 @@ from hikv.executor import ray_available, run_tasks
 from hikv.params import ParamError
 from hikv.presets import get_preset, resolve_methods
 from hikv.scripts.cli import main
-from hikv.sim.cluster import simulate_cluster
-from hikv.sim.cluster_params import CLUSTER_PRESETS, ClusterParams, DynamicRatio
-from hikv.sim.cluster_report import run_cell, shifting_workload
-from hikv.sim.cluster_sched import OutputPredictor
-from hikv.sim.serving_result import little_window
+from hikv.sim.cluster.engine import simulate_cluster
+from hikv.sim.cluster.params import CLUSTER_PRESETS, ClusterParams, DynamicRatio
+from hikv.sim.cluster.report import run_cell, shifting_workload
+from hikv.sim.cluster.sched import OutputPredictor
+from hikv.sim.serving.result import little_window
 
 
 def _shift_run(policy: str, seed: int = 4):

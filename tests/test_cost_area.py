@@ -16,9 +16,9 @@ from amaranth.lib.wiring import In, Out
 from hikv.hw.verilog import to_verilog
 from hikv.params import ParamError
 from hikv.presets import get_preset
-from hikv.sim import area as A
-from hikv.sim import cells as C
-from hikv.sim.energy import load_data
+from hikv.sim.eda import area as A
+from hikv.sim.eda import cells as C
+from hikv.sim.cost.energy import load_data
 
 
 def _fake_wheel(path, size=(1.38, 2.72)):

@@ -1,4 +1,4 @@
-"""Decode-attention time and energy model (hikv.sim.attention_model): limits, overlap rule,
+"""Decode-attention time and energy model (hikv.sim.cost.attention_model): limits, overlap rule,
 vectorisation and energy bookkeeping."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from hikv.params import MemoryType, Method, MethodSpec, ParamError, Stage2Rule
 from hikv.presets import baseline_specs, get_preset
-from hikv.sim import energy as E
-from hikv.sim.attention_model import Overrides, attention_cost, step_work
-from hikv.sim.timing import RtlTiming, loader_instances
+from hikv.sim.cost import energy as E
+from hikv.sim.cost.attention_model import Overrides, attention_cost, step_work
+from hikv.sim.cost.timing import RtlTiming, loader_instances
 
 
 def _accel(cfg, **kw):
@@ -164,7 +164,7 @@ def test_preset_lanes_reach_the_roofline_target_at_the_assumed_clock(preset):
     block at ``accel.clock_hz`` (the estimated clocks need synthesis: docs/cost_model.md,
     section 10.000), with the scoring unit as wide as the sorter (hw/scorer_sorter.py chains
     them only then); half the lanes do not reach it."""
-    from hikv.sim.tradeoff import ROOFLINE_TARGET
+    from hikv.sim.explore.tradeoff import ROOFLINE_TARGET
 
     cfg = get_preset(preset)
     assert cfg.scorer.lanes == cfg.sorter.lanes, preset

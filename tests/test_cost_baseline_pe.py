@@ -1,5 +1,5 @@
 """The baseline accelerator's MAC lane and exp unit (hw/baseline_pe.py) against their bit-exact
-references (model/baseline_pe_ref.py), and the references against real arithmetic."""
+references (model/refs/baseline_pe.py), and the references against real arithmetic."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import struct
 from _amaranth_sim import run_sim
 
 from hikv.hw.baseline_pe import ExpUnit, Fp16MacLane
-from hikv.model import baseline_pe_ref as ref
+from hikv.model.refs import baseline_pe as ref
 
 SEED = 20240611
 

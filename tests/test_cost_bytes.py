@@ -1,4 +1,4 @@
-"""Closed-form bytes per step (hikv.sim.closed_form.step_bytes, the operating point) against the
+"""Closed-form bytes per step (hikv.sim.cost.closed_form.step_bytes, the operating point) against the
 golden model's byte accounts."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from hikv.method_spec import Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
-from hikv.model.methods import make_cache
+from hikv.model.methods.registry import make_cache
 from hikv.params import Method, MethodSpec, ParamError
 from hikv.presets import get_preset
-from hikv.sim.closed_form import Geometry, step_bytes
+from hikv.sim.cost.closed_form import Geometry, step_bytes
 
 FIELDS = ("k_ideal", "v_ideal", "meta_ideal", "k_burst", "v_burst", "meta_burst", "resident",
           "tokens")

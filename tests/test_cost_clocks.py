@@ -1,5 +1,5 @@
 """Per-block clocks in the cost model (issue 12 item 4) and the low-bit scoring unit's select
-phase (issue 13 item 2): hikv.sim.clocks and hikv.sim.attention_model."""
+phase (issue 13 item 2): hikv.sim.cost.clocks and hikv.sim.cost.attention_model."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from _hikv_cost_helpers import cells_or_skip
 from hikv.hw.scorer_timing import ScorerTiming
 from hikv.params import CLOCK_BLOCKS, Method, ParamError
 from hikv.presets import baseline_specs, get_preset
-from hikv.sim import energy as E
-from hikv.sim.attention_model import Overrides, attention_cost, scorer_cycles, step_work
-from hikv.sim.clocks import Clocks, accelerator_clocks, assumed_clocks, scorer_used
-from hikv.sim.timing import loader_instances
+from hikv.sim.cost import energy as E
+from hikv.sim.cost.attention_model import Overrides, attention_cost, scorer_cycles, step_work
+from hikv.sim.cost.clocks import Clocks, accelerator_clocks, assumed_clocks, scorer_used
+from hikv.sim.cost.timing import loader_instances
 
 
 def _accel(cfg, **kw):
@@ -146,7 +146,7 @@ def test_scorer_lanes_override_is_checked():
 def test_sta_clocks_of_tiny():
     """With synthesis, each used block's clock is the timing flow's estimate at the node."""
     cells_or_skip()
-    from hikv.sim.sta import block_clock
+    from hikv.sim.eda.sta import block_clock
 
     cfg = get_preset("tiny")
     ck = accelerator_clocks(cfg)
@@ -166,8 +166,8 @@ def test_sta_clocks_of_tiny():
 def test_scorer_clock_from_a_one_lane_build(monkeypatch):
     """The scoring unit's clock is estimated on a 1-lane build (the lanes are copies), stated
     in its source; no synthesis here (block_clock is replaced)."""
-    from hikv.sim import clocks as C
-    from hikv.sim import sta
+    from hikv.sim.cost import clocks as C
+    from hikv.sim.eda import sta
 
     seen = []
 

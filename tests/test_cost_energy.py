@@ -1,4 +1,4 @@
-"""Energy tables and component energy functions (hikv.sim.energy)."""
+"""Energy tables and component energy functions (hikv.sim.cost.energy)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hikv.params import MemoryType, ParamError
-from hikv.sim import energy as E
+from hikv.sim.cost import energy as E
 
 
 def test_reference_values_are_the_cited_ones():

@@ -17,7 +17,7 @@ import pytest
 from _hikv_cost_helpers import cells_or_skip
 
 from hikv.presets import PRESETS, get_preset
-from hikv.sim.report import build_report
+from hikv.sim.explore.report import build_report
 
 GOLDEN = Path(__file__).parent / "golden" / "cost_model.json"
 UPDATE = os.environ.get("HIKV_UPDATE_GOLDEN") == "1"
@@ -39,7 +39,7 @@ def _model_numbers() -> dict:
 
 
 def _area_numbers() -> dict:
-    from hikv.sim.area import accelerator_area
+    from hikv.sim.eda.area import accelerator_area
 
     ar = accelerator_area(get_preset("tiny"))
     return {"yosys": ar.synth["mac_lane"].yosys,

@@ -1,4 +1,4 @@
-"""The attention-level result table (hikv.sim.report, `hikv report`)."""
+"""The attention-level result table (hikv.sim.explore.report, `hikv report`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from _hikv_cost_helpers import cells_or_skip
 from hikv.params import Method, MethodSpec, ParamError, to_dict
 from hikv.presets import BASELINES, get_preset
 from hikv.scripts.cli import main
-from hikv.sim import report as R
-from hikv.sim import report_render as RR
+from hikv.sim.explore import report as R
+from hikv.sim.explore import render as RR
 
 
 def test_table_rows_and_ratios():
@@ -105,7 +105,7 @@ def _trace(path, n=60, gap_s=0.4):
 
 
 def test_serving_section_full_best_baseline_and_hikv(tmp_path):
-    from hikv.sim.serving_report import report_section
+    from hikv.sim.serving.report import report_section
 
     sec = report_section(get_preset("default"), None, max_requests=40,
                          trace=_trace(tmp_path / "conv.csv"))
@@ -166,7 +166,7 @@ def test_area_section_with_synthesis():
 
 
 def test_clocks_assumed_without_synthesis():
-    from hikv.sim.report_render import markdown
+    from hikv.sim.explore.render import markdown
 
     rep = R.build_report(get_preset("default"), area=False)
     ck = rep.clocks
@@ -184,7 +184,7 @@ def test_clocks_from_the_timing_flow_and_each_unit_in_the_area():
     """With synthesis: every used block's clock from the ASIC estimate (origin, source and
     critical path printed), the phases at those clocks, each unit in its own area row."""
     cells_or_skip()
-    from hikv.sim.report_render import markdown
+    from hikv.sim.explore.render import markdown
 
     cfg = get_preset("tiny")
     rep = R.build_report(cfg, fetch_cells=False)
@@ -205,8 +205,8 @@ def test_clocks_from_the_timing_flow_and_each_unit_in_the_area():
     assert len(buffers) == 2
     assert [u for u in units if u not in buffers] == ["sorter", "loader"]   # tiny: no scorer
     assert rep.area["loader_clock_hz"] == ck["blocks"]["loader"]["effective_hz"]
-    from hikv.sim.attention_model import attention_cost
-    from hikv.sim.clocks import accelerator_clocks
+    from hikv.sim.cost.attention_model import attention_cost
+    from hikv.sim.cost.clocks import accelerator_clocks
 
     full = attention_cost(R.baseline_specs(cfg)[0], cfg, clocks=accelerator_clocks(cfg))
     assert rep.row(Method.FULL).time_s == pytest.approx(float(full.time_s))

@@ -1,4 +1,4 @@
-"""Design-space sweeps (hikv.sim.sweep, `hikv sweep`)."""
+"""Design-space sweeps (hikv.sim.explore.sweep, `hikv sweep`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hikv.params import ParamError
 from hikv.presets import baseline_specs, get_preset
 from hikv.scripts.cli import main
-from hikv.sim import sweep as S
+from hikv.sim.explore import sweep as S
 
 
 def test_grid_and_evaluate():

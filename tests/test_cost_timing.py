@@ -1,4 +1,4 @@
-"""The sorter/loader timing interface and the RTL adapter (hikv.sim.timing): every formula is
+"""The sorter/loader timing interface and the RTL adapter (hikv.sim.cost.timing): every formula is
 the RTL helpers' own (hikv.hw.sorter_timing, hikv.hw.loader_timing), vectorised."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hikv.hw.loader_timing import LoaderGeometry, estimate_cycles, job_timing
 from hikv.hw.sorter_timing import SorterTiming
 from hikv.params import KVLayout, LoaderParams, ParamError
 from hikv.presets import PRESETS, get_preset
-from hikv.sim import timing as T
+from hikv.sim.cost import timing as T
 
 
 def test_rtl_is_the_default_timing_model():

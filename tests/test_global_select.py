@@ -1,4 +1,4 @@
-"""G-AdaKV's global top-k (hikv.model.global_select): the definition, the exactness of its
+"""G-AdaKV's global top-k (hikv.model.methods.global_select): the definition, the exactness of its
 mapping to Stage I sorter jobs (per-chunk top-k, then merges), and the cycle count of that plan
 (hikv.hw.sorter_timing.global_topk_cycles)."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hikv.hw.sorter_timing import SorterTiming, global_topk_cycles
-from hikv.model.global_select import (
+from hikv.model.methods.global_select import (
     SelectJob,
     fast_runner,
     global_topk,
@@ -22,7 +22,7 @@ from hikv.model.global_select import (
     sorter_schedule,
     stage1_runner,
 )
-from hikv.model.sorter_ref import stage1_topk
+from hikv.model.refs.sorter import stage1_topk
 from hikv.params import ParamError
 from hikv.presets import get_preset
 

@@ -8,8 +8,8 @@ import random
 import pytest
 import torch
 
-from hikv.model.keys import float_to_key
-from hikv.model.layout import (
+from hikv.model.refs.keys import float_to_key
+from hikv.model.refs.layout import (
     Ranges,
     burst_blocks,
     burst_bytes,
@@ -18,7 +18,7 @@ from hikv.model.layout import (
     masked_records,
     page_channels,
 )
-from hikv.model.loader_ref import (
+from hikv.model.refs.loader import (
     axi_requests,
     bytes_to_mask,
     channel_page_image,
@@ -30,7 +30,7 @@ from hikv.model.loader_ref import (
     unpack_dense,
     unpack_masked,
 )
-from hikv.model.sorter_ref import stage1_topk, stage2_topr, topk_indices, topk_mask
+from hikv.model.refs.sorter import stage1_topk, stage2_topr, topk_indices, topk_mask
 from hikv.params import KeyFormat, KVLayout, ParamError
 
 

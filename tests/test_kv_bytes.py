@@ -1,4 +1,4 @@
-"""The closed forms of hikv.sim.closed_form (sequence state) against the golden byte accounts.
+"""The closed forms of hikv.sim.cost.closed_form (sequence state) against the golden byte accounts.
 
 Each case runs a real golden-model cache (random tensors, local generator) through a prefill
 of ``N`` tokens and ``STEPS`` decode steps, and compares every step's ByteAccount of every KV
@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from hikv.method_spec import Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
-from hikv.model.methods import hikv_resident_bytes, make_cache
+from hikv.model.methods.registry import hikv_resident_bytes, make_cache
 from hikv.params import HiKVPolicy, KVLayout, Method, MethodSpec
 from hikv.presets import BASELINES, METHOD_NAMES, get_preset, method_specs, resolve_methods
-from hikv.sim.closed_form import closed_form
+from hikv.sim.cost.closed_form import closed_form
 
 STEPS = 24
 Q_HEADS, KV_HEADS = 4, 2
@@ -195,7 +195,7 @@ def test_layout_defaults_are_aligned() -> None:
 def test_h2o_counts_its_scores_like_hikv() -> None:
     """Golden-model fix: H2O stores and reads one accumulated score per resident token, as
     HiKV's evicting Stage I does (it used to count neither)."""
-    from hikv.model.methods import SCORE_BYTES
+    from hikv.model.methods.registry import SCORE_BYTES
 
     cfg = _small_cfg()
     specs = method_specs(cfg)
@@ -232,7 +232,7 @@ def test_serving_and_cost_model_views_agree(preset: str) -> None:
     cached tokens for every method where both are exact (the presets' burst-aligned records;
     evicting HiKV is compared per state, since step_bytes averages it over a compaction
     cycle)."""
-    from hikv.sim.closed_form import Geometry, step_bytes
+    from hikv.sim.cost.closed_form import Geometry, step_bytes
 
     cfg = get_preset(preset)
     g = Geometry.of(cfg.layout, cfg.loader)

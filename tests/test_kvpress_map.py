@@ -53,7 +53,7 @@ def test_compression_ratio_rejects_impossible_budgets() -> None:
 
 
 def test_pairs_map_our_settings() -> None:
-    from hikv.model.baselines import SnapKV
+    from hikv.model.methods.baselines import SnapKV
     from hikv.params import ParamError
 
     ps = {p.name: p for p in kc.pairs(256, 1024, window=32)}

@@ -1,11 +1,11 @@
-"""The fast paths of hikv.model.layout (no sort in page_channels, numpy burst counting, a
+"""The fast paths of hikv.model.refs.layout (no sort in page_channels, numpy burst counting, a
 one-range region) give exactly what the plain definitions give."""
 
 from __future__ import annotations
 
 import torch
 
-from hikv.model.layout import (
+from hikv.model.refs.layout import (
     Ranges,
     Read,
     account,
@@ -84,7 +84,7 @@ def test_account_one_range_region() -> None:
 
 
 def test_page_channel_runs_read_the_same_bytes() -> None:
-    from hikv.model.layout import page_channel_runs
+    from hikv.model.refs.layout import page_channel_runs
 
     seed = 13
     g = torch.Generator().manual_seed(seed)

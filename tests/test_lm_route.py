@@ -11,8 +11,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from hikv.model import accuracy as A  # noqa: E402
-from hikv.model.lm import (  # noqa: E402
+from hikv.model.accuracy import experiments as A  # noqa: E402
+from hikv.model.lm.runner import (  # noqa: E402
     Sequence,
     lm_config,
     prefill,
@@ -20,7 +20,7 @@ from hikv.model.lm import (  # noqa: E402
     step,
     wrap_model,
 )
-from hikv.model.methods import KVCache  # noqa: E402
+from hikv.model.methods.registry import KVCache  # noqa: E402
 from hikv.params import Method, MethodSpec, ParamError  # noqa: E402
 from hikv.presets import get_preset  # noqa: E402
 
@@ -161,7 +161,7 @@ def test_prefix_fork_equals_prefill_of_the_prefix(arch: str) -> None:
     Both methods' statistics (column sums, observation windows, windows not asked for by the
     main sequences) and a window layer (Gemma) are covered; the main sequences' state is that
     of a pass without the fork."""
-    from hikv.model.lm import adopt_prefill
+    from hikv.model.lm.runner import adopt_prefill
 
     lm, cfg = _tiny(arch)
     d = lm.shape.head_dim
@@ -230,7 +230,7 @@ def test_resolve_device() -> None:
     """--device: cpu and auto resolve here; unknown names and absent CUDA are clear errors."""
     import torch
 
-    from hikv.model.lm import resolve_device
+    from hikv.model.lm.runner import resolve_device
     from hikv.params import ParamError
 
     assert resolve_device("cpu") == torch.device("cpu")

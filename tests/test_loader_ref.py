@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from hikv.hw.loader_timing import LoaderGeometry, job_timing, steady_bytes_per_cycle
-from hikv.model.layout import burst_bytes, dense_rows, masked_records, page_channels
-from hikv.model.loader_ref import (
+from hikv.model.refs.layout import burst_bytes, dense_rows, masked_records, page_channels
+from hikv.model.refs.loader import (
     LoaderJob,
     channel_page_image,
     dense_image,

@@ -20,8 +20,8 @@ from hikv.hw.loader_coalesce import Coalescer
 from hikv.hw.loader_pack import Packer
 from hikv.hw.loader_ports import MODE_OF_LAYOUT
 from hikv.hw.loader_timing import AXI_BOUNDARY, LoaderGeometry, job_timing
-from hikv.model.layout import Ranges
-from hikv.model.loader_ref import axi_requests, job_requests
+from hikv.model.refs.layout import Ranges
+from hikv.model.refs.loader import axi_requests, job_requests
 from hikv.params import RecordLayout
 from hikv.presets import get_preset
 from hikv.rtl_tests.loader_jobs import SLVERR, expected_entries, make_case

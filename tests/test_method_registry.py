@@ -24,12 +24,12 @@ from hikv.method_spec import (
     register_method,
     unregister_method,
 )
-from hikv.model.baselines import StreamingLLM
-from hikv.model.methods import METHODS, make_cache
+from hikv.model.methods.baselines import StreamingLLM
+from hikv.model.methods.registry import METHODS, make_cache
 from hikv.params import from_dict, to_dict
 from hikv.presets import baseline_names, get_preset, method_specs
-from hikv.sim.closed_form import CLOSED_FORMS, closed_form, step_bytes
-from hikv.sim.closed_form_baselines import StreamingLLMBytes
+from hikv.sim.cost.closed_form import CLOSED_FORMS, closed_form, step_bytes
+from hikv.sim.cost.closed_form_baselines import StreamingLLMBytes
 
 CFG = get_preset("default")
 D = CFG.layout.head_dim

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hikv.model.keys import float_to_key
-from hikv.model.methods import SCORE_BYTES, make_cache, static_mask
-from hikv.model.sorter_ref import stage1_topk
+from hikv.model.refs.keys import float_to_key
+from hikv.model.methods.registry import SCORE_BYTES, make_cache, static_mask
+from hikv.model.refs.sorter import stage1_topk
 from hikv.params import (
     HiKVPolicy,
     KeyFormat,
@@ -305,7 +305,7 @@ def test_bad_shapes_are_rejected():
     with pytest.raises(ParamError, match="prefill must come first"):
         cache.prefill(q, k, v)
     with pytest.raises(ParamError, match="needs a spec of method"):
-        from hikv.model.methods import H2O
+        from hikv.model.methods.registry import H2O
         H2O(MethodSpec(Method.FULL), CFG.layout, q_heads=HQ, kv_heads=HKV)
 
 
@@ -323,7 +323,7 @@ def test_lowbit_keys_kept_incrementally_equal_a_full_requantisation(label, monke
     appended since the last step), through capacity-buffer growth and ThinK's pruning at the
     end of prefill: at every step bit-identical to quantising the whole cache again, so the
     selections and outputs do not change."""
-    from hikv.model import hikv_cache
+    from hikv.model.methods import hikv as hikv_cache
     from hikv.params import parse_method
 
     spec = parse_method(label, CFG.policy, D)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hikv.method_spec import Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
-from hikv.model.attention import causal_prefill
-from hikv.model.methods import make_cache
+from hikv.model.methods.attention import causal_prefill
+from hikv.model.methods.registry import make_cache
 from hikv.params import HiKVPolicy, Method, MethodSpec, ParamError
 from hikv.presets import get_preset
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hikv.model.attention import causal_prefill, group_queries
-from hikv.model.methods import make_cache
+from hikv.model.methods.attention import causal_prefill, group_queries
+from hikv.model.methods.registry import make_cache
 from hikv.params import Method, MethodSpec, ParamError
 from hikv.presets import get_preset
 
@@ -115,8 +115,8 @@ def test_labels_round_trip_and_reject() -> None:
 # --------------------------------------------------------------------------- adaptive budgets
 def _snap(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: int, scale: float
           ) -> torch.Tensor:
-    from hikv.model.baselines import SnapKV
-    from hikv.model.cache import snap_scores
+    from hikv.model.methods.baselines import SnapKV
+    from hikv.model.methods.cache import snap_scores
 
     _, _, obs = causal_prefill(q, k, v, scale, window=w)
     assert obs is not None
@@ -130,8 +130,8 @@ def _prefix_kept(c, n: int, w: int) -> list[list[int]]:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_adakv_budgets_sum_to_the_layer_budget_with_safeguard(seed: int) -> None:
-    from hikv.model.baselines_adaptive import ADAKV_SAFEGUARD
-    from hikv.model.global_select import global_topk
+    from hikv.model.methods.baselines_adaptive import ADAKV_SAFEGUARD
+    from hikv.model.methods.global_select import global_topk
 
     b, w, n = 24, 8, 80
     spec = MethodSpec(Method.ADAKV, budget=b, recent=w)
@@ -165,7 +165,7 @@ def test_adakv_budgets_sum_to_the_layer_budget_with_safeguard(seed: int) -> None
 @pytest.mark.parametrize("layers,budget,window,prompt", [
     (30, 256, 32, 4000), (30, 256, 32, 300), (3, 16, 4, 40), (7, 100, 0, 101), (1, 8, 2, 9)])
 def test_pyramid_budgets_average_to_b_and_decrease(layers, budget, window, prompt) -> None:
-    from hikv.model.baselines_adaptive import pyramid_budgets
+    from hikv.model.methods.baselines_adaptive import pyramid_budgets
 
     bs = pyramid_budgets(layers, budget, window, prompt)
     assert len(bs) == layers and sum(bs) == layers * budget, bs
@@ -176,7 +176,7 @@ def test_pyramid_budgets_average_to_b_and_decrease(layers, budget, window, promp
 
 
 def test_pyramid_budgets_reject_bad_input() -> None:
-    from hikv.model.baselines_adaptive import pyramid_budgets
+    from hikv.model.methods.baselines_adaptive import pyramid_budgets
     from hikv.params import ParamError
 
     with pytest.raises(ParamError, match="prompt"):
@@ -188,8 +188,7 @@ def test_pyramid_budgets_reject_bad_input() -> None:
 def _tiny_route(labels: list[str], n_ids: int, prefix: int):
     from test_lm_route import _ids, _run, _tiny
 
-    from hikv.model import accuracy as A
-
+    from hikv.model.accuracy import experiments as A
     lm, cfg = _tiny("llama")
     specs = [A.parse_method(lab, cfg.policy, lm.shape.head_dim) for lab in labels]
     ids = _ids(n_ids, lm.shape.vocab, 77)
@@ -213,10 +212,10 @@ def test_gadakv_and_pyramidkv_choose_across_layers_on_the_tiny_lm() -> None:
     pytest.importorskip("transformers")
     from test_lm_route import _ids, _tiny
 
-    from hikv.model import accuracy as A
-    from hikv.model.baselines_adaptive import pyramid_budgets
-    from hikv.model.global_select import global_topk
-    from hikv.model.lm import Sequence, prefill, step
+    from hikv.model.accuracy import experiments as A
+    from hikv.model.methods.baselines_adaptive import pyramid_budgets
+    from hikv.model.methods.global_select import global_topk
+    from hikv.model.lm.runner import Sequence, prefill, step
 
     lm, cfg = _tiny("llama")
     d, layers = lm.shape.head_dim, lm.shape.method_layers
@@ -252,7 +251,7 @@ def test_gadakv_and_pyramidkv_choose_across_layers_on_the_tiny_lm() -> None:
 def test_serve_and_report_take_the_new_methods(capsys) -> None:
     from hikv.presets import BASELINES
     from hikv.scripts.cli import main
-    from hikv.sim.report import build_report
+    from hikv.sim.explore.report import build_report
 
     names = ["streamingllm", "tova", "adakv", "gadakv", "pyramidkv", "h2o-avg", "tova@8"]
     assert main(["serve", "--preset", "tiny", "--requests", "5", "--method",
@@ -273,8 +272,7 @@ def test_accuracy_perplexity_runs_them_with_a_shared_prefill() -> None:
     pytest.importorskip("transformers")
     from test_lm_route import _ids, _tiny
 
-    from hikv.model import accuracy as A
-
+    from hikv.model.accuracy import experiments as A
     lm, cfg = _tiny("llama")
     labels = ["streamingllm@12", "tova@12", "adakv@12", "gadakv@12", "pyramidkv@12",
               "h2o@12/avg"]
@@ -295,7 +293,7 @@ def test_defining_properties_hold_in_every_layer_of_the_tiny_lm() -> None:
     tokens, the same in every KV head, AdaKV's per-head budgets sum to the layer budget, each
     at least window + safeguard, H2O averaged keeps B with no forced window."""
     pytest.importorskip("transformers")
-    from hikv.model.baselines_adaptive import ADAKV_SAFEGUARD
+    from hikv.model.methods.baselines_adaptive import ADAKV_SAFEGUARD
 
     labels = ["streamingllm@12", "tova@12", "adakv@12", "h2o@12/avg"]
     lm, cfg, specs, ids, (_, seqs) = _tiny_route(labels, 44, 36)
@@ -323,8 +321,8 @@ def test_tova_sorts_once_per_layer_not_per_kv_head(preset: str) -> None:
     """TOVA's eviction is one top-B of B + 1 per layer and step on the layer-wide score
     (attention averaged over all query heads): the cost model's sorter cycles and compares,
     summed over the layer's KV heads, are those of one such job (issue 15)."""
-    from hikv.sim.attention_model import attention_cost
-    from hikv.sim.timing import default_timing
+    from hikv.sim.cost.attention_model import attention_cost
+    from hikv.sim.cost.timing import default_timing
 
     cfg = get_preset(preset)
     B = cfg.policy.budget
@@ -336,7 +334,7 @@ def test_tova_sorts_once_per_layer_not_per_kv_head(preset: str) -> None:
     assert float(c.sort_cycles) * H == pytest.approx(one * c.clocks.reference_hz
                                                      / c.clocks.hz("sorter"), rel=1e-12)
     from hikv.hw.sorter_timing import SorterTiming
-    from hikv.sim import energy as E
+    from hikv.sim.cost import energy as E
 
     q = float(t.sorter_compares(cfg.sorter, "stage1", n=B + 1, k=B, d=0, count=0))
     want = E.sorter_energy_j(cfg.model.layers * q, SorterTiming.from_params(cfg.sorter)
@@ -345,7 +343,7 @@ def test_tova_sorts_once_per_layer_not_per_kv_head(preset: str) -> None:
 
 
 def _iso_row(label: str, ppl: float, burst: float) -> dict:
-    from hikv.model import accuracy_iso as I
+    from hikv.model.accuracy import iso as I
     from hikv.params import parse_method
 
     cfg = get_preset("default")
@@ -362,8 +360,8 @@ def test_iso_points_are_keyed_by_family(tmp_path) -> None:
     row is the file's ``hikv_family`` (the last row)."""
     import json
 
-    from hikv.model import accuracy_iso as I
-    from hikv.sim.report import build_report, load_iso_accuracy
+    from hikv.model.accuracy import iso as I
+    from hikv.sim.explore.report import build_report, load_iso_accuracy
 
     cfg = get_preset("default")
     seed = "hikv-evict@{}/k:think48/v:static48"
@@ -415,7 +413,7 @@ def test_committed_iso_point_files_read_as_before(tmp_path) -> None:
     from pathlib import Path
 
     from hikv.params import from_dict
-    from hikv.sim.report import load_iso_accuracy
+    from hikv.sim.explore.report import load_iso_accuracy
 
     cfg = get_preset("default")
     files = sorted((Path(__file__).resolve().parents[1] / "docs/results").rglob(

@@ -296,9 +296,9 @@ def test_capture_is_loaded_without_running_code(tmp_path, capsys):
 # --------------------------------------------------------------------------- provenance
 def test_one_code_version_everywhere():
     from hikv.io import code_version
-    from hikv.model import accuracy_io
-    from hikv.sim import report, serving_report
-
+    from hikv.model.accuracy import io as accuracy_io
+    from hikv.sim.explore import report
+    from hikv.sim.serving import report as serving_report
     assert report.code_version is code_version
     assert accuracy_io.code_version is code_version
     assert serving_report.code_version is code_version
@@ -307,7 +307,7 @@ def test_one_code_version_everywhere():
 
 def test_json_results_refuse_non_finite(tmp_path):
     from hikv.io import NonFiniteError, write_csv, write_json
-    from hikv.model.accuracy_io import write_rows
+    from hikv.model.accuracy.io import write_rows
 
     with pytest.raises(NonFiniteError, match=r"rows\[1\]\.ppl = nan"):
         write_rows(tmp_path, "perplexity", [{"ppl": 3.0}, {"ppl": float("nan")}], {})
@@ -319,7 +319,7 @@ def test_json_results_refuse_non_finite(tmp_path):
 
 
 def test_report_serving_cells_label_bounds():
-    from hikv.sim.serving_report import _goodput_cell
+    from hikv.sim.serving.report import _goodput_cell
 
     assert _goodput_cell({"goodput_req_per_s": 4.0, "goodput_bound": "measured"}) == "4.000"
     assert _goodput_cell({"goodput_req_per_s": 4096.0,

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from hikv.params import ParamError, to_dict
 from hikv.presets import get_preset, with_overrides
-from hikv.sim.workload import MAX_REQUEST_TOKENS, TraceError, Workload, read_azure_trace
+from hikv.sim.serving.workload import MAX_REQUEST_TOKENS, TraceError, Workload, read_azure_trace
 
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.function_scoped_fixture,

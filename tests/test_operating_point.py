@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hikv.model import accuracy as A
-from hikv.model.methods import make_cache
+from hikv.model.accuracy import experiments as A
+from hikv.model.methods.registry import make_cache
 from hikv.params import MethodSpec, ParamError, Stage1Scorer, Stage1Variant, parse_method
 from hikv.presets import PRESETS, baselines_at, get_preset, method_specs
 
@@ -83,7 +83,7 @@ def test_stage1_k_is_what_the_golden_model_selects(recent: int, stage1: Stage1Va
 
 
 def test_cost_model_imports_no_torch() -> None:
-    code = ("import hikv.sim.report, hikv.sim.sweep, hikv.sim.serving, sys; "
+    code = ("import hikv.sim.explore.report, hikv.sim.explore.sweep, hikv.sim.serving.engine, sys; "
             "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=300, cwd="/")

@@ -1,4 +1,4 @@
-"""The low-bit scoring reference (hikv.model.lowbit) against the golden model and exact maths."""
+"""The low-bit scoring reference (hikv.model.refs.lowbit) against the golden model and exact maths."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from hikv.model import lowbit as LB
-from hikv.model.hikv_cache import _lowbit
-from hikv.model.keys import float_to_key
-from hikv.model.methods import make_cache
-from hikv.model.sorter_ref import topk_indices
+from hikv.model.refs import lowbit as LB
+from hikv.model.methods.hikv import _lowbit
+from hikv.model.refs.keys import float_to_key
+from hikv.model.methods.registry import make_cache
+from hikv.model.refs.sorter import topk_indices
 from hikv.params import (
     KeyFormat,
     MethodSpec,
@@ -27,7 +27,7 @@ from hikv.presets import get_preset
 
 def _lowbit_formula(k: torch.Tensor, bits: int) -> torch.Tensor:
     """The algorithm as stated (per-token asymmetric min/max quantisation, dequantised), in
-    torch float32: what the golden model computed before it used :mod:`hikv.model.lowbit`."""
+    torch float32: what the golden model computed before it used :mod:`hikv.model.refs.lowbit`."""
     lo = k.amin(-1, keepdim=True)
     hi = k.amax(-1, keepdim=True)
     step = ((hi - lo) / (2**bits - 1)).clamp_min(1e-8)
@@ -207,11 +207,10 @@ def _boundary_tie(keys: torch.Tensor, k: int) -> bool:
 
 
 def test_golden_model_unchanged_when_its_quantiser_is_the_reference(monkeypatch):
-    """The golden model's quantiser (model/lowbit.py's) against the plain torch formula: swapping
+    """The golden model's quantiser (model/refs/lowbit.py's) against the plain torch formula: swapping
     them leaves a HiKV query-aware
     decode (4-bit scorer, GQA-3, the default preset's shape) bit-identical."""
-    from hikv.model import hikv_cache
-
+    from hikv.model.methods import hikv as hikv_cache
     cfg = get_preset("default")
     pol = dataclasses.replace(cfg.policy, budget=48, sinks=4, recent=8,
                               scorer=Stage1Scorer.LOWBIT_KEYS, lowbit_bits=4)

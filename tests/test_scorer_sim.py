@@ -1,4 +1,4 @@
-"""The scoring unit in Amaranth's simulator against hikv.model.lowbit (quick; the cocotb
+"""The scoring unit in Amaranth's simulator against hikv.model.refs.lowbit (quick; the cocotb
 regression on Verilator is rtl_tests/test_scorer_rtl.py), and its geometry checks."""
 
 from __future__ import annotations

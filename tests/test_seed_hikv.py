@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from hikv.model.attention import group_queries
-from hikv.model.hikv_cache import think_channel_scores
-from hikv.model.keys import float_to_key
-from hikv.model.methods import make_cache
+from hikv.model.methods.attention import group_queries
+from hikv.model.methods.hikv import think_channel_scores
+from hikv.model.refs.keys import float_to_key
+from hikv.model.methods.registry import make_cache
 from hikv.params import (
     HiKVPolicy,
     MethodSpec,
@@ -30,7 +30,7 @@ from hikv.presets import (
     method_specs,
     seed_hikv,
 )
-from hikv.sim.closed_form import closed_form
+from hikv.sim.cost.closed_form import closed_form
 
 FIELDS = ("k_ideal", "v_ideal", "meta_ideal", "k_burst", "v_burst", "meta_burst", "tokens")
 
@@ -198,7 +198,7 @@ def test_seed_variant_is_evicting_and_packed(preset: str) -> None:
 def test_packed_records_save_bytes_where_aligned_ones_do_not() -> None:
     """The point of the packed layout: on the default preset a V record of 48 of 64 elements
     (8 + 96 B) takes two 64-byte bursts when records are burst-aligned, and 104 B when packed."""
-    from hikv.sim.closed_form import step_bytes
+    from hikv.sim.cost.closed_form import step_bytes
 
     base = get_preset("default")
     seed = seed_hikv(base, k_kind=Stage2Kind.NONE)
@@ -218,7 +218,7 @@ def test_seed_hikv_decodes_a_tiny_random_model() -> None:
     Llama: real eviction, and every step's byte account (summed over the method's layers and
     KV heads) equals the closed form's sequence state times the number of (layer, head)s."""
     transformers = pytest.importorskip("transformers")
-    from hikv.model.lm import Sequence, lm_config, prefill, step, wrap_model
+    from hikv.model.lm.runner import Sequence, lm_config, prefill, step, wrap_model
 
     seed = 4242
     with torch.random.fork_rng():

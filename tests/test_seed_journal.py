@@ -1,6 +1,6 @@
 """A seed-suite run that is killed loses at most the trial in flight (issue 11 item 7): each
 finished trial of an unfinished task cell is journaled to ``cells/<key>.partial.jsonl``
-(:mod:`hikv.model.seed_journal`), replayed on resume, and deleted when the cell is written; the
+(:mod:`hikv.model.accuracy.journal`), replayed on resume, and deleted when the cell is written; the
 resumed cell equals an uninterrupted run's. Scripted answers (no model) for the bookkeeping, the
 tiny random model of ``test_accuracy_cli`` for the suite end to end."""
 
@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 from test_seed_suite_adaptive import CELL, CFG, SEED, SUITE, _Script
 
-from hikv.model import accuracy as A
-from hikv.model import seed_trials
-from hikv.model.seed_journal import Journal, partial_path
-from hikv.model.seed_suite import run_cell
+from hikv.model.accuracy import experiments as A
+from hikv.model.accuracy import seed_trials
+from hikv.model.accuracy.journal import Journal, partial_path
+from hikv.model.accuracy.seed_suite import run_cell
 
 
 class _Killed(Exception):
@@ -93,9 +93,9 @@ def test_killed_suite_resumes_to_the_same_cells(tiny_model, tmp_path,  # noqa: F
     """seed-smoke (3 trials, both protocols sharing each prompt pass) killed after a trial,
     and once between the two protocols' journal lines, resumes to cell files equal to an
     uninterrupted run's (rows and meta keys); the journals are gone afterwards."""
-    from hikv.model import seed_journal
-    from hikv.model.accuracy_io import read_rows
-    from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+    from hikv.model.accuracy import journal as seed_journal
+    from hikv.model.accuracy.io import read_rows
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
 
     model, cache = tiny_model
     suite = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",), trials=3,
@@ -134,8 +134,8 @@ def test_killed_suite_resumes_to_the_same_cells(tiny_model, tmp_path,  # noqa: F
 def test_added_family_adds_its_time_to_the_cells(tiny_model, tmp_path) -> None:  # noqa: F811
     """A run that adds a family to finished cells (``--add-families``) runs only that family
     and adds its wall and CPU time to the cells' recorded time, not replaces it."""
-    from hikv.model.accuracy_io import read_rows, write_rows
-    from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+    from hikv.model.accuracy.io import read_rows, write_rows
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
 
     model, cache = tiny_model
     base = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",), trials=2,

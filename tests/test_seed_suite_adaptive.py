@@ -1,4 +1,4 @@
-"""The adaptive task cells of the seed suites (:func:`hikv.model.seed_suite.run_cell`): full KV
+"""The adaptive task cells of the seed suites (:func:`hikv.model.accuracy.seed_suite.run_cell`): full KV
 and the undecided methods share each trial, a method stops once it cannot pass, a family's
 smaller budgets stop with it, budgets over the perplexity tolerance never run, a task full KV
 fails is dropped, and a cell resumes per method. No model: scripted answers."""
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from hikv.model import accuracy as A
-from hikv.model import tasks as T
-from hikv.model.seed_suite import Cell, SeedSuite, run_cell
+from hikv.model.accuracy import experiments as A
+from hikv.model.accuracy import tasks as T
+from hikv.model.accuracy.seed_suite import Cell, SeedSuite, run_cell
 from hikv.presets import get_preset
 
 CFG = get_preset("default")

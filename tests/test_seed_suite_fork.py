@@ -1,5 +1,5 @@
 """The two protocols of a seed-suite task share each trial's prompt pass (issue 11 item 7):
-:func:`hikv.model.seed_suite.run_cells` runs the ``prompt`` and ``follow-up`` cells of one task
+:func:`hikv.model.accuracy.seed_suite.run_cells` runs the ``prompt`` and ``follow-up`` cells of one task
 and length together, the follow-up state forked from the prompt pass; every row (scores,
 answers, stops, bytes) must be what each cell run alone gives. On the tiny random model of
 ``test_accuracy_cli`` (no network)."""
@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 from test_accuracy_cli import tiny_model  # noqa: E402,F401  (the shared fixture)
 
-from hikv.model.seed_suite import (  # noqa: E402
+from hikv.model.accuracy.seed_suite import (  # noqa: E402
     SEED_SUITES,
     Cell,
     _setup,
@@ -36,8 +36,7 @@ def test_cell_groups_pair_the_protocols() -> None:
 
 
 def test_paired_protocols_equal_cells_run_alone(tiny_model, monkeypatch) -> None:  # noqa: F811
-    from hikv.model import seed_trials
-
+    from hikv.model.accuracy import seed_trials
     forks: list[int] = []
     real = seed_trials._fork_generate
 

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from hikv.model import accuracy as A
-from hikv.model.lm import LMShape, lm_config
-from hikv.model.seed_spec import (
+from hikv.model.accuracy import experiments as A
+from hikv.model.lm.runner import LMShape, lm_config
+from hikv.model.accuracy.seed_spec import (
     ALL_TOKENS_RULE,
     EXTRA_BASELINES,
     EXTRA_BASELINES_GEMMA,
@@ -62,7 +62,7 @@ def test_think_alone_runs_once_per_length_at_every_token(length: int) -> None:
 def test_budget_changes_no_decision_of_think_alone(tiny_model) -> None:  # noqa: F811
     """The @B of a label that keeps every token is a name, not a setting: perplexity and every
     byte equal at two budgets, and the bytes are every token's (V whole, K R of d channels)."""
-    from hikv.model.seed_suite import _setup
+    from hikv.model.accuracy.seed_suite import _setup
 
     model, cache = tiny_model
     env = _setup(str(model), cache, "tiny", "cpu", 1)
@@ -82,8 +82,8 @@ def test_budget_changes_no_decision_of_think_alone(tiny_model) -> None:  # noqa:
 def test_seed_smoke_suite_with_think_alone(tiny_model, tmp_path) -> None:  # noqa: F811
     """seed-smoke with ThinK alone: cells, iso rows (every_token, iso budget all or none,
     budgets tested = [N], the perplexity row's bytes), its own iso point, not HiKV's best."""
-    from hikv.model.accuracy_io import read_rows
-    from hikv.model.seed_suite import run_seed_suite
+    from hikv.model.accuracy.io import read_rows
+    from hikv.model.accuracy.seed_suite import run_seed_suite
 
     model, cache = tiny_model
     d = 16                                          # the tiny model's head dim

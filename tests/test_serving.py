@@ -20,10 +20,10 @@ from _serving_helpers import burst_workload, tight
 from hikv.params import ParamError, SyntheticWorkload
 from hikv.presets import get_preset, resolve_methods
 from hikv.scripts.cli import main
-from hikv.sim.scheduler import POLICIES, get_policy
-from hikv.sim.serving import kv_capacity_blocks, little_check, simulate
-from hikv.sim.serving_report import best_baseline, goodput, serving_summary
-from hikv.sim.step_cost import (
+from hikv.sim.serving.scheduler import POLICIES, get_policy
+from hikv.sim.serving.engine import kv_capacity_blocks, little_check, simulate
+from hikv.sim.serving.report import best_baseline, goodput, serving_summary
+from hikv.sim.serving.step_cost import (
     STEP_COST_MODELS,
     IterationBatch,
     RooflineStepCost,
@@ -31,7 +31,7 @@ from hikv.sim.step_cost import (
     StepCostModel,
     make_step_cost,
 )
-from hikv.sim.workload import (
+from hikv.sim.serving.workload import (
     TraceError,
     Workload,
     find_azure_trace,

@@ -1,4 +1,4 @@
-"""Issue 13's trade-off curve (hikv.sim.tradeoff, `hikv sweep --tradeoff`): block areas from
+"""Issue 13's trade-off curve (hikv.sim.explore.tradeoff, `hikv sweep --tradeoff`): block areas from
 cached syntheses with the rest interpolated, the share of the system against throughput, the
 8 % line and the CLI's checks. Synthesis is replaced by fixed per-lane areas here (the real
 run reads the synthesis cache; docs/cost_model.md gives its command and numbers)."""
@@ -14,7 +14,7 @@ import pytest
 from hikv.params import ParamError
 from hikv.presets import get_preset
 from hikv.scripts.cli import main
-from hikv.sim import tradeoff as T
+from hikv.sim.explore import tradeoff as T
 
 #: fake synthesis results: NAND2 equivalents per lane count (linear in the lanes + a constant)
 _GE = {"sorter": (20_000, 3_000), "scorer": (5_000, 2_000)}
@@ -49,7 +49,7 @@ def test_block_areas_interpolate_between_cached_builds(monkeypatch):
 
 
 def _run(monkeypatch, cfg, **kw):
-    import hikv.sim.area as A
+    import hikv.sim.eda.area as A
 
     monkeypatch.setattr(T, "cached_synth", _fake_cache({"sorter": {8, 16, 32},
                                                          "scorer": {8, 32}}))
@@ -118,10 +118,10 @@ def test_each_sorter_lane_count_at_its_own_builds_clock(monkeypatch):
     """With the timing flow's sorter clock, a lane count with a synthesised build is timed at
     that build's estimate, one without keeps the
     preset's build's clock and says so; assumed clocks apply to every lane count."""
-    import hikv.sim.sta as S
+    import hikv.sim.eda.sta as S
     from hikv.params import MethodSpec
-    from hikv.sim.attention_model import Overrides, attention_cost
-    from hikv.sim.clocks import assumed_clocks
+    from hikv.sim.cost.attention_model import Overrides, attention_cost
+    from hikv.sim.cost.clocks import assumed_clocks
 
     cfg = get_preset("default")
     monkeypatch.setattr(T, "cached_synth", _fake_cache({"sorter": {8, 16}}))
@@ -141,7 +141,7 @@ def test_each_sorter_lane_count_at_its_own_builds_clock(monkeypatch):
         assert got[p][1].hz("loader") == sta.hz("loader")
     assert "64: clock of the" in got[64][0] and got[64][1] is sta
     # the trade-off times each point at its sorter's clock: equal to a direct evaluation
-    import hikv.sim.area as A
+    import hikv.sim.eda.area as A
 
     monkeypatch.setattr(A, "accelerator_area",
                         lambda cfg, blocks=(): SimpleNamespace(baseline_m2=1e-6))

@@ -1,4 +1,4 @@
-"""The timing flow (hikv.sim.sta, hikv.sim.fpga, `hikv timing`): the STA on hand-built
+"""The timing flow (hikv.sim.eda.sta, hikv.sim.eda.fpga, `hikv timing`): the STA on hand-built
 netlists, the node scaling, the pin-light wrapper, clear errors, and the ASIC timing of the
 `tiny` sorter, loader and scoring unit against tests/golden/timing_tiny.json (a change that
 lengthens a critical path beyond the tolerance fails, naming the path).
@@ -19,7 +19,7 @@ import pytest
 from _hikv_cost_helpers import cells_or_skip
 
 from hikv.params import ParamError
-from hikv.sim import sta
+from hikv.sim.eda import sta
 
 GOLDEN = Path(__file__).parent / "golden" / "timing_tiny.json"
 UPDATE = os.environ.get("HIKV_UPDATE_GOLDEN") == "1"
@@ -138,7 +138,7 @@ endmodule
 
 
 def test_ports_and_pin_light_wrapper():
-    from hikv.sim.fpga import WRAPPER_TOP, pin_light_wrapper, ports_of
+    from hikv.sim.eda.fpga import WRAPPER_TOP, pin_light_wrapper, ports_of
 
     assert ports_of(_V, "blk") == [("input", "clk", 1), ("input", "rst", 1),
                                     ("input", "a", 8), ("input", "b", 1), ("output", "y", 4),
@@ -153,7 +153,7 @@ def test_ports_and_pin_light_wrapper():
 
 def test_fpga_tool_missing_is_a_clear_error(monkeypatch, tmp_path):
     from hikv import toolchain
-    from hikv.sim import fpga
+    from hikv.sim.eda import fpga
 
     monkeypatch.setattr(toolchain.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setattr(toolchain.shutil, "which", lambda name: None)
@@ -164,7 +164,8 @@ def test_fpga_tool_missing_is_a_clear_error(monkeypatch, tmp_path):
 def test_fpga_flow_options_reach_the_tools_and_the_result(monkeypatch, tmp_path):
     """The flow's Yosys and nextpnr options are passed to the tools, recorded in the result and
     part of the cache key (the tools are replaced by fakes: no place and route here)."""
-    from hikv.sim import area, fpga
+    from hikv.sim.eda import area
+    from hikv.sim.eda import fpga
 
     monkeypatch.setenv("HIKV_CACHE", str(tmp_path))
     monkeypatch.setattr(fpga, "nextpnr_command", lambda: ["fake-nextpnr"])
@@ -238,7 +239,7 @@ def test_tiny_critical_path_against_golden(block):
         gold.setdefault("blocks", {})[block] = now
         gold["_refresh"] = "HIKV_UPDATE_GOLDEN=1 pytest tests/test_timing_flow.py"
         gold["tolerance"] = TOLERANCE
-        gold["source"] = ("hikv.sim.sta.block_sta(block, get_preset('tiny')): sky130_fd_sc_hd "
+        gold["source"] = ("hikv.sim.eda.sta.block_sta(block, get_preset('tiny')): sky130_fd_sc_hd "
                           "STA (sim/data/sky130_delays.json), no wires")
         GOLDEN.write_text(json.dumps(gold, indent=1, sort_keys=True) + "\n")
     g = gold.get("blocks", {}).get(block)

@@ -12,8 +12,8 @@ import pytest
 from hikv.params import ParamError
 from hikv.presets import get_preset, resolve_methods
 from hikv.scripts.cli import main
-from hikv.sim.step_cost import AttentionModelStepCost, RooflineStepCost
-from hikv.sim.vidur_export import (
+from hikv.sim.serving.step_cost import AttentionModelStepCost, RooflineStepCost
+from hikv.sim.serving.vidur_export import (
     VIDUR_ATTENTION_COLUMNS,
     attention_rows,
     export_methods,

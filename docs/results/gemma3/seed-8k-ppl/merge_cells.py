@@ -6,7 +6,7 @@ label once, the first part's meta, and the parts' wall and CPU seconds summed. A
 import argparse
 from pathlib import Path
 
-from hikv.model.accuracy_io import read_rows, write_rows
+from hikv.model.accuracy.io import read_rows, write_rows
 from hikv.params import ParamError
 
 ap = argparse.ArgumentParser()

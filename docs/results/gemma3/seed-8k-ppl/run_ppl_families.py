@@ -12,8 +12,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from hikv.model.seed_spec import EXTRA_BASELINES_GEMMA
-from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+from hikv.model.accuracy.seed_spec import EXTRA_BASELINES_GEMMA
+from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
 from hikv.params import ParamError
 
 s = SEED_SUITES["seed-gemma"]

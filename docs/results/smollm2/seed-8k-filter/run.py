@@ -5,7 +5,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
 
 suite = dataclasses.replace(SEED_SUITES["seed-smollm2"], lengths=(8192,), families=(),
                             tasks=("passkey", "niah_single"))

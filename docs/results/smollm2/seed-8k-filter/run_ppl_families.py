@@ -6,7 +6,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from hikv.model.seed_suite import SEED_SUITES, run_seed_suite
+from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
 
 s = SEED_SUITES["seed-smollm2"]
 suite = dataclasses.replace(s, lengths=(8192,), tasks=("passkey", "niah_single"),

@@ -1,0 +1,160 @@
+"""The seed suites as data (issue 11): :class:`SeedSuite` (model, lengths, protocols, tasks,
+families, budget rules, iso tolerances), the suites of the kit (:data:`SEED_SUITES`), their
+cells (:class:`Cell`, :func:`suite_cells`) and the method specs a cell runs
+(:func:`suite_specs`). Running them is :mod:`hikv.model.accuracy.seed_suite`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hikv.params import Config, MethodSpec, ParamError
+
+from hikv.model.accuracy import experiments as A
+__all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "EXTRA_BASELINES_GEMMA",
+           "THINK_ALONE", "ALL_TOKENS_RULE", "Cell", "suite_cells", "suite_specs", "suite_key"]
+
+
+#: the seed's HiKV as a family (issue 11 item 4, :func:`hikv.presets.seed_hikv`'s policy):
+#: evicting Stage I, ThinK K channels and static |V| records, 3/4 of d = 64 kept (SmolLM2);
+#: the packed record layout changes bytes, not answers (``hikv report --iso`` with a packed
+#: preset counts it)
+SEED_HIKV = "hikv-evict/k:think48/v:static48"
+#: ThinK alone (issue 15): every token kept, ``R = d / 2`` key channels per KV head chosen once
+#: after prefill (:data:`hikv.presets.THINK_METHODS` ``think``), per suite model: SmolLM2's
+#: d = 64, Gemma-3's d = 256. It has no token budget: a suite runs it once per length (budget
+#: rule :data:`ALL_TOKENS_RULE`, see :func:`suite_specs`)
+THINK_ALONE = {"smollm2-135m": "hikv-none/k:think32", "gemma3-270m": "hikv-none/k:think128"}
+#: the budget rule of a family that keeps every token (``hikv-none/...``): ``B = N``
+ALL_TOKENS_RULE = "B=N"
+#: the baselines added in issue 11's and 15's sessions: extra families for
+#: ``hikv accuracy run --add-families`` (per-method resume: only their work runs); SmolLM2's
+EXTRA_BASELINES = ("streamingllm", "tova", "adakv", "gadakv", "pyramidkv", "h2o/avg",
+                   THINK_ALONE["smollm2-135m"])
+#: the same for ``seed-gemma`` (ThinK alone at Gemma-3's d = 256)
+EXTRA_BASELINES_GEMMA = EXTRA_BASELINES[:-1] + (THINK_ALONE["gemma3-270m"],)
+
+
+@dataclass(frozen=True)
+class SeedSuite:
+    """The protocol x length x task study of issue 11, as data.
+
+    Cells: for every length, one perplexity cell (``ppl_windows`` windows of ``length``
+    tokens, the last ``ppl_decode`` decoded) and one task cell per (protocol, task) with
+    ``trials`` cases; the methods are :func:`suite_specs` (full KV, each family at each
+    budget rule resolved at the length) on the same cases. ``families`` are method labels
+    without ``@B`` (data: a new method is one more string). With ``adaptive`` a task cell
+    runs full KV first and only the work the iso decision can use (:func:`run_cell`).
+    """
+
+    name: str
+    model: str
+    lengths: tuple[int, ...]
+    protocols: tuple[str, ...] = A.PROTOCOLS
+    tasks: tuple[str, ...] = ("passkey", "niah_single", "niah_multikey", "niah_multivalue",
+                              "vt")
+    trials: int = 20
+    families: tuple[str, ...] = ("h2o", "snapkv", "quest", "sparq", "ds", "hikv-evict",
+                                 "hikv-qa/lowbit4", SEED_HIKV)
+    budgets: tuple[str, ...] = ("N/32", "N/16", "N/8", "N/4", "128", "256", "512")
+    ppl_windows: int = 2
+    ppl_decode: int = 256
+    keep_min: float = 0.8        # a task is kept where full KV scores at least this
+    acc_tol: float = 0.01        # iso: task accuracy at least full KV's minus one point
+    ppl_tol: float = 0.01        # iso: perplexity within 1 % of full KV's
+    adaptive: bool = True        # prune task work the iso decision cannot use (see run_cell)
+
+    def __post_init__(self) -> None:
+        from hikv.model.accuracy.tasks import TASKS
+
+        for p in self.protocols:
+            A.protocol_name(p)
+        bad = [t for t in self.tasks if t not in TASKS]
+        if bad:
+            raise ParamError(f"suite {self.name!r}: tasks {bad} are not in {list(TASKS)}")
+        if self.trials < 1:
+            raise ParamError(f"suite {self.name!r}: trials = {self.trials} is out of range: "
+                             "allowed >= 1")
+        for n in self.lengths:
+            for b in self.budgets:
+                A.resolve_budget(b, n)
+            if not 0 < self.ppl_decode < n - 1:
+                raise ParamError(f"suite {self.name!r}: ppl_decode = {self.ppl_decode} is out "
+                                 f"of range for length {n}: allowed [1, {n - 2}]")
+
+
+SEED_SUITES: dict[str, SeedSuite] = {s.name: s for s in (
+    SeedSuite(name="seed-smollm2", model="smollm2-135m", lengths=(2048, 4096, 8192),
+              ppl_decode=64),
+    SeedSuite(name="seed-gemma", model="gemma3-270m", lengths=(8192, 16384),
+              budgets=("N/32", "N/16", "N/8", "N/4", "256", "512"),
+              families=("h2o", "snapkv", "quest", "sparq", "ds", "hikv-evict",
+                        "hikv-qa/lowbit4", "hikv-evict/k:think192/v:static192")),
+    # CI: the tiny random model of the tests (every code path, minutes -> seconds)
+    SeedSuite(name="seed-smoke", model="", lengths=(1024,), tasks=("passkey", "niah_single"),
+              trials=1, families=("snapkv", "hikv-evict"), budgets=("N/16", "128"),
+              ppl_windows=1, ppl_decode=8),
+)}
+
+
+def suite_key(suite: SeedSuite) -> list[Any]:
+    """What a cell's methods and trials depend on (a cell file's ``suite_key``): a cell file
+    written under another key (e.g. before a family was added) is resumed, running only its
+    missing methods."""
+    return [list(suite.families), list(suite.budgets), suite.trials, suite.ppl_windows,
+            suite.ppl_decode, suite.adaptive, suite.keep_min, suite.acc_tol, suite.ppl_tol]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work: ``kind`` ``ppl`` (perplexity at ``length``) or ``task`` (``task``
+    under ``protocol`` at ``length``)."""
+
+    kind: str
+    length: int
+    protocol: str = A.PPL_PROTOCOL
+    task: str = ""
+
+    @property
+    def key(self) -> str:
+        """File name of the cell's rows (``cells/<key>.json``)."""
+        if self.kind == "ppl":
+            return f"ppl_{self.length}"
+        return f"{self.task}_{self.protocol}_{self.length}"
+
+
+def suite_cells(suite: SeedSuite) -> list[Cell]:
+    """Every cell of ``suite``: per length, perplexity then each protocol's tasks."""
+    cells = []
+    for n in suite.lengths:
+        cells.append(Cell("ppl", n))
+        cells += [Cell("task", n, A.protocol_name(p), t) for p in suite.protocols
+                  for t in suite.tasks]
+    return cells
+
+
+def suite_specs(suite: SeedSuite, cfg: Config, length: int
+                ) -> list[tuple[MethodSpec, str]]:
+    """``(spec, budget rules)`` of full KV and every family at every budget rule of ``suite``
+    resolved at ``length``; rules that give the same budget share one spec (``B=N/16,B=128``).
+    A family is any method label without ``@B`` (e.g. ``hikv-qa/lowbit4``; see
+    :func:`hikv.model.accuracy.experiments.parse_method`). A family that keeps every token (HiKV with
+    Stage I ``none``, e.g. ThinK alone ``hikv-none/k:think32``) has no token budget: it gets one
+    spec per length, labelled at ``B = N`` (every token of the context resident and read; the
+    budget changes none of its decisions) with the rule :data:`ALL_TOKENS_RULE`."""
+    out: dict[str, tuple[MethodSpec, list[str]]] = {"full": (MethodSpec(), ["full"])}
+    for fam in suite.families:
+        head, rest = fam.split("/", 1) if "/" in fam else (fam, "")
+        every = A.parse_method(f"{head}@{length}" + (f"/{rest}" if rest else ""), cfg.policy,
+                               cfg.layout.head_dim)
+        if A.keeps_every_token(every):
+            out.setdefault(every.label, (every, []))[1].append(ALL_TOKENS_RULE)
+            continue
+        for rule in suite.budgets:
+            b = A.resolve_budget(rule, length)
+            lab = f"{head}@{b}" + (f"/{rest}" if rest else "")
+            spec = A.parse_method(lab, cfg.policy, cfg.layout.head_dim)
+            got = out.setdefault(spec.label, (spec, []))
+            got[1].append(A.budget_rule_name(rule))
+    return [(sp, ",".join(rules)) for sp, rules in out.values()]

@@ -1,0 +1,318 @@
+"""The seed suites (issue 11): the protocol x length x task study, scheduled and run resumably.
+
+A :class:`SeedSuite` names a model, context lengths, protocols, tasks and budget rules; its
+cells (:func:`suite_cells`: per length one perplexity cell and one cell per protocol and task)
+each run every method of :func:`suite_specs` on the same cases. :func:`run_seed_suite` runs the
+cells not yet on disk (in this process, a ``--workers`` process pool or on Ray; both pickle
+:func:`_pool_cell` by this module's path) and :func:`seed_tables` writes the task filter, the
+iso tables per protocol and length, their iso-point files and ``seed_table.md``. The older
+single-run study is :mod:`hikv.model.accuracy.suite`.
+
+This module schedules (resume, executors, progress); the rest lives beside it and is
+re-exported here: the suites as data in :mod:`hikv.model.accuracy.seed_spec`, the trial runner
+(adaptive cells, the two protocols of a task sharing each trial's prompt pass) in
+:mod:`hikv.model.accuracy.seed_trials`, the tables in :mod:`hikv.model.accuracy.seed_tables`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hikv.params import ParamError
+
+from hikv.model.accuracy.io import code_version, read_rows, write_rows
+from hikv.model.accuracy.journal import partial_path
+from hikv.model.accuracy.seed_spec import (
+    EXTRA_BASELINES,
+    SEED_HIKV,
+    SEED_SUITES,
+    Cell,
+    SeedSuite,
+    suite_cells,
+    suite_key,
+    suite_specs,
+)
+from hikv.model.accuracy.seed_tables import seed_tables, task_filter
+from hikv.model.accuracy.seed_trials import cell_units, run_cell, run_cells
+
+__all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "Cell", "suite_cells",
+           "suite_specs", "run_cell", "run_cells", "run_seed_suite", "task_filter",
+           "seed_tables", "cell_groups"]
+
+Log = Callable[[str], None]
+
+
+class _Bar:
+    """A progress bar on stderr: ``done/total`` units, elapsed time and ETA.
+
+    Each call reports ``n`` units of a ``weight`` each (their expected cost), and
+    ``weight_total`` is the weight of all ``total`` units; the ETA extrapolates the elapsed
+    time by the weight done, not by the unit count, so a suite whose long contexts run first
+    does not read tens of hours in its first minutes. The suite weighs a unit by its context
+    length in tokens (a trial or window costs about that much: the session-12 timed run's
+    cells took 2,115 / 4,340 / 7,073 CPU s at 2k / 4k / 8k). Without ``weight_total`` every
+    unit weighs 1.
+    """
+
+    def __init__(self, total: int, what: str, stream: Any = None,
+                 weight_total: float | None = None) -> None:
+        self.total, self.what, self.done = max(1, total), what, 0
+        self.weight_total = float(weight_total if weight_total is not None else self.total)
+        self.weight_done = 0.0
+        self.t0 = time.perf_counter()
+        self.stream = stream if stream is not None else sys.stderr
+        self._draw()
+
+    def __call__(self, n: int = 1, weight: float = 1.0) -> None:
+        """``n`` units done, each of ``weight``."""
+        self.done += n
+        self.weight_done += n * weight
+        self._draw()
+
+    def eta(self) -> float | None:
+        """Seconds left by the weight done so far (None before any unit is done)."""
+        if self.weight_done <= 0:
+            return None
+        el = time.perf_counter() - self.t0
+        return el / self.weight_done * max(0.0, self.weight_total - self.weight_done)
+
+    def _draw(self) -> None:
+        el = time.perf_counter() - self.t0
+        f = min(1.0, self.done / self.total)
+        left = self.eta()
+        eta = f" ETA {left:.0f} s" if left is not None else ""
+        bar = "#" * int(30 * f) + "." * (30 - int(30 * f))
+        end = "\n" if self.done >= self.total else ""
+        self.stream.write(f"\r{self.what} [{bar}] {self.done}/{self.total} {el:.0f} s{eta}"
+                          + end)
+        self.stream.flush()
+
+
+# worker state: one loaded model per process (the --workers pool and Ray actors)
+_WORKER: dict[str, Any] = {}
+
+
+def _setup(model: str, cache: Path | None, preset: str, device: str, threads: int
+           ) -> dict[str, Any]:
+    import torch
+
+    from hikv.presets import get_preset
+
+    from hikv.model.lm.assets import essays_text
+    from hikv.model.lm.runner import lm_config, load_lm
+    from hikv.model.accuracy.tasks import essay_words
+
+    key = (model, str(cache), preset, device, threads)
+    if _WORKER.get("key") != key:
+        torch.set_num_threads(threads)
+        lm = load_lm(model, cache=cache, device=device)
+        text = essays_text(cache)
+        _WORKER.update(key=key, lm=lm, cfg=lm_config(get_preset(preset), lm.shape), text=text,
+                       words=essay_words(text))
+    return _WORKER
+
+
+def cell_groups(cells: list[Cell], pair: bool = True) -> list[list[Cell]]:
+    """``cells`` as units of work, in order: with ``pair``, the ``prompt`` and ``follow-up``
+    cells of one task and length form one unit (:func:`run_cells` shares each trial's prompt
+    pass between them); every other cell is a unit of its own."""
+    groups: dict[tuple[Any, ...], list[Cell]] = {}
+    for c in cells:
+        k = ("task", c.task, c.length) if pair and c.kind == "task" \
+            and c.protocol in ("prompt", "follow-up") else (c.key,)
+        groups.setdefault(k, []).append(c)
+    return list(groups.values())
+
+
+def _timed_unit(cells: list[Cell], suite: SeedSuite, env: dict[str, Any], **kw: Any
+                ) -> tuple[dict[str, list[dict]], dict[str, dict[str, str]], float, float]:
+    """:func:`run_cells` of one unit of work (``kw``: its keyword arguments but ``skipped``
+    and ``resumed``): ``(rows per cell key, skipped, wall s, CPU s)``, the times this process
+    spent on it plus a resumed trial journal's."""
+    tc, pc = time.perf_counter(), time.process_time()
+    skipped: dict[str, dict[str, str]] = {}
+    resumed: dict[str, tuple[float, float]] = {}
+    rows = run_cells(cells, suite, env, skipped=skipped, resumed=resumed, **kw)
+    w0 = max((w for w, _ in resumed.values()), default=0.0)
+    c0 = max((c for _, c in resumed.values()), default=0.0)
+    return rows, skipped, w0 + time.perf_counter() - tc, c0 + time.process_time() - pc
+
+
+def _pool_cell(args: tuple[list[Cell], SeedSuite, dict[str, Any], dict[str, list[dict]],
+                           list[dict]]
+               ) -> tuple[dict[str, list[dict]], dict[str, Any], dict[str, dict[str, str]],
+                          float, float]:
+    """One unit of work in a worker process: ``(rows per cell key, model shape, skipped,
+    wall s, CPU s)`` (:func:`_timed_unit`)."""
+    cells, suite, kw, have, ppl_rows = args
+    env = _setup(kw["model"], kw["cache"], kw["preset"], kw["device"], kw["threads"])
+    rows, skipped, wall, cpu = _timed_unit(cells, suite, env, seed=kw["seed"],
+                                           batch=kw["batch"], have=have, ppl_rows=ppl_rows,
+                                           partial_dir=kw.get("partial_dir"))
+    return rows, dataclasses.asdict(env["lm"].shape), skipped, wall, cpu
+
+
+def _cell_state(cells_dir: Path, cell: Cell, suite: SeedSuite, redo: bool
+                ) -> tuple[list[dict[str, Any]], bool, tuple[float, float]]:
+    """(rows on disk, whether the cell is complete: every method of the suite run or
+    skipped by the file's own record, the wall and CPU seconds already spent on those rows:
+    a run that adds methods to the cell adds its time to them)."""
+    path = cells_dir / f"{cell.key}.json"
+    if redo or not path.is_file():
+        return [], False, (0.0, 0.0)
+    rows, meta = read_rows(path)
+    spent = (float(meta.get("wall_s") or 0.0), float(meta.get("cpu_s") or 0.0))
+    return rows, meta.get("suite_key") == suite_key(suite), spent
+
+
+def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
+                   preset: str = "default", cache: Path | None = None, seed: int = 0,
+                   batch: int = 64, workers: int = 1, executor: str = "local",
+                   device: str = "cpu", threads: int = 1, redo: bool = False,
+                   tables_only: bool = False, log: Log = print, argv: list[str] | None = None
+                   ) -> dict[str, Any]:
+    """Run every cell of ``suite`` not yet complete in ``out/cells/`` (resumable per cell,
+    per method and per trial: a cell's rows are written when it finishes, a cell whose file
+    lacks some of the suite's methods runs just those, and a task cell journals each finished
+    trial to ``cells/<key>.partial.jsonl`` until then, so a killed run resumes at the trial
+    in flight, :mod:`hikv.model.accuracy.journal`; ``redo`` reruns all), then the tables: the task
+    filter (``filter.json``), one iso table per protocol and length (``iso_<protocol>_<N>``,
+    with ``iso_points_<protocol>_<N>.json`` for ``hikv report --iso`` and HiKV's byte
+    reduction against every baseline, ``reductions_<protocol>_<N>``) and ``seed_table.md``.
+
+    ``tables_only``: run nothing, build the tables from the cells on disk (the missing ones
+    are listed in ``seed_table.md``). Perplexity cells run first (adaptive task cells use
+    them); the two protocols' cells of a task and length run as one unit sharing each
+    trial's prompt pass (:func:`cell_groups`, :func:`run_cells`), each written to its own
+    file as before. ``workers`` > 1 runs units in
+    that many processes (each loads the model once); ``executor="ray"`` spreads them over a
+    Ray cluster (``ray.init()`` joins the one in ``RAY_ADDRESS`` or starts a local one). In
+    parallel a length's task units start once its perplexity cell is saved, the longest
+    contexts first, and each unit is saved (and the progress bar moves) the moment it finishes
+    (:func:`hikv.executor.run_graph`). A progress bar goes to stderr.
+    """
+    from hikv.params import to_dict
+    from hikv.presets import get_preset
+
+    model = model or suite.model
+    if not model:
+        raise ParamError(f"suite {suite.name!r} has no default model: pass --model")
+    if workers < 1:
+        raise ParamError(f"workers = {workers} is out of range: allowed >= 1")
+    if executor not in ("local", "ray"):
+        raise ParamError(f"executor = {executor!r} is not one of 'local', 'ray'")
+    cells_dir = out / "cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    kw = {"model": model, "cache": cache, "preset": preset, "device": device,
+          "threads": threads, "seed": seed, "batch": batch,
+          # trial journals where the workers share this folder (not a Ray cluster's nodes)
+          "partial_dir": cells_dir if executor == "local" else None}
+    meta = {"command": " ".join(argv if argv is not None else sys.argv), "model": model,
+            "preset": preset, "suite": dataclasses.asdict(suite), "seed": seed,
+            "code_version": code_version(), "device": device,
+            "config": to_dict(get_preset(preset))}
+    cells = suite_cells(suite)
+    state = {c.key: _cell_state(cells_dir, c, suite, redo) for c in cells}
+    todo = [] if tables_only else [c for c in cells if not state[c.key][1]]
+    for c in cells:             # a finished cell's (or, with redo, every) journal is stale
+        if (redo and not tables_only) or state[c.key][1]:
+            partial_path(cells_dir, c.key).unlink(missing_ok=True)
+    n_done = sum(1 for c in cells if state[c.key][1])
+    log(f"suite {suite.name}: {len(cells)} cells, {n_done} done, "
+        f"{len(todo)} to run ({executor}, {workers} worker(s)) -> {out}")
+    # a unit weighs its context length (the ETA's estimate of its cost, _Bar)
+    bar = _Bar(sum(cell_units(c, suite) for c in todo), f"{suite.name}",
+               weight_total=sum(cell_units(c, suite) * c.length for c in todo))
+    t0 = time.perf_counter()
+    spent = {c.key: state[c.key][2] for c in cells}
+
+    def save(key: str, rows: list[dict[str, Any]], shape: dict[str, Any], wall: float,
+             skipped: dict[str, str], cpu: float, extra: dict[str, Any]) -> None:
+        write_rows(cells_dir, key, rows, {**meta, "cell": key, "shape": shape, "wall_s": wall,
+                                          "cpu_s": cpu, **extra,
+                                          "suite_key": suite_key(suite), "skipped": skipped})
+        partial_path(cells_dir, key).unlink(missing_ok=True)
+
+    def ppl_of(c: Cell) -> list[dict[str, Any]]:
+        p = cells_dir / f"ppl_{c.length}.json"
+        return read_rows(p)[0] if c.kind == "task" and p.is_file() else []
+
+    def save_unit(g: list[Cell], got: dict[str, list[dict[str, Any]]], shape: dict[str, Any],
+                  skipped: dict[str, dict[str, str]], wall: float, cpu: float) -> None:
+        # a unit's measured time plus what its rows on disk took (a run adding methods to
+        # finished cells); a shared pair's is split evenly between its cells, the pair's total
+        # kept in pair_* (in parallel runs: the worker's own time on the unit)
+        wall += sum(spent[c.key][0] for c in g)
+        cpu += sum(spent[c.key][1] for c in g)
+        n = len(g)
+        extra = {"paired_with": [c.key for c in g], "pair_wall_s": wall,
+                 "pair_cpu_s": cpu} if n > 1 else {}
+        for c in g:
+            save(c.key, got[c.key], shape, wall / n, skipped.get(c.key, {}), cpu / n, extra)
+
+    groups = cell_groups(todo)
+    if todo and (executor == "ray" or workers > 1):
+        # a length's task units need its perplexity cell (adaptive pruning): they become
+        # runnable when it is saved; every unit is saved the moment it finishes
+        waiting: dict[int, list[list[Cell]]] = {}
+        ppl_todo = {g[0].length for g in groups if g[0].kind == "ppl"}
+        ready = []
+        for g in groups:
+            if g[0].kind == "task" and g[0].length in ppl_todo:
+                waiting.setdefault(g[0].length, []).append(g)
+            else:
+                ready.append(g)
+
+        def arg(g: list[Cell]) -> tuple:
+            return (g, suite, kw, {c.key: state[c.key][0] for c in g}, ppl_of(g[0]))
+
+        def done(a: tuple, res: tuple) -> list[tuple]:
+            g = a[0]
+            save_unit(g, *res)
+            bar(sum(cell_units(c, suite) for c in g), weight=g[0].length)
+            return [arg(x) for x in waiting.pop(g[0].length, [])] if g[0].kind == "ppl" \
+                else []
+
+        from hikv.executor import run_graph
+
+        # the longest contexts start first (a length's perplexity before its tasks), so the
+        # short units fill the workers' tails instead of a long one running alone at the end
+        run_graph(_pool_cell, [arg(g) for g in ready], done,
+                  executor="ray" if executor == "ray" else "process", workers=workers,
+                  num_cpus=kw["threads"], spawn=True,
+                  key=lambda a: (-a[0][0].length, a[0][0].kind != "ppl"))
+    elif todo:
+        env = _setup(model, cache, preset, device, threads)
+        for g in groups:                # per length: perplexity, then its task cells
+            got, skipped, wall, cpu = _timed_unit(
+                g, suite, env, seed=seed, batch=batch,
+                progress=lambda n, w=g[0].length: bar(n, weight=w),
+                have={c.key: state[c.key][0] for c in g}, ppl_rows=ppl_of(g[0]),
+                partial_dir=cells_dir, log=lambda m: log(f"\n{m}"))
+            save_unit(g, got, dataclasses.asdict(env["lm"].shape), skipped, wall, cpu)
+    if todo:
+        log(f"ran {len(todo)} cells in {time.perf_counter() - t0:.0f} s wall")
+    rows: list[dict[str, Any]] = []
+    m: dict[str, Any] = {}
+    missing = []
+    info: dict[str, dict[str, Any]] = {}
+    for c in cells:
+        p = cells_dir / f"{c.key}.json"
+        if not p.is_file():
+            missing.append(c.key)
+            continue
+        r, m = read_rows(p)
+        rows += r
+        info[c.key] = {"skipped": m.get("skipped", {}), "wall_s": m.get("wall_s"),
+                       "cpu_s": m.get("cpu_s")}
+    if not m:
+        raise ParamError(f"{cells_dir}: no finished cell to build tables from")
+    if missing:
+        log(f"cells missing (not in the tables): {missing}")
+    return seed_tables(suite, rows, out, {**meta, "shape": m["shape"], "missing": missing,
+                                          "cells": info}, log=log)

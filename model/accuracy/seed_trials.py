@@ -1,0 +1,387 @@
+"""The seed suites' trial runner: one cell (or one cell per protocol of a task and length,
+sharing each trial's prompt pass) run trial by trial, adaptively.
+
+:func:`run_cell` gives the rows of one cell of :mod:`hikv.model.accuracy.seed_suite`; :func:`run_cells`
+runs the ``prompt`` and ``follow-up`` cells of one task and length together: both draw the same
+case per trial, and the follow-up prompt (the context) is a prefix of the prompt one (context
+and question), so one prompt pass serves both (:func:`hikv.model.lm.runner.prefill` with ``prefix``
+forks the context's state for the follow-up methods). Each cell keeps its own adaptive
+bookkeeping (:class:`_TaskCell`), so its rows are those of :func:`run_cell`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hikv.params import Config, MethodSpec
+
+from hikv.model.accuracy import experiments as A
+from hikv.model.accuracy import tasks as T
+from hikv.model.accuracy.journal import Journal, partial_path
+from hikv.model.accuracy.seed_spec import Cell, SeedSuite, suite_key, suite_specs
+
+__all__ = ["run_cell", "run_cells", "cell_units"]
+
+Progress = Callable[[int], None]
+
+
+def _ppl_fail(suite: SeedSuite, ppl_rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Labels whose perplexity is more than ``suite.ppl_tol`` above full KV's, with why."""
+    full = [r for r in ppl_rows if r["label"] == "full"]
+    if not full:
+        return {}
+    ref = full[0]["ppl"]
+    return {r["label"]: f"perplexity {100 * (r['ppl'] / ref - 1):+.2f} % > "
+            f"{100 * suite.ppl_tol:g} % of full KV's"
+            for r in ppl_rows if r["label"] != "full" and r["ppl"] > ref * (1 + suite.ppl_tol)}
+
+
+def _ladder(specs: list[MethodSpec]) -> dict[str, list[MethodSpec]]:
+    """Per family, its specs from the largest budget to the smallest."""
+    fams: dict[str, list[MethodSpec]] = {}
+    for sp in specs:
+        fams.setdefault(A.family(sp), []).append(sp)
+    return {f: sorted(v, key=lambda sp: -(sp.budget or 0)) for f, v in fams.items()}
+
+
+def _task_row(spec: MethodSpec, cell: Cell, scores: list[float], planned: int, sample: str,
+              n_prompt: int, seed: int, status: str) -> dict[str, Any]:
+    k = len(scores)
+    tot = sum(scores)
+    lo, hi = A.wilson(tot, k)
+    return {**A._spec_row(spec), "task": cell.task, "protocol": cell.protocol,
+            "length": cell.length, "trials": k, "trials_planned": planned, "score_sum": tot,
+            "correct": sum(1 for x in scores if x >= 1.0), "accuracy": tot / k,
+            "ci_low": lo, "ci_high": hi, "prompt_tokens": n_prompt / k, "scores": scores,
+            "sample": sample, "seed": seed, "status": status}
+
+
+class _TaskCell:
+    """One adaptive task cell's bookkeeping, trial by trial (see :func:`_adaptive_task`):
+    :attr:`active` the specs the next trial runs (empty once the cell is decided),
+    :meth:`add` a trial's answers, :meth:`rows` the cell's rows."""
+
+    def __init__(self, cell: Cell, suite: SeedSuite, specs: list[MethodSpec],
+                 have: dict[str, dict[str, Any]], ppl_rows: list[dict[str, Any]], *,
+                 seed: int, progress: Progress | None, skipped: dict[str, str],
+                 partial_dir: Path | None = None, log: Callable[[str], None] | None = None,
+                 resumed: dict[str, tuple[float, float]] | None = None) -> None:
+        self.cell, self.suite, self.specs, self.seed = cell, suite, specs, seed
+        self.progress, self.skipped = progress, skipped
+        self.journal: Journal | None = None
+        self.rows = dict(have)
+        self.full = next(sp for sp in specs if sp.label == "full")
+        self.f = f = self.rows.get("full")
+        self.sc_of: dict[str, list[float]] = {}
+        self.smp: dict[str, str] = {}
+        self.n_prompt = self.ran = 0
+        self.active: list[MethodSpec] = []
+        if f is not None and (f.get("status") == "stopped"
+                              or f["accuracy"] < suite.keep_min - 1e-12):
+            skipped.update({sp.label: "task dropped: full KV below the filter"
+                            for sp in specs if sp.label not in self.rows})
+            return
+        bad_ppl = _ppl_fail(suite, ppl_rows)
+        active: list[MethodSpec] = [] if f is not None else [self.full]
+        for ladder in _ladder([sp for sp in specs if sp.label != "full"]).values():
+            why = ""
+            for sp in ladder:
+                r = self.rows.get(sp.label)
+                if why:
+                    skipped[sp.label] = why
+                elif sp.label in bad_ppl:
+                    why = f"{sp.label}: {bad_ppl[sp.label]}"
+                    skipped[sp.label] = bad_ppl[sp.label]
+                elif r is not None:
+                    if r.get("status") == "stopped" or (
+                            f is not None
+                            and r["score_sum"] < f["score_sum"] - suite.acc_tol * suite.trials):
+                        why = f"larger budget {sp.label} fails the task criterion"
+                else:
+                    active.append(sp)
+        self.active = active
+        self.sc_of = {sp.label: [] for sp in active}
+        if partial_dir is not None and active:
+            self._resume(partial_dir, sorted(self.rows), log)
+            if resumed is not None and self.journal is not None:
+                resumed[cell.key] = self.journal.prior
+
+    def _resume(self, partial_dir: Path, have: list[str], log: Callable[[str], None] | None
+                ) -> None:
+        """Open the cell's journal (:mod:`hikv.model.accuracy.journal`) and replay its trials
+        while each one ran exactly the methods the replay has active."""
+        j = self.journal = Journal(partial_path(partial_dir, self.cell.key), {
+            "cell": self.cell.key, "seed": self.seed, "suite_key": suite_key(self.suite),
+            "have": have, "active": [sp.label for sp in self.active]})
+        for i, rec in enumerate(j.records):
+            if not self.active or rec["labels"] != [sp.label for sp in self.active]:
+                j.keep(i)
+                j.dropped = f"{j.path.name}: trial {i} ran other methods, dropped from it on"
+                break
+            self._apply(rec["prompt_tokens"], rec["scores"], rec["texts"])
+        if log is not None and (j.dropped or j.records):
+            log(f"{self.cell.key}: resumed {self.ran} finished trial(s) from {j.path.name}"
+                + (f" ({j.dropped})" if j.dropped else ""))
+
+    def case(self, lm: Any, words: Sequence[str], i: int) -> Any:
+        """Trial ``i``'s case (the same for every protocol and run)."""
+        c = self.cell
+        return T.make_case(lm, c.task, c.length, random.Random(f"{self.seed}/{c.task}/"
+                                                               f"{c.length}/{i}"), words=words)
+
+    def add(self, case: Any, outs: list[list[int]], decode: Callable[[list[int]], str]
+            ) -> None:
+        """Score trial ``self.ran``'s answers ``outs`` (one per :attr:`active` spec), journal
+        them, and stop what can no longer pass."""
+        texts = [decode(o) for o in outs]
+        if len(texts) != len(self.active):
+            raise ValueError(f"{len(texts)} answers for {len(self.active)} methods")
+        scores = [T.score(t, case.references) for t in texts]
+        if self.journal is not None:
+            self.journal.append(self.ran, case.length, [sp.label for sp in self.active],
+                                scores, texts)
+        self._apply(case.length, scores, texts)
+
+    def _apply(self, prompt_tokens: int, scores: list[float], texts: list[str]) -> None:
+        """The bookkeeping of one trial (scores and answers of the :attr:`active` specs)."""
+        suite, full, T_ = self.suite, self.full, self.suite.trials
+        self.n_prompt += prompt_tokens
+        self.ran += 1
+        for sp, sc, text in zip(self.active, scores, texts, strict=True):
+            self.sc_of[sp.label].append(sc)
+            self.smp.setdefault(sp.label, text)
+        if self.progress is not None:
+            self.progress(1)
+        rem = T_ - self.ran
+        sc = self.sc_of
+        if self.f is None and sum(sc["full"]) + rem < suite.keep_min * T_ - 1e-9:
+            self.rows["full"] = self._row(full, "stopped")
+            self.skipped.update({sp.label: "task dropped: full KV below the filter"
+                                 for sp in self.active if sp is not full})
+            self.active = []
+            return
+        target = (self.f["score_sum"] if self.f is not None else sum(sc["full"])) \
+            - suite.acc_tol * T_ - 1e-9
+        dead: set[str] = set()
+        for sp in self.active:
+            if sp is full or sp.label in dead:
+                continue
+            if sum(sc[sp.label]) + rem < target:
+                dead.add(sp.label)
+                self.rows[sp.label] = self._row(sp, "stopped")
+                for o in self.active:
+                    if (A.family(o) == A.family(sp) and o is not full
+                            and (o.budget or 0) < (sp.budget or 0) and o.label not in dead):
+                        dead.add(o.label)
+                        self.skipped[o.label] = \
+                            f"larger budget {sp.label} fails the task criterion"
+        self.active = [sp for sp in self.active if sp.label not in dead]
+        if self.ran == T_:
+            for sp in self.active:
+                self.rows[sp.label] = self._row(sp, "complete")
+            self.active = []
+
+    def _row(self, spec: MethodSpec, status: str) -> dict[str, Any]:
+        return _task_row(spec, self.cell, self.sc_of[spec.label], self.suite.trials,
+                         self.smp[spec.label], self.n_prompt, self.seed, status)
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The cell's rows in spec order (its remaining progress units reported)."""
+        if self.progress is not None:
+            self.progress(cell_units(self.cell, self.suite) - self.ran)
+        return [self.rows[sp.label] for sp in self.specs if sp.label in self.rows]
+
+
+def _adaptive_task(cell: Cell, suite: SeedSuite, env: dict[str, Any],
+                   specs: list[MethodSpec], have: dict[str, dict[str, Any]],
+                   ppl_rows: list[dict[str, Any]], *, seed: int, batch: int,
+                   progress: Progress | None, skipped: dict[str, str],
+                   **journal: Any) -> list[dict[str, Any]]:
+    """Rows of one task cell, running only what the iso decision can use.
+
+    Trial by trial, full KV and the methods still undecided share one prompt pass
+    (:func:`hikv.model.accuracy.experiments._generate`). Full KV stops once it cannot reach
+    ``suite.keep_min`` (``status: stopped``): the task filter drops the cell, the methods
+    stop with it. A method stops (``status: stopped``, its trials so far) once even perfect
+    scores on the remaining trials cannot bring it within ``suite.acc_tol`` of full KV's
+    total (full KV's score so far, a lower bound of its total, or its total when its row is on
+    disk); the family's smaller budgets then stop too (``skipped``), and budgets whose
+    perplexity, or a larger budget's, is over ``suite.ppl_tol`` are not run: the iso budget
+    is the smallest with every larger budget passing, so none of these can be it. Once every
+    method is decided, full KV alone finishes its trials (the task filter needs them). Rows in
+    ``have`` are kept (resume per method); ``skipped`` gains label -> reason. ``journal``:
+    ``partial_dir``, ``log``, ``resumed`` of :class:`_TaskCell` (finished trials journaled
+    and resumed, :mod:`hikv.model.accuracy.journal`).
+    """
+    lm, cfg = env["lm"], env["cfg"]
+    st = _TaskCell(cell, suite, specs, have, ppl_rows, seed=seed, progress=progress,
+                   skipped=skipped, **journal)
+    while st.active:
+        c = st.case(lm, env["words"], st.ran)
+        ctx, feed = A.split_prompt(c.context, c.question, cell.protocol)
+        st.add(c, A._generate(lm, st.active, cfg, ctx, feed, c.references, c.max_new, batch),
+               lm.decode)
+    return st.finish()
+
+
+def _fork_generate(lm: Any, prompt: list[MethodSpec], follow: list[MethodSpec], cfg: Config,
+                   case: Any, batch: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Greedy answers of ``prompt`` (protocol ``prompt``) and ``follow`` (``follow-up``) specs
+    on one case from one prompt pass: the first batch of ``prompt`` prefills context and
+    question with ``prefix`` = the context, forking the follow-up state; the other ``prompt``
+    batches and every ``follow`` batch adopt their recorded prompt
+    (:func:`hikv.model.lm.runner.adopt_prefill`): the states a pass over each prompt would give."""
+    from hikv.model.lm.runner import Sequence as LMSeq
+    from hikv.model.lm.runner import adopt_prefill, prefill
+
+    ctx_p, feed_p = A.split_prompt(case.context, case.question, "prompt")
+    ctx_f, feed_f = A.split_prompt(case.context, case.question, "follow-up")
+    refs, new = case.references, case.max_new
+    cap_p = A._cap_batch(lm, batch, len(ctx_p) + len(feed_p) + new)
+    cap_f = A._cap_batch(lm, batch, len(ctx_f) + len(feed_f) + new)
+    out_p: list[list[int]] = [[] for _ in prompt]
+    out_f: list[list[int]] = [[] for _ in follow]
+    pending = [LMSeq(lm, sp, cfg) for sp in prompt]
+    fseqs = [LMSeq(lm, sp, cfg) for sp in follow]
+    chunks = A._batches(list(range(len(prompt))), cap_p)
+    record = fork = None
+    try:
+        for j, chunk in enumerate(chunks):
+            seqs = [pending[i] for i in chunk]
+            if j == 0:
+                logits = prefill(lm, seqs, ctx_p, record_for=pending if len(chunks) > 1
+                                 else None, prefix=len(ctx_f), prefix_for=fseqs)
+                record, fork = lm.last_prefill, lm.last_prefix
+            else:
+                logits = adopt_prefill(lm, seqs, record)
+            for i, o in zip(chunk, A._answer(lm, seqs, logits, feed_p, refs, new),
+                            strict=True):
+                out_p[i] = o
+                pending[i] = None       # one batch's caches at a time
+            del seqs
+        assert fork is not None
+        for chunk in A._batches(list(range(len(follow))), cap_f):
+            seqs = [fseqs[i] for i in chunk]
+            logits = adopt_prefill(lm, seqs, fork)
+            for i, o in zip(chunk, A._answer(lm, seqs, logits, feed_f, refs, new),
+                            strict=True):
+                out_f[i] = o
+                fseqs[i] = None
+            del seqs
+    finally:
+        lm.last_prefill = lm.last_prefix = None
+    return out_p, out_f
+
+
+def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0,
+             batch: int = 64, progress: Progress | None = None,
+             have: list[dict[str, Any]] | None = None,
+             ppl_rows: list[dict[str, Any]] | None = None,
+             skipped: dict[str, str] | None = None, partial_dir: Path | None = None,
+             log: Callable[[str], None] | None = None,
+             resumed: dict[str, tuple[float, float]] | None = None) -> list[dict[str, Any]]:
+    """Rows of one cell for the methods of :func:`suite_specs` (``env``: ``lm``, ``cfg``,
+    ``text``, ``words`` of a loaded model); each row gains ``budget_rule`` and ``cell``.
+
+    ``have``: rows of this cell already on disk; only the methods missing from them run (a
+    new family adds work without redoing the old). A perplexity cell runs every missing
+    method; a task cell with ``suite.adaptive`` runs full KV first and then only what the iso
+    decision can use (:func:`_adaptive_task`, given the length's perplexity rows
+    ``ppl_rows``; ``skipped`` gains each method not run and why), else every method on every
+    trial. With ``partial_dir`` (the suite's ``cells/``) an adaptive task cell journals each
+    finished trial to ``<key>.partial.jsonl`` and first replays the trials a killed run left
+    there (:mod:`hikv.model.accuracy.journal`; ``resumed`` gains the key -> the journal's
+    cumulative (wall s, CPU s), ``log`` says what was resumed); the caller deletes the journal
+    once the cell's file is written."""
+    lm, cfg = env["lm"], env["cfg"]
+    pairs = suite_specs(suite, cfg, cell.length)
+    rules = {sp.label: r for sp, r in pairs}
+    done = {r["label"]: r for r in (have or []) if r["label"] in rules}
+    specs = [p[0] for p in pairs]
+    need = [sp for sp in specs if sp.label not in done]
+    if cell.kind == "ppl":
+        rows: list[dict[str, Any]] = []
+        if need:
+            wins = A.text_windows(lm, env["text"], cell.length, suite.ppl_windows)
+            rows = A.perplexity(lm, need, cfg, wins, cell.length - suite.ppl_decode,
+                                batch=batch)
+        if progress is not None:
+            progress(cell_units(cell, suite))
+        got = {**done, **{r["label"]: r for r in rows}}
+        rows = [got[sp.label] for sp in specs]
+    elif suite.adaptive:
+        rows = _adaptive_task(cell, suite, env, specs, done, ppl_rows or [], seed=seed,
+                              batch=batch, progress=progress,
+                              skipped=skipped if skipped is not None else {},
+                              partial_dir=partial_dir, log=log, resumed=resumed)
+    else:
+        new = A.task_accuracy(lm, need, cfg, task=cell.task, length=cell.length,
+                              trials=suite.trials, protocol=cell.protocol, seed=seed,
+                              words=env["words"], batch=batch,
+                              progress=progress) if need else []
+        got = {**done, **{r["label"]: r for r in new}}
+        rows = [got[sp.label] for sp in specs]
+    return [{**r, "budget_rule": rules[r["label"]], "cell": cell.key} for r in rows]
+
+
+def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
+              seed: int = 0, batch: int = 64, progress: Progress | None = None,
+              have: dict[str, list[dict[str, Any]]] | None = None,
+              ppl_rows: list[dict[str, Any]] | None = None,
+              skipped: dict[str, dict[str, str]] | None = None,
+              partial_dir: Path | None = None, log: Callable[[str], None] | None = None,
+              resumed: dict[str, tuple[float, float]] | None = None
+              ) -> dict[str, list[dict[str, Any]]]:
+    """Rows per cell key of ``cells``: the ``prompt`` and ``follow-up`` task cells of one task
+    and length (adaptive suite) run together, one prompt pass per trial for both (see the
+    module docstring and :func:`_fork_generate`), each with its own bookkeeping, so each
+    cell's rows are :func:`run_cell`'s (the follow-up state is forked from the prompt pass:
+    causal attention makes it that of a pass over the context, float for float where the
+    BLAS kernels do not depend on the row count; ``docs/accuracy.md``, harness cost).
+    Anything else runs cell by cell. ``have``, ``skipped``: per cell key; ``partial_dir``,
+    ``log``, ``resumed``: the trial journals, as in :func:`run_cell` (a pair whose journals
+    end at different trials lets the one behind catch up alone, then shares again)."""
+    have, skipped = have or {}, skipped if skipped is not None else {}
+    for c in cells:
+        skipped.setdefault(c.key, {})
+    pair = [c for c in cells if c.kind == "task"]
+    if not (suite.adaptive and len(cells) == 2 and len(pair) == 2
+            and {c.protocol for c in pair} == {"prompt", "follow-up"}
+            and len({(c.task, c.length) for c in pair}) == 1):
+        return {c.key: run_cell(c, suite, env, seed=seed, batch=batch, progress=progress,
+                                have=have.get(c.key), ppl_rows=ppl_rows,
+                                skipped=skipped[c.key], partial_dir=partial_dir, log=log,
+                                resumed=resumed) for c in cells}
+    lm, cfg = env["lm"], env["cfg"]
+    pairs = suite_specs(suite, cfg, pair[0].length)
+    rules = {sp.label: r for sp, r in pairs}
+    specs = [p[0] for p in pairs]
+    st: dict[str, _TaskCell] = {}
+    for c in pair:
+        done = {r["label"]: r for r in have.get(c.key, []) if r["label"] in rules}
+        st[c.protocol] = _TaskCell(c, suite, specs, done, ppl_rows or [], seed=seed,
+                                   progress=progress, skipped=skipped[c.key],
+                                   partial_dir=partial_dir, log=log, resumed=resumed)
+    p, f = st["prompt"], st["follow-up"]
+    while p.active or f.active:
+        # the active cell with fewer trials (equal counts, unresumed: the prompt cell)
+        lead = min((x for x in (p, f) if x.active), key=lambda x: x.ran)
+        c = lead.case(lm, env["words"], lead.ran)
+        if p.active and f.active and p.ran == f.ran:
+            op, of = _fork_generate(lm, p.active, f.active, cfg, c, batch)
+            p.add(c, op, lm.decode)
+            f.add(c, of, lm.decode)
+            continue
+        ctx, feed = A.split_prompt(c.context, c.question, lead.cell.protocol)
+        lead.add(c, A._generate(lm, lead.active, cfg, ctx, feed, c.references, c.max_new,
+                                batch), lm.decode)
+    return {s.cell.key: [{**r, "budget_rule": rules[r["label"]], "cell": s.cell.key}
+                         for r in s.finish()] for s in (p, f)}
+
+
+def cell_units(cell: Cell, suite: SeedSuite) -> int:
+    """Progress units of a cell: its perplexity windows or its trials."""
+    return suite.ppl_windows if cell.kind == "ppl" else suite.trials

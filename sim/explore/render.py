@@ -1,0 +1,260 @@
+"""Rendering of ``hikv report``: Markdown, CSV, JSON and plots of a
+:class:`~hikv.sim.explore.report.Report`.
+
+:func:`write_report` is the only function that writes files (into the folder it is given).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hikv.io import atomic_write_text, save_figure
+from hikv.params import (
+    Config,
+    config_to_json,
+    from_dict,
+)
+
+from hikv.sim.explore.report import MethodRow, Report
+
+__all__ = ["markdown", "rows_csv", "report_json", "save_figure", "plot_report", "write_report",
+           "CSV_FIELDS"]
+
+
+# --------------------------------------------------------------------------- output
+def _fmt_bytes(b: float) -> str:
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= k:
+            return f"{b / k:.3f} {unit}"
+    return f"{b:.0f} B"
+
+
+def markdown(rep: Report) -> str:
+    """The report as Markdown."""
+    c = rep.config
+    lines = [f"# HiKV attention-level results: preset `{rep.preset}`", "",
+             f"Code {rep.code_version}; model {c['model']['name']}, context N = {c['context']},"
+             f" budget B = {c['policy']['budget']}, {c['accel']['memory']} "
+             f"{c['accel']['mem_bandwidth_bytes_per_s'] / 1e9:g} GB/s, "
+             f"{c['accel']['pe_lanes']} PE lanes at {_pe_clock(rep) / 1e9:.3g} GHz, "
+             f"{c['accel']['tech_nm']} nm.", "",
+             f"Budgets: {rep.budgets}. Sorter/loader timing: `{rep.timing_model}` (the RTL's "
+             "timing contracts, checked against cocotb).", "",
+             "All figures below are **model** results of this flow (per decode step, all "
+             "layers and KV heads).", "",
+             "| method | bytes/step | full KV bytes / this | time/step (us) | speedup vs full "
+             "[roofline bound] | HiKV speedup vs this [roofline bound] | energy/step (uJ) | "
+             "energy vs full | this bytes / HiKV bytes |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rep.rows:
+        lines.append(
+            f"| {r.label} | {_fmt_bytes(r.bytes_burst)} | {r.bytes_reduction_vs_full:.2f}x | "
+            f"{r.time_s * 1e6:.2f} | {r.speedup_vs_full:.2f}x "
+            f"[{r.roofline_bound_vs_full:.2f}x, {r.bound}] | {r.hikv_speedup_vs_this:.2f}x "
+            f"[{r.hikv_roofline_bound_vs_this:.2f}x] | {r.energy_j * 1e6:.2f} | "
+            f"{-100 * r.energy_reduction_vs_full:+.1f}% | "
+            f"{r.hikv_bytes_reduction_vs_this:.2f}x |")
+    lines += ["", "Cycles per (layer, KV head), in the PE array's clock: select (scoring "
+              "metadata; of which the low-bit scoring unit), sort, attend; layer time with the "
+              "KV heads pipelined over the units; bytes roofline (bytes / bandwidth) over the "
+              "time.", "",
+              "| method | select | of it: scorer | sort | attend | layer | at bytes bound | "
+              "energy split (DRAM / SRAM / MAC / softmax / sorter / loader / scorer, %) |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in rep.rows:
+        tot = sum(r.energy_parts_j.values())
+        split = " / ".join(f"{100 * r.energy_parts_j.get(k, 0.0) / tot:.1f}"
+                           for k in ENERGY_PARTS)
+        lines.append(f"| {r.label} | {r.select_cycles_per_head:.0f} | "
+                     f"{r.scorer_cycles_per_head:.0f} | "
+                     f"{r.sort_cycles_per_head:.0f} | {r.attend_cycles_per_head:.0f} | "
+                     f"{r.layer_cycles:.0f} | {100 * r.bytes_bound_fraction:.0f}% | {split} |")
+    lines += ["", "## Clocks", "", *_clock_lines(rep)]
+    lines += ["", "## Area (synthesised from our RTL)", ""]
+    a = rep.area
+    if not a.get("available"):
+        lines.append(f"Unavailable: {a.get('reason', '')}")
+    else:
+        lines += [f"Baseline accelerator (the system the overhead is measured against): "
+                  f"{rep.baseline_system}.", "",
+                  f"At {a['tech_nm']} nm. Loader instances: {a['loader_instances']} (at the "
+                  f"loader's clock, {a.get('loader_clock_hz', 0) / 1e6:.0f} MHz).", "",
+                  "| part | item | count | unit area (um^2) | area (mm^2) | NAND2 eq./unit | "
+                  "origin |", "|---|---|---|---|---|---|---|"]
+        for i in a["items"]:
+            lines.append(f"| {i['part']} | {i['name']} | {i['count']:g} | "
+                         f"{i['unit_area_m2'] * 1e12:,.1f} | {i['area_m2'] * 1e6:.4f} | "
+                         f"{i['nand2_equivalents_per_unit']:,.0f} | {i['origin']} |")
+        lines.append("")
+        lines.append(f"Baseline accelerator: {a['baseline_m2'] * 1e6:.4f} mm^2; HiKV blocks: "
+                     f"{a['hikv_m2'] * 1e6:.4f} mm^2.")
+        if a["missing_blocks"]:
+            lines.append(f"Overhead pending: {', '.join(a['missing_blocks'])} not registered "
+                         "in hikv.hw.blocks yet.")
+        else:
+            lines.append(f"Overhead: {100 * a['overhead_vs_baseline']:.2f}% of the baseline, "
+                         f"{100 * a['share_of_system']:.2f}% of the system.")
+            lines += ["", *_area_breakdown(a)]
+    lines += ["", "## Reference claims against ours", "",
+              "| claim | reference (seed paper, not measured here) | ours | origin of ours |",
+              "|---|---|---|---|"]
+    for cl in rep.claims:
+        lines.append(f"| {cl['claim']} | {cl['reference']} | {cl['ours']} | {cl['origin']} |")
+    lines += ["", "Conditions of ours: " + rep.claims[0]["conditions"] + ".", "", "## Notes", ""]
+    lines += [f"- {n}" for n in rep.notes]
+    for s in rep.sections:
+        lines += ["", f"## {s.title}", "", s.markdown]
+    return "\n".join(lines) + "\n"
+
+
+def _area_breakdown(a: dict[str, Any]) -> list[str]:
+    """Where the HiKV area goes: each block's share of the baseline and its flip-flops."""
+    base = a["baseline_m2"]
+    per: dict[str, float] = {}
+    count: dict[str, float] = {}
+    for i in a["items"]:
+        if i["part"] == "hikv":
+            blk = i["name"].split(".")[0]
+            per[blk] = per.get(blk, 0.0) + i["area_m2"]
+            if "." not in i["name"]:
+                count[blk] = i["count"]
+    out = []
+    for blk, area in per.items():
+        syn = a["synthesis"].get(blk, {})
+        seq = syn.get("sequential_area_sky130_m2", 0.0) / max(syn.get("area_sky130_m2", 1), 1e-30)
+        out.append(f"- {blk}: {count.get(blk, 1):g} x {area / count.get(blk, 1) * 1e6:.4f} "
+                   f"mm^2 = {100 * area / base:.1f}% of the baseline; "
+                   f"{syn.get('flipflops', 0):,} flip-flops per copy ({100 * seq:.0f}% of its "
+                   "cell area)")
+    if "loader" in per and count.get("loader", 1) > 1:
+        one = per["loader"] / count["loader"]
+        rest = sum(v for k, v in per.items() if k != "loader")
+        out.append(f"- with one loader instead of {count['loader']:g}: "
+                   f"{100 * (rest + one) / base:.1f}% of the baseline")
+    return out
+
+
+CSV_FIELDS = [f.name for f in dataclasses.fields(MethodRow) if f.name != "energy_parts_j"]
+#: energy parts of a row, in table order
+ENERGY_PARTS = ("dram", "sram", "mac", "softmax", "sorter", "loader", "scorer")
+
+
+def _pe_clock(rep: Report) -> float:
+    ck = rep.clocks
+    return float(ck["reference_hz"]) if ck else float(rep.config["accel"]["clock_hz"])
+
+
+def _clock_lines(rep: Report) -> list[str]:
+    """Every block's clock with its origin, source and critical path."""
+    ck = rep.clocks
+    if not ck:
+        return ["Every block at accel.clock_hz (assumed, not checked)."]
+    out = [f"Policy `{ck['policy']}`" + (
+        " (each phase at its own block's clock; cycles in the PE array's clock)."
+        if ck["policy"] == "per_block" else
+        f" (the whole accelerator at the slowest used block's clock, "
+        f"{ck['single_hz'] / 1e6:.0f} MHz)."), "",
+        "| block | clock (MHz) | runs at (MHz) | origin | source | critical path |",
+        "|---|---|---|---|---|---|"]
+    for b, c in ck["blocks"].items():
+        used = "" if c["used"] else " (not used by this preset)"
+        out.append(f"| {b}{used} | {c['hz'] / 1e6:.0f} | {c['effective_hz'] / 1e6:.0f} | "
+                   f"{c['origin']} | {c['source']} | {c['critical_path'] or '-'} |")
+    if ck["assumed"]:
+        out += ["", "**Assumed, not checked:** " + ", ".join(ck["assumed"]) + " (the PE array: "
+                "the baseline accelerator's clock, the reference; any other block: no timing "
+                "estimate, synthesis not allowed or not possible)."]
+    return out
+
+
+def rows_csv(rep: Report) -> str:
+    buf = io.StringIO()
+    parts = list(ENERGY_PARTS)
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["preset", "code_version", "timing_model", "budgets", *CSV_FIELDS,
+                *(f"energy_{p}_j" for p in parts)])
+    for r in rep.rows:
+        w.writerow([rep.preset, rep.code_version, rep.timing_model, rep.budgets,
+                    *(getattr(r, f) for f in CSV_FIELDS),
+                    *(r.energy_parts_j.get(p, 0.0) for p in parts)])
+    return buf.getvalue()
+
+
+def report_json(rep: Report) -> dict[str, Any]:
+    d = dataclasses.asdict(rep)
+    d["rows"] = [dataclasses.asdict(r) for r in rep.rows]
+    return _jsonable(d)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, np.generic):
+        return _jsonable(x.item())
+    return x
+
+
+
+def plot_report(rep: Report, out: Path) -> list[Path]:
+    """Per-method bars (time, energy, bytes vs full KV) and speedup vs context length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    labels = [r.label for r in rep.rows]
+    full = rep.rows[0]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    x = np.arange(len(labels))
+    for i, (name, vals) in enumerate((
+            ("time", [r.time_s / full.time_s for r in rep.rows]),
+            ("energy", [r.energy_j / full.energy_j for r in rep.rows]),
+            ("bytes", [r.bytes_burst / full.bytes_burst for r in rep.rows]))):
+        ax.bar(x + (i - 1) * 0.27, vals, 0.27, label=name)
+    ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=7)
+    ax.set_ylabel("relative to full KV (model)")
+    ax.set_title(f"preset {rep.preset}: per decode step")
+    ax.legend()
+    paths.append(save_figure(fig, out / "methods.png"))
+    cur = rep.context_curve
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for lab, ys in cur["speedup_vs_full"].items():
+        ax.plot(cur["context"], ys, marker="o", ms=3, label=lab)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length N (tokens)")
+    ax.set_ylabel("attention speedup vs full KV (model)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    paths.append(save_figure(fig, out / "speedup_vs_context.png"))
+    return paths
+
+
+def write_report(rep: Report, out: Path, *, plots: bool = True) -> list[Path]:
+    """Write report.md, report.csv, report.json, config.json (and plots) into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, text in (("report.md", markdown(rep)), ("report.csv", rows_csv(rep)),
+                       ("report.json", json.dumps(report_json(rep), indent=2) + "\n")):
+        atomic_write_text(out / name, text)
+        files.append(out / name)
+    cfg_text = config_to_json(from_dict(Config, rep.config))
+    atomic_write_text(out / "config.json", cfg_text + "\n")
+    files.append(out / "config.json")
+    if plots:
+        files += plot_report(rep, out)
+    return files
+
+
