@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from hikv.params import (
 from hikv.sim.explore.report import MethodRow, Report
 
 __all__ = ["markdown", "rows_csv", "report_json", "save_figure", "plot_report", "write_report",
-           "CSV_FIELDS"]
+           "CSV_FIELDS", "group_same", "operating_point"]
 
 
 # --------------------------------------------------------------------------- output
@@ -207,38 +208,161 @@ def _jsonable(x: Any) -> Any:
 
 
 
+#: Plotted values that agree within this relative tolerance are drawn once, with a shared label.
+SAME_RTOL = 1e-3
+#: HiKV's colour; the other methods take the palette below, in order, with a marker each.
+HIKV_COLOUR = "#d62728"
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf", "#393b79", "#637939", "#843c39")
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "h", "<", ">", "p", "d")
+
+
+def _is_hikv(label: str) -> bool:
+    return label.startswith("hikv")
+
+
+def group_same(labels: list[str], values: list[list[float]],
+               rtol: float = SAME_RTOL) -> list[tuple[list[str], list[float]]]:
+    """Methods whose values all agree within ``rtol`` (relative), in first-seen order:
+    ``[(labels, values), ...]``. HiKV is never merged with another method, so it stays
+    visible on its own."""
+    groups: list[tuple[list[str], list[float]]] = []
+    for lab, vals in zip(labels, values, strict=True):
+        for labs, ref in groups:
+            if (not _is_hikv(lab) and not any(_is_hikv(x) for x in labs)
+                    and np.allclose(vals, ref, rtol=rtol, atol=0.0)):
+                labs.append(lab)
+                break
+        else:
+            groups.append(([lab], list(vals)))
+    return groups
+
+
+def _style(i: int, labels: list[str]) -> dict[str, Any]:
+    """Colour, marker and weight of the ``i``-th non-HiKV group (HiKV: red, thick, on top)."""
+    if any(_is_hikv(x) for x in labels):
+        return {"color": HIKV_COLOUR, "marker": "*", "lw": 2.6, "ms": 9, "zorder": 5}
+    return {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)],
+            "lw": 1.3, "ms": 5, "zorder": 3}
+
+
+def _group_label(labels: list[str]) -> str:
+    if len(labels) <= 3:
+        return ", ".join(labels)
+    return f"{', '.join(labels[:2])} + {len(labels) - 2} more (same)"
+
+
+def operating_point(rep: Report) -> str:
+    """One line naming the operating point of a report's figures: preset, model, context,
+    budget and clocks."""
+    cfg = rep.config
+    model = cfg.get("model", {})
+    pol = cfg.get("policy", {})
+    clk = rep.clocks.get("blocks", {}) if rep.clocks else {}
+    if clk:
+        origins = sorted({b.get("origin", "?") for b in clk.values()})
+        mhz = ", ".join(f"{k} {b.get('effective_hz', b.get('hz', 0)) / 1e6:.0f}"
+                        for k, b in clk.items())
+        clocks = f"clocks MHz: {mhz} ({'/'.join(origins)})"
+    else:
+        clocks = "clocks: not recorded"
+    return (f"preset {rep.preset}: {model.get('name', '?')} (d = {model.get('head_dim', '?')}), "
+            f"context N = {cfg.get('context', '?')} tokens, nominal budget B = "
+            f"{pol.get('budget', '?')} tokens; {clocks}")
+
+
+def _bar_panel(ax: Any, rows: list[dict[str, Any]], title: str) -> None:
+    labels = [r["label"] for r in rows]
+    vals = [[r["time"], r["energy"], r["bytes"]] for r in rows]
+    groups = group_same(labels, vals)
+    x = np.arange(len(groups))
+    for i, (name, colour) in enumerate((("attention time", "#4c72b0"),
+                                        ("energy", "#55a868"), ("external bytes", "#8172b2"))):
+        heights = [g[1][i] for g in groups]
+        bars = ax.bar(x + (i - 1) * 0.27, heights, 0.27, label=name, color=colour)
+        for b, (labs, _) in zip(bars, groups, strict=True):
+            if any(_is_hikv(s) for s in labs):
+                b.set_edgecolor(HIKV_COLOUR)
+                b.set_linewidth(2.0)
+    ticks = ["\n".join(_wrap(g[0])) for g in groups]
+    ax.set_xticks(x, ticks, rotation=0, fontsize=6.5)
+    for lab, (labs, _) in zip(ax.get_xticklabels(), groups, strict=True):
+        if any(_is_hikv(s) for s in labs):
+            lab.set_color(HIKV_COLOUR)
+            lab.set_fontweight("bold")
+    ax.axhline(1.0, color="black", lw=0.6, ls=":")
+    ax.set_ylabel("per decode step, relative to full KV (= 1)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _wrap(labels: list[str]) -> list[str]:
+    """Tick label lines: a group of methods one per line (at most three, then '+ n more')."""
+    if len(labels) <= 3:
+        return labels
+    return [*labels[:2], f"+ {len(labels) - 2} more (same)"]
+
+
+def _curve_panel(ax: Any, curve: dict[str, Any], title: str) -> None:
+    labels = list(curve["speedup_vs_full"])
+    groups = group_same(labels, [curve["speedup_vs_full"][k] for k in labels])
+    i = 0
+    for labs, ys in groups:
+        st = _style(i, labs)
+        if not any(_is_hikv(s) for s in labs):
+            i += 1
+        ax.plot(curve["context"], ys, label=_group_label(labs), color=st["color"],
+                marker=st["marker"], lw=st["lw"], ms=st["ms"], zorder=st["zorder"])
+    ax.axhline(1.0, color="black", lw=0.6, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length N (tokens)")
+    ax.set_ylabel("attention speedup vs full KV (x)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6.5)
+
+
+def _bar_rows(rows: tuple[MethodRow, ...] | list[MethodRow]) -> list[dict[str, Any]]:
+    full = rows[0]
+    return [{"label": r.label, "time": r.time_s / full.time_s,
+             "energy": r.energy_j / full.energy_j,
+             "bytes": r.bytes_burst / full.bytes_burst} for r in rows]
+
+
 def plot_report(rep: Report, out: Path) -> list[Path]:
-    """Per-method bars (time, energy, bytes vs full KV) and speedup vs context length."""
+    """``methods.png`` (time, energy and external bytes per decode step against full KV) and
+    ``speedup_vs_context.png`` (speedup against context length). Methods whose plotted values
+    agree within :data:`SAME_RTOL` are drawn once with a shared label; HiKV is drawn in red and
+    never merged. With an iso-accuracy report the nominal-budget view is drawn beside the
+    iso-accuracy one."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    iso = bool(rep.nominal)
+    caption = (operating_point(rep) + f". Cost model; methods equal within {SAME_RTOL:.1%} "
+               "share one label." + (f" Right: each method at its {rep.budgets}." if iso else ""))
+    views = ([("nominal budgets (every method at B)", rep.nominal["rows"],
+               rep.nominal["context_curve"]),
+              ("iso-accuracy budgets (each method at its own B)", _bar_rows(rep.rows),
+               rep.context_curve)]
+             if iso else [("nominal budgets (every method at B)", _bar_rows(rep.rows),
+                           rep.context_curve)])
     paths = []
-    labels = [r.label for r in rep.rows]
-    full = rep.rows[0]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    x = np.arange(len(labels))
-    for i, (name, vals) in enumerate((
-            ("time", [r.time_s / full.time_s for r in rep.rows]),
-            ("energy", [r.energy_j / full.energy_j for r in rep.rows]),
-            ("bytes", [r.bytes_burst / full.bytes_burst for r in rep.rows]))):
-        ax.bar(x + (i - 1) * 0.27, vals, 0.27, label=name)
-    ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=7)
-    ax.set_ylabel("relative to full KV (model)")
-    ax.set_title(f"preset {rep.preset}: per decode step")
-    ax.legend()
-    paths.append(save_figure(fig, out / "methods.png"))
-    cur = rep.context_curve
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for lab, ys in cur["speedup_vs_full"].items():
-        ax.plot(cur["context"], ys, marker="o", ms=3, label=lab)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("context length N (tokens)")
-    ax.set_ylabel("attention speedup vs full KV (model)")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    paths.append(save_figure(fig, out / "speedup_vs_context.png"))
+    fig, axes = plt.subplots(1, len(views), figsize=(9.5 * len(views), 5.4), squeeze=False,
+                             layout="constrained")
+    for ax, (title, rows, _) in zip(axes[0], views, strict=True):
+        _bar_panel(ax, rows, f"{title}: per decode step")
+    fig.supxlabel(textwrap.fill(caption, 150 * len(views)), fontsize=6.5, x=0.01, ha="left")
+    paths.append(save_figure(fig, out / "methods.png", tight=False))
+    fig, axes = plt.subplots(1, len(views), figsize=(6.5 * len(views), 5.0), squeeze=False,
+                             layout="constrained")
+    for ax, (title, _, curve) in zip(axes[0], views, strict=True):
+        _curve_panel(ax, curve, title)
+    fig.supxlabel(textwrap.fill(caption, 110 * len(views)), fontsize=6, x=0.01, ha="left")
+    paths.append(save_figure(fig, out / "speedup_vs_context.png", tight=False))
     return paths
 
 

@@ -256,6 +256,9 @@ class Report:
     context_curve: dict[str, Any] = field(default_factory=dict)
     clocks: dict[str, Any] = field(default_factory=dict)
     baseline_system: str = BASELINE_SYSTEM
+    #: with iso-accuracy budgets: the nominal-budget view beside them (``rows``: label and
+    #: time / energy / bytes relative to full KV; ``context_curve``); empty otherwise
+    nominal: dict[str, Any] = field(default_factory=dict)
 
     def row(self, method: Method) -> MethodRow:
         """The first row of ``method``; for HiKV the reference row (the last HiKV one: ThinK,
@@ -367,7 +370,8 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
                  budgets=(f"iso-accuracy ({iso.metric} within {iso.tolerance}; {iso.path})"
                           if iso else "nominal (every method at the preset's budget B)"),
                  rows=tuple(rows), area=area_d, claims=tuple(claims), notes=tuple(notes),
-                 context_curve=curve, clocks=clocks.to_dict())
+                 context_curve=curve, clocks=clocks.to_dict(),
+                 nominal=_nominal_view(cfg, timing, clocks) if iso else {})
     names = tuple(REPORT_SECTIONS) if sections is True else tuple(sections or ())
     if names:
         extra = []
@@ -394,6 +398,18 @@ def _clocks(cfg: Config, synthesis: bool, fetch: bool) -> Clocks:
         return accelerator_clocks(cfg)
     except CellsUnavailable as e:
         return assumed_clocks(cfg, f"no cell library for the timing flow: {e}")
+
+
+def _nominal_view(cfg: Config, timing: TimingModel, clocks: Clocks) -> dict[str, Any]:
+    """Every method at the preset's budget (the report's rows without ``--iso``), relative to
+    full KV, and its context curve: drawn beside an iso-accuracy report's own view."""
+    specs = baseline_specs(cfg)
+    costs = [attention_cost(s, cfg, timing=timing, clocks=clocks) for s in specs]
+    full = costs[0]
+    rows = [{"label": s.label, "time": c.time_s / full.time_s,
+             "energy": c.energy_j / full.energy_j, "bytes": c.bytes_burst / full.bytes_burst}
+            for s, c in zip(specs, costs, strict=True)]
+    return {"rows": rows, "context_curve": _context_curve(cfg, specs, timing, clocks)}
 
 
 def _context_curve(cfg: Config, specs: list[MethodSpec], timing: TimingModel,
