@@ -21,11 +21,14 @@ import csv
 import fcntl
 import fnmatch
 import functools
+import hashlib
 import io
 import json
 import math
 import os
+import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -87,8 +90,13 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", *,
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
     p = Path(path)
+    if p.is_symlink():                 # a link is followed: the file it names is replaced
+        p = p.resolve()
     if p.is_dir():
         raise ParamError(f"{p} is a folder: give a file path")
+    if p.exists() and not p.is_file():
+        raise ParamError(f"{p} is {_file_kind(p)}, not a regular file: refusing to replace it "
+                         "(give the path of a regular file)")
     if not p.parent.is_dir():
         raise ParamError(f"{p}: its folder {p.parent} does not exist"
                          + (" (it is a file)" if p.parent.exists() else ""))
@@ -111,6 +119,16 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", *,
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _file_kind(p: Path) -> str:
+    """What a path that is neither a folder nor a regular file is, in words."""
+    mode = p.stat().st_mode
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
 
 
 @functools.cache
@@ -339,6 +357,10 @@ def prepare_out_dir(folder: str | os.PathLike[str], owned: Sequence[str], *,
     an earlier run unless ``force`` (then they are deleted first, so no old file stays beside
     new ones). Files that match no pattern are left alone."""
     p = check_writable(folder, flag)
+    hold_out_dir(p, flag, owned)
+    remove_orphan_temps(p)
+    with contextlib.suppress(FileNotFoundError):   # the folder is incomplete until the run ends
+        (p / MANIFEST).unlink()
     old = sorted(f.name for f in p.iterdir()
                  if f.is_file() and any(fnmatch.fnmatchcase(f.name, g) for g in owned))
     if old and not force:
@@ -352,6 +374,122 @@ def prepare_out_dir(folder: str | os.PathLike[str], owned: Sequence[str], *,
             raise ParamError(f"{flag} {p}: cannot remove the old {name}: "
                              f"{e.strerror or e}") from None
     return p
+
+
+#: The lock file of an output folder (held by the run writing into it).
+OUT_LOCK = ".hikv-run.lock"
+#: Written last into an output folder by a run that finished: without it the folder is
+#: incomplete (the run was killed, failed or is still going).
+MANIFEST = "MANIFEST.json"
+MANIFEST_SCHEMA = "hikv.manifest/1"
+_HELD: dict[Path, int] = {}
+_OWNED: dict[Path, tuple[str, ...]] = {}
+
+
+def hold_out_dir(folder: str | os.PathLike[str], flag: str = "--out",
+                 owned: Sequence[str] = ()) -> Path:
+    """Make this process the one run writing into ``folder`` until it exits: an exclusive
+    ``flock`` on ``folder/.hikv-run.lock`` (which records the holder's pid and command). A
+    second process asking for the same folder gets :class:`ParamError` naming the holder; the
+    same process asking again is fine. The lock goes with the process, however it ends."""
+    p = Path(folder).resolve()
+    _OWNED[p] = tuple(dict.fromkeys((*_OWNED.get(p, ()), *owned)))
+    if p in _HELD:
+        return p
+    lock = p / OUT_LOCK
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+    except OSError as e:
+        raise ParamError(f"{flag} {p}: cannot create its lock file: {e.strerror or e}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            holder = os.pread(fd, 400, 0).decode("utf-8", "replace").strip()
+        except OSError:
+            holder = ""
+        os.close(fd)
+        raise ParamError(f"{flag} {p} is in use by another run ({holder or 'unknown'}); wait "
+                         "for it to finish or give another folder") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)}"[:400].encode(), 0)
+    _HELD[p] = fd
+    return p
+
+
+def release_out_dir(folder: str | os.PathLike[str]) -> None:
+    """Give up the lock :func:`hold_out_dir` took (a no-op when not held)."""
+    p = Path(folder).resolve()
+    _OWNED.pop(p, None)
+    fd = _HELD.pop(p, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def release_all_out_dirs() -> None:
+    """Release every folder this process holds, writing no manifest (the run did not finish)."""
+    for p in list(_HELD):
+        release_out_dir(p)
+
+
+def finish_out_dirs(arguments: Sequence[str]) -> list[Path]:
+    """The run ended normally: write :data:`MANIFEST` into every folder this process holds
+    (the run's files with sizes and SHA-256, the code version and the arguments), last, and
+    release the folders. Returns the manifests written."""
+    written = []
+    for p in list(_HELD):
+        owned = _OWNED.get(p, ())
+        files = sorted(f for f in p.rglob("*") if f.is_file() and f.name != MANIFEST
+                       and not f.name.startswith(".")
+                       and (not owned or any(fnmatch.fnmatchcase(f.name, g) for g in owned)))
+        entries = []
+        for f in files:
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    h.update(block)
+            entries.append({"path": f.relative_to(p).as_posix(), "bytes": f.stat().st_size,
+                            "sha256": h.hexdigest()})
+        atomic_write_text(p / MANIFEST, json.dumps(
+            {"schema": MANIFEST_SCHEMA, "complete": True, "code_version": code_version(),
+             "arguments": list(arguments), "files": entries}, indent=1) + "\n")
+        written.append(p / MANIFEST)
+        release_out_dir(p)
+    return written
+
+
+def folder_complete(folder: str | os.PathLike[str]) -> tuple[bool, str]:
+    """``(True, "")`` when ``folder`` holds a run's :data:`MANIFEST` and every file it lists is
+    there with its size and hash; else ``(False, why)``."""
+    p = Path(folder)
+    m = p / MANIFEST
+    if not m.is_file():
+        return False, (f"{p} has no {MANIFEST}: the run that wrote it did not finish (killed, "
+                       "failed or still running)")
+    try:
+        data = json.loads(m.read_text())
+        entries = data["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return False, f"{m}: unreadable manifest ({e})"
+    for e in entries:
+        f = p / e["path"]
+        if not f.is_file() or f.stat().st_size != e["bytes"]:
+            return False, f"{f}: missing or changed since the run ({MANIFEST})"
+        if hashlib.sha256(f.read_bytes()).hexdigest() != e["sha256"]:
+            return False, f"{f}: changed since the run (hash differs from {MANIFEST})"
+    return True, ""
+
+
+def remove_orphan_temps(folder: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files (``.NAME.*.tmp``) that a run killed mid-write left in
+    ``folder``; call it only while holding the folder (:func:`hold_out_dir`)."""
+    gone = []
+    for f in Path(folder).iterdir():
+        if f.name.startswith(".") and f.name.endswith(".tmp") and f.is_file():
+            with contextlib.suppress(OSError):
+                f.unlink()
+                gone.append(f)
+    return gone
 
 
 def unique_dir(parent: str | os.PathLike[str], prefix: str) -> Path:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import os
 import pkgutil
+import signal
 import sys
 from collections.abc import Sequence
 
 from hikv import __version__
+from hikv.io import finish_out_dirs, release_all_out_dirs
 from hikv.params import ParamError
 
 
@@ -51,6 +54,17 @@ _EXPECTED = (("hikv.model.lm.assets", "AssetError"), ("hikv.sim.eda.cells", "Cel
 
 #: Exit status of an interrupted command (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
+#: Exit status of a command stopped by SIGTERM (128 + SIGTERM).
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so it unwinds like Ctrl-C: temporary files are
+    deleted and no partial file is renamed into place."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
 #: Exit status of every expected failure (bad input, unreadable or unwritable file, ...).
 EXIT_ERROR = 2
 
@@ -100,8 +114,21 @@ def _close_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``hikv`` command; returns the exit status (0 ok, 1 a check or regression
-    failed, 2 an expected error -- one line on stderr, no traceback --, 130 Ctrl-C).
+    failed, 2 an expected error -- one line on stderr, no traceback --, 130 Ctrl-C, 143
+    SIGTERM).
     ``HIKV_DEBUG=1`` re-raises expected errors with their traceback."""
+    previous = None
+    with contextlib.suppress(ValueError):      # not the main thread: leave SIGTERM alone
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        release_all_out_dirs()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     command = "hikv"
     try:
         parser = build_parser()
@@ -114,8 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_ERROR
         rc = int(args._run(args) or 0)
+        finish_out_dirs(["hikv", *(sys.argv[1:] if argv is None else argv)])
         sys.stdout.flush()
         return rc
+    except Terminated:
+        print(f"\n{command}: terminated (SIGTERM); files already written are complete, "
+              "partial ones were not kept", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print(f"\n{command}: interrupted (Ctrl-C); files already written are complete, "
               "partial ones were not kept", file=sys.stderr)

@@ -1,8 +1,7 @@
 """Misuse suite, explicit cases: every expected failure of the command line is one line on
 stderr naming the problem and what is allowed, exit 2, no traceback; Ctrl-C is exit 130; a
 closed pipe is no traceback; numeric inputs are validated (finite, in range, integers not
-truncated); bounds and non-steady results are labelled; captures load without running code.
-Each test here failed before the reliability fixes (issue 14)."""
+truncated); bounds and non-steady results are labelled; captures load without running code."""
 
 from __future__ import annotations
 
@@ -91,7 +90,8 @@ def test_out_folder_is_owned_refused_or_cleared(tmp_path, capsys):
     # --force with fewer methods: the old requests_h2o.csv must not stay beside new files
     assert main([*base[:4], "full", *base[5:], "--force"]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
-        "kv_use.png", "latency_cdf.png", "mine.txt", "requests_full.csv", "summary.csv"]
+        ".hikv-run.lock", "MANIFEST.json", "kv_use.png", "latency_cdf.png", "mine.txt",
+        "requests_full.csv", "summary.csv"]
 
 
 def test_bad_output_paths_fail_before_the_work(tmp_path, capsys):

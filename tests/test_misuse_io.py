@@ -63,7 +63,8 @@ def test_prepare_out_dir(tmp_path):
     with pytest.raises(ParamError, match=r"a\.csv, req_x\.csv\); pass --force"):
         hio.prepare_out_dir(out, ("a.csv", "req_*.csv"))
     hio.prepare_out_dir(out, ("a.csv", "req_*.csv"), force=True)
-    assert [p.name for p in out.iterdir()] == ["keep.md"]
+    assert sorted(p.name for p in out.iterdir()) == [hio.OUT_LOCK, "keep.md"]
+    hio.release_out_dir(out)
     with pytest.raises(ParamError, match="is not a folder"):
         hio.prepare_out_dir(out / "keep.md", ("a.csv",))
     with pytest.raises(ParamError, match="cannot be written"):
