@@ -67,12 +67,36 @@ _FLAGS = {"context": "--context", "budget": "--budget", "keep_v": "--keep-v",
           "tech_nm": "--node"}
 
 
+def _check_stage2_axes(cfg, axes: dict[str, list]) -> None:
+    """``--keep-k`` / ``--keep-v`` set how many elements HiKV's Stage II keeps of each K / V
+    vector; on a preset whose rule for that side keeps every element (kind ``none``) they would
+    change nothing, so they are refused rather than swept as a flat line."""
+    from hikv.params import ParamError
+
+    for axis, side, rule in (("keep_k", "k", cfg.policy.k_rule),
+                             ("keep_v", "v", cfg.policy.v_rule)):
+        if axis in axes and rule.kind.value == "none":
+            pruned = _presets_pruning(side)
+            raise ParamError(
+                f"{_FLAGS[axis]}: preset {cfg.name}'s HiKV Stage II {side.upper()} rule "
+                f"(policy.{side}_rule.kind) is 'none': every element is kept, so "
+                f"{_FLAGS[axis]} would change nothing; presets that prune {side.upper()}: "
+                f"{', '.join(pruned) or 'none'}")
+
+
+def _presets_pruning(side: str) -> list[str]:
+    from hikv.presets import PRESETS
+
+    return [n for n, c in PRESETS.items()
+            if getattr(c.policy, f"{side}_rule").kind.value != "none"]
+
+
 def check_axes(cfg, axes: dict[str, list]) -> None:
     """Validate every axis value through the parameter classes: the preset with that one
     value set (every configuration column the axis sets) must be a valid configuration as far
     as that field's own range goes. A violation is a :class:`~hikv.params.ParamError` naming
     the flag, the value and the allowed range; constraints between two fields (a budget below
-    the preset's recent window) are left to the per-point model, as before."""
+    the preset's recent window) are left to the per-point model."""
     import json
     import re
 
@@ -127,10 +151,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bench", action="store_true",
                    help="benchmark: time the analytic evaluation on random points")
     p.add_argument("--tradeoff", action="store_true",
-                   help="issue 13's trade-off curve instead of a sweep: the preset's HiKV over "
-                   "--sorter-lanes x --scorer-lanes x --loaders (defaults 4,8,16,32 x "
-                   "4,8,16,32,64 x 1,2,4,8), HiKV units' share of the system area (cached "
-                   "syntheses; other lane counts interpolated) vs attention throughput; "
+                   help="the area / throughput trade-off curve instead of a sweep: the "
+                   "preset's HiKV over --sorter-lanes x --scorer-lanes x --loaders (defaults "
+                   "4,8,16,32 x 4,8,16,32,64 x 1,2,4,8), HiKV units' share of the system area "
+                   "(cached syntheses; other lane counts interpolated) vs attention throughput; "
                    "writes tradeoff.csv, tradeoff.md (table with the 8 %% line) and "
                    "tradeoff.png")
     p.add_argument("--loaders", type=_ints, help="--tradeoff: loader instances I")
@@ -173,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
                               ("bandwidth", args.bandwidth), ("tech_nm", args.node))
             if v is not None}
     check_axes(cfg, axes)
+    _check_stage2_axes(cfg, axes)
     if not axes:
         axes = {"context": [1024, 2048, 4096, 8192, 16384],
                 "budget": [128, 256, 512], "pe_lanes": [64, 256, 1024],

@@ -126,3 +126,15 @@ def test_prepare_out_dir_names_the_parameter_on_refusal(tmp_path):
     with pytest.raises(ParamError, match="--out .* pass --force"):
         hio.prepare_out_dir(out, ("a.csv",))
     hio.release_out_dir(out)
+
+
+@pytest.mark.parametrize("override", ["accel.mem_bandwidth_bytes_per_s=1e-300",
+                                      "accel.clock_hz=1e308"])
+def test_report_refuses_a_degenerate_configuration(tmp_path, capsys, override):
+    out = tmp_path / "r"
+    rc = main(["report", "--preset", "tiny", "--no-area", "--no-plots", "--no-serving",
+               "--set", override, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert override.split("=")[0] in err and "Traceback" not in err
+    assert not (out / "report.csv").exists() and not (out / "report.md").exists()

@@ -342,7 +342,8 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
     timing = timing or default_timing()
     clocks = _clocks(cfg, area, fetch_cells)
     specs = list(iso.specs) if iso else baseline_specs(cfg)
-    costs = [(s, attention_cost(s, cfg, timing=timing, clocks=clocks)) for s in specs]
+    with np.errstate(all="ignore"):           # a degenerate input is refused just below
+        costs = [(s, attention_cost(s, cfg, timing=timing, clocks=clocks)) for s in specs]
     rows = [_row(s, c) for s, c in costs]
     full = next(r for r in rows if r.method == Method.FULL.value)
     hikv = _hikv_row(rows)
@@ -359,6 +360,7 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
             hikv_bytes_reduction_vs_this=r.bytes_burst / hikv.bytes_burst,
             hikv_energy_reduction_vs_this=1.0 - hikv.energy_j / r.energy_j))
     rows = out
+    _check_finite_rows(cfg, rows)
     hikv = _hikv_row(rows)
     area_d = _area_section(cfg, fetch_cells, clocks) if area else {
         "available": False, "reason": "not requested"}
@@ -383,6 +385,34 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
             extra.append(fn(cfg, rep, **(section_options or {}).get(name, {})))
         rep = dataclasses.replace(rep, sections=tuple(extra))
     return rep
+
+
+#: The fields of a report row that are measurements: each must be finite.
+FINITE_FIELDS = ("bytes_burst", "bytes_ideal", "time_s", "roofline_s", "energy_j",
+                 "speedup_vs_full", "roofline_bound_vs_full", "bytes_reduction_vs_full",
+                 "energy_reduction_vs_full", "hikv_speedup_vs_this")
+
+
+def _check_finite_rows(cfg: Config, rows: list[MethodRow]) -> None:
+    """Refuse a degenerate configuration (an infinite time, a NaN ratio, a MAC/byte balance that
+    overflows) instead of writing it as a result: :class:`~hikv.io.NonFiniteError` naming the
+    row, the field and the accelerator parameters that set its scale."""
+    from hikv.io import NonFiniteError
+
+    a = cfg.accel
+    scale = (f"accel.clock_hz = {a.clock_hz:g}, accel.mem_bandwidth_bytes_per_s = "
+             f"{a.mem_bandwidth_bytes_per_s:g}, accel.pe_lanes = {a.pe_lanes}")
+    balance = a.pe_lanes * a.clock_hz / a.mem_bandwidth_bytes_per_s
+    if not math.isfinite(balance):
+        raise NonFiniteError(f"report: the accelerator's MAC/byte balance is {balance} ({scale}): "
+                             "use realistic accel values (--set)")
+    for r in rows:
+        for f in FINITE_FIELDS:
+            v = getattr(r, f)
+            if not math.isfinite(v):
+                raise NonFiniteError(f"report: row {r.label}: {f} = {v} is not a finite number "
+                                     f"({scale}): the configuration is degenerate; use "
+                                     "realistic values (--set)")
 
 
 def _clocks(cfg: Config, synthesis: bool, fetch: bool) -> Clocks:

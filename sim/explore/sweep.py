@@ -130,7 +130,9 @@ def evaluate(cfg: Config, points: dict[str, np.ndarray], specs: list[MethodSpec]
     out: dict[str, dict[str, np.ndarray]] = {}
     for s in specs:
         c = ref if s is specs[0] else attention_cost(s, cfg, ov, timing=timing, clocks=clocks)
-        shape = np.broadcast(c.time_s, ref.time_s).shape
+        # every column per design point, whichever of them the swept axes reach
+        n = len(next(iter(points.values()))) if points else None
+        shape = (n,) if n is not None else np.broadcast(c.time_s, ref.time_s).shape
 
         def b(x: Any, shape: tuple[int, ...] = shape) -> np.ndarray:
             return np.broadcast_to(np.asarray(x, dtype=float), shape)
