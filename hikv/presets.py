@@ -120,8 +120,8 @@ def _default() -> Config:
         # one 64-B burst per beat (the widest beat that reads no byte outside the bursts the
         # golden account counts), so one loader streams 64 B/cycle and 4 take the 256 B/cycle
         # of this memory; 64 reads in flight cover the 100-cycle latency even for scattered
-        # 128-B rows (Little's law: 64 x 2 beats >= 100 + 2 cycles; requests of 4 beats, so
-        # the entry queue stays 512 deep) (docs/loader.md, section 10)
+        # 128-B rows (Little's law: 64 x 2 beats >= 100 + 2 cycles; requests of 4 beats)
+        # (docs/loader.md, "Parameters")
         loader=LoaderParams(addr_width=32, data_width=512, max_burst_beats=4,
                             max_outstanding=64, id_width=4, max_tokens=4096,
                             channel_pages=loader_needs_channel_pages(policy),
@@ -220,12 +220,31 @@ def with_overrides(cfg: Config, items: list[str] | tuple[str, ...]) -> Config:
                 raise ParamError(f"override {item!r}: {'.'.join(path[:i + 1])!r} is not a "
                                  f"parameter; known here: {known}")
             if i == len(path) - 1:
-                node[part] = value
+                if isinstance(node[part], dict):
+                    if not isinstance(value, dict):
+                        raise ParamError(f"override {item!r}: {key!r} is a section; give "
+                                         f"{key}.FIELD=VALUE or a JSON object of its fields")
+                    _merge(node[part], value, key, item)   # the other fields keep their values
+                else:
+                    node[part] = value
             else:
                 node = node[part]
     data["name"] = f"{cfg.name}[{','.join(items)}]"
     return from_dict(Config, data)
 
+
+
+def _merge(section: dict, value: dict, key: str, item: str) -> None:
+    """Set the fields ``value`` names in ``section`` (recursively); an unknown one is an
+    error naming it and the known ones."""
+    for k, v in value.items():
+        if k not in section:
+            raise ParamError(f"override {item!r}: {key}.{k!r} is not a parameter; known here: "
+                             f"{sorted(section)}")
+        if isinstance(section[k], dict) and isinstance(v, dict):
+            _merge(section[k], v, f"{key}.{k}", item)
+        else:
+            section[k] = v
 
 
 # --------------------------------------------------------------------------- operating point
@@ -348,7 +367,7 @@ SEED_ALIGN_BYTES = 8
 
 def seed_hikv(cfg: Config, *, k_kind: Stage2Kind = Stage2Kind.THINK, keep_k: int | None = None,
               keep_v: int | None = None, align_bytes: int = SEED_ALIGN_BYTES) -> Config:
-    """``cfg`` with the seed's HiKV (issue 11): evicting Stage I at ``cfg.policy.budget``
+    """``cfg`` with the seed's HiKV: evicting Stage I at ``cfg.policy.budget``
     (SnapKV seeding at the end of prefill, H2O accumulation, compaction every Δ) and packed
     Stage II records, named ``NAME+seed``.
 
@@ -359,9 +378,9 @@ def seed_hikv(cfg: Config, *, k_kind: Stage2Kind = Stage2Kind.THINK, keep_k: int
     ``3/4 head_dim``. Records are packed: ``layout.align_bytes = align_bytes`` (2 or 8), so the
     compacted cache streams as one contiguous run per region.
 
-    The defaults are not switched (issue 11 item 6 decides from the accuracy numbers); doing so
-    is ``PRESETS["default"] = seed_hikv(PRESETS["default"])``, or the same change to the
-    preset's policy and layout.
+    The named presets keep their own policy; switching one to the seed's HiKV is
+    ``PRESETS["default"] = seed_hikv(PRESETS["default"])``, or the same change to the preset's
+    policy and layout.
     """
     d = cfg.layout.head_dim
     if align_bytes not in (2, 8):

@@ -11,6 +11,7 @@ import pkgutil
 import signal
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from hikv import __version__
 from hikv.io import finish_out_dirs, release_all_out_dirs
@@ -28,8 +29,16 @@ def _commands() -> dict[str, object]:
     return mods
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (the usage is in ``--help``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {' '.join(message.split())} "
+                              f"(see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="hikv",
         description="HiKV co-design kit: RTL generation and simulation, golden model, cost, "
                     "energy, area and serving models. Units: bytes, seconds, joules, metres "

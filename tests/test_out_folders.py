@@ -3,6 +3,7 @@ run finished, orphan temporary files cleaned, SIGTERM handled like Ctrl-C."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -138,3 +139,23 @@ def test_report_refuses_a_degenerate_configuration(tmp_path, capsys, override):
     assert rc == 2, err
     assert override.split("=")[0] in err and "Traceback" not in err
     assert not (out / "report.csv").exists() and not (out / "report.md").exists()
+
+
+def test_argparse_errors_are_one_line(capsys):
+    for argv in (["serve", "--rate", "x"], ["bogus"], ["report", "--preset"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "error:" in err and "--help" in err, err
+
+
+def test_set_of_a_whole_section_merges_into_it():
+    from hikv.presets import get_preset, with_overrides
+
+    base = get_preset("default")
+    cfg = with_overrides(base, ['accel={"clock_hz": 2e9}'])
+    assert cfg.accel.clock_hz == 2e9
+    assert dataclasses.replace(cfg.accel, clock_hz=base.accel.clock_hz) == base.accel  # rest kept
+    with pytest.raises(ParamError, match="'bogus' is not a parameter"):
+        with_overrides(base, ['accel={"bogus": 1}'])
+    with pytest.raises(ParamError, match="is a section"):
+        with_overrides(base, ["accel=5"])
