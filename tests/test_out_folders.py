@@ -159,3 +159,16 @@ def test_set_of_a_whole_section_merges_into_it():
         with_overrides(base, ['accel={"bogus": 1}'])
     with pytest.raises(ParamError, match="is a section"):
         with_overrides(base, ["accel=5"])
+
+
+def test_fetch_assets_verify_rehashes_and_deletes_a_corrupt_copy(tmp_path, capsys):
+    from hikv.model.lm.assets import asset_path
+
+    target = asset_path("smollm2-135m", tmp_path)
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"not the model")
+    rc = main(["fetch-assets", "--verify", "--cache", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 1 and "CORRUPT  smollm2-135m" in out and "absent   pg-essays" in out
+    assert not target.exists()
+    assert main(["fetch-assets", "--verify", "--cache", str(tmp_path)]) == 0

