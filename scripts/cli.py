@@ -10,7 +10,7 @@ import os
 import pkgutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from hikv import __version__
@@ -27,6 +27,23 @@ def _commands() -> dict[str, object]:
             mods[info.name[4:].replace("_", "-")] = importlib.import_module(
                 f"hikv.scripts.{info.name}")
     return mods
+
+
+def _number_type(kind: type, dest: str, flag: str) -> Callable[[str], int | float]:
+    """The parser of a numeric flag: :func:`hikv.flags.parse_int` / ``parse_float`` (ASCII,
+    finite, exact) and the flag's range (:data:`hikv.flags.FLAG_RANGES`)."""
+    from hikv.flags import check_flag, parse_float, parse_int
+
+    def parse(text: str) -> int | float:
+        try:
+            v = parse_int(text, "value", limit=False) if kind is int else parse_float(text)
+            check_flag(dest, flag, v)
+        except ParamError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return v
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -50,7 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
+    _strict_numbers(parser)
     return parser
+
+
+def _strict_numbers(parser: argparse.ArgumentParser) -> None:
+    """Every ``type=int`` / ``type=float`` flag of every (sub)command, argument groups
+    included, goes through one number parser with the flag's range (:mod:`hikv.flags`)."""
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                _strict_numbers(sub)
+        elif a.type in (int, float):
+            flag = next((s for s in a.option_strings if s.startswith("--")), a.dest)
+            a.type = _number_type(a.type, a.dest, flag)
 
 
 #: Exceptions that are the user's or the machine's problem, not a bug, by module and class:

@@ -24,27 +24,26 @@ def _items(s: str) -> list[str]:
 
 
 def _int(x: str) -> int:
-    """An integer, exactly: ``8.9`` is an error, never truncated to 8 (``1e3`` is 1000)."""
+    """An integer, exactly (:func:`hikv.flags.parse_int`: ASCII, ``8.9`` an error, ``1e3``
+    1000)."""
+    from hikv.flags import parse_int
+    from hikv.params import ParamError
+
     try:
-        return int(x)
-    except ValueError:
-        try:
-            f = float(x)
-        except ValueError:
-            f = math.nan
-        if not (math.isfinite(f) and f == int(f)):
-            raise argparse.ArgumentTypeError(f"{x!r} is not an integer") from None
-        return int(f)
+        return parse_int(x)
+    except ParamError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _float(x: str) -> float:
+    """A finite number (:func:`hikv.flags.parse_float`)."""
+    from hikv.flags import parse_float
+    from hikv.params import ParamError
+
     try:
-        v = float(x)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{x!r} is not a number") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"{x!r} is not a finite number")
-    return v
+        return parse_float(x)
+    except ParamError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _ints(s: str) -> list[int]:
@@ -161,11 +160,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--synthesise", action="store_true",
                    help="--tradeoff: synthesise lane counts not in the cache (slow: minutes "
                    "to an hour per build) instead of interpolating their area")
+    p.add_argument("--resynthesise", action="store_true",
+                   help="run synthesis and timing even where the cache or the results shipped "
+                   "with the kit hold them")
     p.add_argument("--points", type=int, default=100_000, help="--bench design points")
     p.add_argument("--seed", type=int, default=0, help="--bench sampling seed")
 
 
 def run(args: argparse.Namespace) -> int:
+    from hikv.sim.eda.shipped import resynthesis
+
+    with resynthesis(args.resynthesise):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from hikv.io import prepare_out_dir
     from hikv.params import ParamError
     from hikv.presets import baseline_specs, get_preset
@@ -233,8 +242,11 @@ def run(args: argparse.Namespace) -> int:
         from hikv.sim.eda.cells import CellsUnavailable, fetch_cells
 
         try:
-            fetch_cells()
-            area = sw.area_columns(cfg, pts, res.size)
+            try:
+                area = sw.area_columns(cfg, pts, res.size)
+            except CellsUnavailable:     # neither cached nor shipped: the flow needs the cells
+                fetch_cells()
+                area = sw.area_columns(cfg, pts, res.size)
         except CellsUnavailable as e:
             print(f"area columns skipped: {e}")
     rows = sw.write_csv(cfg, res, out / "sweep.csv", area)

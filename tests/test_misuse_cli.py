@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _signals import sigint_default
+from signal_helpers import sigint_default
 
 from hikv.scripts.cli import main
 
@@ -141,8 +141,8 @@ def test_unreadable_and_foreign_input_files(tmp_path, capsys):
 def test_numbers_are_finite_and_in_range(capsys):
     cases = [
         (["serve", "--preset", "tiny", "--seed", "-1", "--requests", "5"], "--seed = -1"),
-        (["serve", "--preset", "tiny", "--rate", "inf"], "--rate = inf"),
-        (["serve", "--preset", "tiny", "--rate", "nan"], "--rate = nan"),
+        (["serve", "--preset", "tiny", "--rate", "inf"], "'inf' is not a finite number"),
+        (["serve", "--preset", "tiny", "--rate", "nan"], "'nan' is not a finite number"),
         (["serve", "--preset", "tiny", "--requests", "0"], "--requests = 0"),
         (["serve", "--preset", "tiny", "--requests", "5", "--set",
           "accel.mem_bandwidth_bytes_per_s=Infinity"], "must be a finite number"),
@@ -319,10 +319,10 @@ def test_json_results_refuse_non_finite(tmp_path):
 
 
 def test_report_serving_cells_label_bounds():
-    from hikv.sim.serving.report import _goodput_cell
+    from hikv.sim.serving.report import goodput_cell
 
-    assert _goodput_cell({"goodput_req_per_s": 4.0, "goodput_bound": "measured"}) == "4.000"
-    assert _goodput_cell({"goodput_req_per_s": 4096.0,
+    assert goodput_cell({"goodput_req_per_s": 4.0, "goodput_bound": "measured"}) == "4.000"
+    assert goodput_cell({"goodput_req_per_s": 4096.0,
                           "goodput_bound": "lower bound"}) == ">=4096.000"
-    assert _goodput_cell({"goodput_req_per_s": 0.0, "goodput_bound": "upper bound",
+    assert goodput_cell({"goodput_req_per_s": 0.0, "goodput_bound": "upper bound",
                           "goodput_min_rate_tried_req_per_s": 0.244}) == "<0.244"
