@@ -2,8 +2,8 @@
 disaggregation with KV transfer, each instance the single-replica engine of `hikv serve`.
 
 `hikv cluster` is `hikv serve` with cluster flags: both take the same flag definitions
-(:func:`add_cluster_arguments`, added to `hikv serve`'s), and `hikv serve` runs this whenever a
-cluster flag is given. Layouts: --cluster NAME (a preset of
+(:mod:`hikv.scripts.serving_flags`), and `hikv serve` runs this whenever a cluster flag is
+given. Layouts: --cluster NAME (a preset of
 :data:`hikv.sim.cluster.params.CLUSTER_PRESETS`; flags override its fields), --replicas N
 (aggregated: every instance prefills and decodes) and/or --pd P:D (P prefill and D decode
 instances; comma-separated to compare several; --dynamic-ratio dopd|threshold, or --dynamic for
@@ -30,68 +30,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import serving_flags
+
 HELP = "simulate a serving cluster (hikv serve with cluster flags): routers, P/D, schedulers"
 
 #: The files ``hikv cluster --out`` (``hikv serve`` with cluster flags) writes (cleared by
 #: --force).
 OWNED = ("summary.csv", "decisions.csv", "tails.png")
 
-#: The flags that make ``hikv serve`` a cluster run (their ``args`` names).
-CLUSTER_FLAGS = ("cluster", "replicas", "pd", "dynamic_ratio", "reconfig_s", "router",
-                 "decode_router", "link", "scheduler", "quantile", "train_fraction")
-
-#: ``hikv serve`` flags a cluster run does not take (per-replica device and policy options).
-SERVE_ONLY = ("device", "profile", "device_memory", "breakdown", "section", "export_vidur",
-              "policy", "admission")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """`hikv cluster`: every `hikv serve` flag (one set of definitions)."""
-    from .cmd_serve import add_arguments as serve_arguments
-
-    serve_arguments(p)
-
-
-def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
-    """The cluster flags (shared by `hikv serve` and `hikv cluster`); every default is None,
-    so a run is a cluster run exactly when one is given."""
-    g = p.add_argument_group("cluster (any of these makes hikv serve a cluster run; "
-                             "default preset paper, methods full,hikv-evict)")
-    g.add_argument("--cluster", metavar="NAME",
-                   help="cluster layout preset: agg4, pd2:2, pd3:1, pd-dopd (flags below "
-                        "override its fields)")
-    g.add_argument("--replicas", type=int, metavar="N",
-                   help="aggregated pool of N instances (default 4 when no --pd is given)")
-    g.add_argument("--pd", metavar="P:D[,P:D...]",
-                   help="disaggregated layouts: P prefill and D decode instances")
-    g.add_argument("--dynamic-ratio", metavar="RULE",
-                   help="with --pd: also run each P:D with a dynamic ratio: dopd (DOPD's "
-                        "forecast-and-ratio rule) or threshold (backlog/KV thresholds)")
-    g.add_argument("--dynamic", dest="dynamic_ratio", action="store_const", const="dopd",
-                   help="the same as --dynamic-ratio dopd")
-    g.add_argument("--reconfig-s", type=float, metavar="S",
-                   help="with a dynamic ratio: seconds an instance is down to change role "
-                        "(default: DynamicRatio's)")
-    g.add_argument("--router",
-                   help="router(s), comma-separated: round-robin, least-tokens, p2c, quartz, "
-                        "quartz-mean, or 'all' (default: round-robin)")
-    g.add_argument("--decode-router",
-                   help="with --pd: round-robin, least-kv or maps (default: round-robin)")
-    g.add_argument("--link",
-                   help="with --pd: KV link preset: nvlink, rdma-400, rdma-200, ideal "
-                        "(default: rdma-200)")
-    g.add_argument("--scheduler",
-                   help="waiting order(s) of the instances that prefill, comma-separated: "
-                        "fcfs, ewsjf (default: fcfs)")
-    g.add_argument("--quantile", type=float, help="QUARTZ quantile (default 0.9)")
-    g.add_argument("--train-fraction", type=float, metavar="F",
-                   help="fraction of the requests (the first ones) that trains the output-"
-                        "length predictor; the rest is served (default 0.3; 0: train on all)")
-
-
-def is_cluster_run(args: argparse.Namespace) -> bool:
-    """Whether ``args`` (of `hikv serve`) hold a cluster flag."""
-    return any(getattr(args, f, None) is not None for f in CLUSTER_FLAGS)
+    """`hikv cluster`: every `hikv serve` flag (one set of definitions,
+    :mod:`hikv.scripts.serving_flags`)."""
+    serving_flags.add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,7 +76,13 @@ def run_cluster(args: argparse.Namespace) -> int:
     from hikv.sim.cluster.sched import split_workload
     from hikv.sim.serving.step_cost import DEFAULT_STEP_COST
 
-    from .cmd_serve import check_workload_flags, serving_config, workload_from_flags
+    from .serving_flags import (
+        SERVE_ONLY,
+        check_workload_flags,
+        require_rescalable,
+        serving_config,
+        workload_from_flags,
+    )
 
     check_workload_flags(args)
     given = [f"--{f.replace('_', '-')}" for f in SERVE_ONLY
@@ -184,6 +140,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     wl, seed = workload_from_flags(args, cfg)
     predictor, served = split_workload(wl, base.train_fraction, q=base.quantile)
     if args.trace and args.rate is not None:
+        require_rescalable(served, args.rate)
         served = served.at_rate(args.rate)
     ev = predictor.evaluate(served.prompt_tokens, served.output_tokens)
     print(f"preset {cfg.name}: model {cfg.model.name}; SLOs TTFT {cfg.serving.ttft_slo_s} s, "

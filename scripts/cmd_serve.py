@@ -13,8 +13,8 @@ row per method, every configuration field, seed, code version), requests_<method
 per request), latency_cdf.png and kv_use.png.
 
 Cluster flags (--cluster PRESET, --replicas, --pd, --dynamic-ratio, --router, --decode-router,
---link, --scheduler, ...; scripts/cmd_cluster.py, which defines them for both commands) make it
-a cluster run: replicas behind a router or P/D disaggregation (docs/serving.md, "Cluster").
+--link, --scheduler, ...; scripts/serving_flags.py defines them for both commands) make it
+a cluster run: replicas behind a router or P/D disaggregation (docs/cluster.md).
 
 --device a100 serves on a measured GPU (docs/serving.md, "Measured device"): every
 non-attention operator from a Vidur-format mlp.csv profile (--profile, default found under
@@ -25,92 +25,28 @@ per-iteration times by operator, --section the report's measured-device serving 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
+
+from . import serving_flags
 
 HELP = "simulate serving a trace or a Poisson workload with KV methods (latency, goodput)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default=None,
-                   help="configuration preset (default: default; paper with --device)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override a preset parameter, e.g. policy.scorer=page_bounds "
-                        "(repeatable)")
-    from hikv.presets import METHOD_NAMES
-
-    p.add_argument("--method",
-                   help=f"KV method(s), comma-separated, or 'all': {', '.join(METHOD_NAMES)}, "
-                        "or method labels such as tova@128, h2o@256/avg (default: hikv; "
-                        "full,hikv-evict in a cluster run)")
-    p.add_argument("--trace", metavar="FILE",
-                   help="Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,"
-                        "GeneratedTokens)")
-    p.add_argument("--rate", type=float, metavar="R",
-                   help="arrival rate in requests/s: Poisson rate, or the rate a --trace is "
-                        "rescaled to")
-    p.add_argument("--requests", type=int, metavar="N",
-                   help="Poisson requests (default: the preset's serving.synthetic.requests)")
-    p.add_argument("--max-requests", type=int, metavar="N",
-                   help="replay only the first N requests of --trace")
-    p.add_argument("--seed", type=int, default=0,
-                   help="Poisson workload seed, and the p2c router's in a cluster run "
-                        "(default: 0)")
-    p.add_argument("--policy", help="scheduler policy: vllm-v1, sjf, serial, sarathi "
-                                    "(default: the preset's serving.policy)")
-    p.add_argument("--admission", choices=("chunk", "prompt"),
-                   help="KV admission: chunk (first chunk's blocks, vLLM V1) or prompt (whole "
-                        "prompt reserved, vLLM V0 / Sarathi) (default: the policy's)")
-    p.add_argument("--cost-model", default=None,
-                   help="per-iteration latency model: attention-model-eff (decode attention "
-                        "from the attention cost model, the rest by a roofline with measured "
-                        "efficiencies), attention-model (the same on a bare roofline), "
-                        "roofline, roofline-eff (default: attention-model-eff; with --device "
-                        "the measured device)")
-    p.add_argument("--device", metavar="NAME",
-                   help="serve on a measured GPU: a100 (operators from a Vidur mlp.csv "
-                        "profile, attention fitted to published kernel times)")
-    p.add_argument("--model", metavar="NAME",
-                   help="model shape (hikv presets --list; default: the preset's)")
-    p.add_argument("--profile", metavar="FILE",
-                   help="Vidur-format mlp.csv for --device (default: "
-                        "shared/data/vidur-profiles/<device>/<model>/mlp.csv above the "
-                        "checkout, or $HIKV_DATA/vidur-profiles)")
-    p.add_argument("--device-memory", type=float, metavar="GIB",
-                   help="with --device: memory per GPU in GiB (default: the device's, 80)")
-    p.add_argument("--tp", type=int, default=1, metavar="N",
-                   help="tensor-parallel degree of --device (rows of the profile; default 1)")
-    p.add_argument("--breakdown", action="store_true",
-                   help="with --device: print per-iteration times by operator (decode batches, "
-                        "prefill chunks, mixed batches) before serving")
-    p.add_argument("--section", action="store_true",
-                   help="with --device: print the report's measured-device serving section "
-                        "(markdown) instead of the serving table")
-    p.add_argument("--max-batched-tokens", "--token-budget", dest="max_batched_tokens", type=int,
-                   help="override serving.max_batched_tokens: tokens one iteration may batch "
-                        "(prefill chunks plus decodes; --token-budget is its old name)")
-    p.add_argument("--max-running", type=int, help="override serving.max_running (sequences)")
-    p.add_argument("--ttft-slo", type=float, metavar="S", help="override the TTFT SLO (s)")
-    p.add_argument("--tpot-slo", type=float, metavar="S", help="override the TPOT SLO (s)")
-    p.add_argument("--goodput", action="store_true",
-                   help="also search the goodput (highest rate with >= slo_attainment of "
-                        "requests meeting both SLOs; runs the workload many times)")
-    p.add_argument("--out", metavar="DIR", help="write CSVs and plots into DIR (checked before "
-                   "the simulation; a DIR holding an earlier run's files needs --force)")
-    p.add_argument("--export-vidur", metavar="DIR",
-                   help="write DIR/<method>/attention.csv (Vidur's attention profile format: "
-                        "decode from the attention cost model, prefill by roofline, per layer) "
-                        "for each --method and exit without serving")
-    p.add_argument("--force", action="store_true",
-                   help="replace the files of an earlier run in --out (they are deleted first)")
-    from .cmd_cluster import add_cluster_arguments
-
-    add_cluster_arguments(p)
-
+    """Every flag of `hikv serve`, cluster flags included (one set of definitions, shared with
+    `hikv cluster`: :mod:`hikv.scripts.serving_flags`)."""
+    serving_flags.add_arguments(p)
 
 def run(args: argparse.Namespace) -> int:
-    from .cmd_cluster import is_cluster_run, run_cluster
+    from .cmd_cluster import run_cluster
+    from .serving_flags import (
+        check_workload_flags,
+        is_cluster_run,
+        require_rescalable,
+        serving_config,
+        workload_from_flags,
+    )
 
     if is_cluster_run(args):
         return run_cluster(args)
@@ -161,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     wl, seed = workload_from_flags(args, cfg)
     if args.trace and args.rate is not None:
+        require_rescalable(wl, args.rate)
         wl = wl.at_rate(args.rate)
     if device_cost is not None and (args.breakdown or args.section):
         from hikv.sim.serving.device_report import breakdown_table, device_section
@@ -228,60 +165,6 @@ def run(args: argparse.Namespace) -> int:
 
 #: The files ``hikv serve --out`` writes (cleared by --force).
 OWNED = ("summary.csv", "requests_*.csv", "latency_cdf.png", "kv_use.png")
-
-
-def serving_config(cfg, args: argparse.Namespace, *, model: bool = True):
-    """``cfg`` with the serving flags of ``args`` applied (--model when ``model``,
-    --max-batched-tokens, --max-running, --ttft-slo, --tpot-slo; checked by ServingParams);
-    shared by the single-replica and the cluster run."""
-    if model and args.model:
-        from hikv.presets import get_model_shape
-
-        cfg = cfg.replace(model=get_model_shape(args.model))
-    changes = {k: v for k, v in (("max_batched_tokens", args.max_batched_tokens),
-                                 ("max_running", args.max_running),
-                                 ("ttft_slo_s", args.ttft_slo),
-                                 ("tpot_slo_s", args.tpot_slo)) if v is not None}
-    if changes:
-        cfg = cfg.replace(serving=dataclasses.replace(cfg.serving, **changes))
-    return cfg
-
-
-def workload_from_flags(args: argparse.Namespace, cfg):
-    """The workload of ``args`` and its seed: --trace (its first --max-requests, arrival times
-    as recorded: the caller rescales to --rate) with seed None, or the preset's Poisson
-    workload (--rate, --requests, --seed). Shared by the single-replica and the cluster run."""
-    from hikv.params import ParamError
-    from hikv.sim.serving.workload import poisson_workload, read_azure_trace
-
-    if args.trace:
-        if args.requests is not None:
-            raise ParamError("--requests is for Poisson workloads; use --max-requests with "
-                             "--trace")
-        return read_azure_trace(args.trace, limit=args.max_requests), None
-    if args.max_requests is not None:
-        raise ParamError("--max-requests is for --trace; use --requests for Poisson")
-    return poisson_workload(cfg.serving.synthetic, seed=args.seed, rate_per_s=args.rate,
-                            requests=args.requests), args.seed
-
-
-def check_workload_flags(args: argparse.Namespace) -> None:
-    """The flags no parameter class checks, before any work (ParamError names the flag);
-    --token-budget, --max-running and the SLOs are checked by ServingParams, --rate and
-    --requests of a Poisson workload also by SyntheticWorkload. ``hikv cluster`` shares it."""
-    import math
-
-    from hikv.params import ParamError
-    from hikv.sim.serving.workload import MAX_REQUESTS
-
-    if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
-        raise ParamError(f"--rate = {args.rate} is out of range: allowed a finite number > 0 "
-                         "(requests per second)")
-    for flag, v in (("--requests", args.requests), ("--max-requests", args.max_requests)):
-        if v is not None and not 1 <= v <= MAX_REQUESTS:
-            raise ParamError(f"{flag} = {v} is out of range: allowed [1, {MAX_REQUESTS}]")
-    if not 0 <= args.seed < 2**63:
-        raise ParamError(f"--seed = {args.seed} is out of range: allowed [0, 2**63 - 1]")
 
 
 def _plot_kv(results, out):

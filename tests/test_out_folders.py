@@ -172,3 +172,13 @@ def test_fetch_assets_verify_rehashes_and_deletes_a_corrupt_copy(tmp_path, capsy
     assert rc == 1 and "CORRUPT  smollm2-135m" in out and "absent   pg-essays" in out
     assert not target.exists()
     assert main(["fetch-assets", "--verify", "--cache", str(tmp_path)]) == 0
+
+
+def test_a_rate_for_a_one_request_trace_is_refused(tmp_path, capsys):
+    trace = tmp_path / "one.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2023-11-16 18:15:00.0000000,100,3\n")
+    rc = main(["serve", "--preset", "tiny", "--method", "full", "--trace", str(trace),
+               "--rate", "5"])
+    assert rc == 2 and "holds one request, which has no arrival rate" in capsys.readouterr().err
+    assert main(["serve", "--preset", "tiny", "--method", "full", "--trace", str(trace)]) == 0

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _hikv_cost_helpers import assert_same_run
-from _serving_helpers import burst_workload, tight
+from cost_helpers import assert_same_run
+from serving_helpers import burst_workload, tight
 
 from hikv.params import ParamError, SyntheticWorkload
 from hikv.presets import get_preset, resolve_methods
 from hikv.scripts.cli import main
-from hikv.sim.serving.scheduler import POLICIES, get_policy
 from hikv.sim.serving.engine import kv_capacity_blocks, little_check, simulate
 from hikv.sim.serving.report import best_baseline, goodput, serving_summary
+from hikv.sim.serving.scheduler import POLICIES, get_policy
 from hikv.sim.serving.step_cost import (
     STEP_COST_MODELS,
     IterationBatch,
@@ -56,7 +56,7 @@ def conv_trace() -> Path:
 @pytest.mark.parametrize("name", ["full", "h2o", "snapkv", "sparq", "hikv", "hikv-evict"])
 def test_every_request_completes_once_and_tokens_are_conserved(name):
     # room for 9,000 tokens of full KV: with the RTL loader timing full-KV decode is
-    # memory-bound, not loader-bound, and 12,000 tokens no longer force a preemption
+    # memory-bound, not loader-bound, so 12,000 tokens would not force a preemption
     cfg = tight(get_preset("default"), 9_000)
     spec = resolve_methods(cfg, name)[name]
     wl = burst_workload(seed=11)
@@ -335,8 +335,8 @@ def test_cli_serve_writes_only_under_out(tmp_path, capsys, monkeypatch):
                "--requests", "150", "--out", str(tmp_path / "o")])
     assert rc == 0
     files = sorted(os.listdir(tmp_path / "o"))
-    assert files == ["kv_use.png", "latency_cdf.png", "requests_full.csv", "requests_hikv.csv",
-                     "summary.csv"]
+    assert files == [".hikv-run.lock", "MANIFEST.json", "kv_use.png", "latency_cdf.png",
+                     "requests_full.csv", "requests_hikv.csv", "summary.csv"]
     summary = (tmp_path / "o" / "summary.csv").read_text().splitlines()
     assert len(summary) == 3 and "config.serving.block_tokens" in summary[0]
     assert "seed" in summary[0] and "code_version" in summary[0]
@@ -361,9 +361,9 @@ def test_capacity_accounts_for_weights_and_workspace():
 
 
 @pytest.mark.parametrize("flag", ["--max-batched-tokens", "--token-budget"])
-def test_batched_token_limit_flag_and_its_old_name(flag, capsys):
+def test_batched_token_limit_flag_and_its_alias(flag, capsys):
     """ServingParams.max_batched_tokens (the scheduler's per-iteration token limit, not the KV
-    budget): the flag and its old spelling both set it."""
+    budget): the flag and its alias both set it."""
     rc = main(["serve", "--preset", "tiny", "--method", "full", "--rate", "2000",
                "--requests", "20", "--seed", "3", flag, "40"])
     assert rc == 0 and "max batched tokens 40," in capsys.readouterr().out
