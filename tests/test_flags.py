@@ -56,6 +56,10 @@ def test_every_numeric_flag_refuses_unicode_digits_and_huge_counts(capsys):
         assert main([*path, flag, "１２"]) == 2, (path, flag)
         err = capsys.readouterr().err
         assert "ASCII digits" in err and len(err.strip().splitlines()) == 1, (path, flag, err)
+        if kind == "float":
+            for bad in ("nan", "inf"):
+                assert main([*path, flag, bad]) == 2, (path, flag, bad)
+                assert "not a finite number" in capsys.readouterr().err, (path, flag, bad)
         if kind == "int" and dest in FLAG_RANGES:
             assert main([*path, flag, str(10**40)]) == 2, (path, flag)
             assert "out of range" in capsys.readouterr().err, (path, flag)
