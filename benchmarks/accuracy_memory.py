@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hikv.model.accuracy import experiments as A
     from hikv.model.accuracy.seed_spec import EXTRA_BASELINES, SEED_SUITES, suite_specs
-    from hikv.model.accuracy.seed_suite import _setup
+    from hikv.model.accuracy.seed_suite import worker_env
     from hikv.params import ParamError
 
     if a.suite not in SEED_SUITES:
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{name} = {v} is out of range: allowed >= {lo}")
     if a.decode >= a.length - 1:
         raise SystemExit(f"--decode = {a.decode} is out of range: allowed [1, {a.length - 2}]")
-    env = _setup(suite.model, Path(a.cache) if a.cache else None, "default", "cpu", 1)
+    env = worker_env(suite.model, Path(a.cache) if a.cache else None, "default", "cpu", 1)
     extra = EXTRA_BASELINES if a.suite == "seed-smollm2" else ()
     full = dataclasses.replace(suite, families=suite.families + extra)
     try:

@@ -15,19 +15,20 @@ N most expensive functions (cProfile, cumulative).
 ``--trial N`` measures instead what one trial of a seed suite costs at ``N`` tokens, in process
 CPU seconds (the machine may be loaded; CPU time is what a projection needs): the prompt pass
 alone, then one trial of ``--task`` for every method of ``--suite`` under both protocols, run
-as before this harness shared the prompt pass (each protocol's cell alone:
-:func:`hikv.model.accuracy.seed_suite.run_cell`) and shared (:func:`hikv.model.accuracy.seed_suite.run_cells`),
-and whether the two give the same rows (answers, stops, bytes)::
+with a prompt pass per protocol (each protocol's cell alone:
+:func:`hikv.model.accuracy.seed_suite.run_cell`) and shared
+(:func:`hikv.model.accuracy.seed_suite.run_cells`), and whether the two give the same rows
+(answers, stops, bytes)::
 
     python benchmarks/accuracy_speed.py --trial 2048 --ppl-rows OUT/cells/ppl_2048.json
 
 ``--project CELLS`` projects a seed suite's CPU hours per length from the CPU seconds its
-finished cells record (``cells/*.json`` of one length, e.g. 2k), before and after sharing the
-prompt pass: each cell's cost is split into its trials' prompt passes (``--prefill N=S``:
-measured CPU seconds of one pass at each length; lengths beyond the last are extrapolated
-linearly) and the rest (decode), which is scaled by ``--step N=R`` (measured cost of a decode
-step at N over the cells' length, linear beyond); sharing saves, per task, the follow-up
-cell's passes while both protocols run (``min`` of their trial counts)::
+finished cells record (``cells/*.json`` of one length, e.g. 2k), with a prompt pass per protocol
+and with the pass shared: each cell's cost is split into its trials' prompt passes
+(``--prefill N=S``: measured CPU seconds of one pass at each length; lengths beyond the last are
+extrapolated linearly) and the rest (decode), which is scaled by ``--step N=R`` (measured cost
+of a decode step at N over the cells' length, linear beyond); sharing saves, per task, the
+follow-up cell's passes while both protocols run (``min`` of their trial counts)::
 
     python benchmarks/accuracy_speed.py --project RUN/cells --prefill 2048=19.6,4096=38 \
         --step 4096=1.21 --lengths 2048,4096,8192
@@ -167,8 +168,8 @@ def main() -> int:
 
 
 def trial_cost(a: argparse.Namespace) -> int:
-    """CPU seconds of one suite trial at ``a.trial`` tokens, both protocols, before and after
-    sharing the prompt pass; prints them and whether the rows agree."""
+    """CPU seconds of one suite trial at ``a.trial`` tokens, both protocols, with a prompt pass
+    each and with the pass shared; prints them and whether the rows agree."""
     import dataclasses
     import random
 
@@ -176,12 +177,19 @@ def trial_cost(a: argparse.Namespace) -> int:
 
     from hikv.model.accuracy import experiments as A
     from hikv.model.accuracy.io import read_rows
-    from hikv.model.lm.runner import Sequence, prefill
-    from hikv.model.accuracy.seed_suite import SEED_SUITES, Cell, _setup, run_cell, run_cells, suite_specs
+    from hikv.model.accuracy.seed_suite import (
+        SEED_SUITES,
+        Cell,
+        run_cell,
+        run_cells,
+        suite_specs,
+        worker_env,
+    )
     from hikv.model.accuracy.tasks import make_case
+    from hikv.model.lm.runner import Sequence, prefill
 
     suite = dataclasses.replace(SEED_SUITES[a.suite], trials=1, lengths=(a.trial,))
-    env = _setup(a.model or suite.model, a.cache, "default", a.device, a.threads)
+    env = worker_env(a.model or suite.model, a.cache, "default", a.device, a.threads)
     lm, cfg = env["lm"], env["cfg"]
     ppl = read_rows(a.ppl_rows)[0] if a.ppl_rows else []
     case = make_case(lm, a.task, a.trial, random.Random(f"0/{a.task}/{a.trial}/0"),
@@ -205,7 +213,7 @@ def trial_cost(a: argparse.Namespace) -> int:
           f"({sum(len(v) for v in shared.values())} rows run), threads {a.threads}, "
           f"torch {torch.__version__}")
     print(f"prompt pass alone (full KV)           {pre:8.1f} CPU s")
-    print(f"one trial, both protocols, before      {before:8.1f} CPU s (a prompt pass each)")
+    print(f"one trial, both protocols, a pass each {before:8.1f} CPU s")
     print(f"one trial, both protocols, shared pass {after:8.1f} CPU s")
     print(f"rows identical (answers, stops, bytes): {same}")
     if not same:
@@ -237,7 +245,7 @@ def _linear(points: dict[int, float], n: int) -> float:
 
 
 def project(a: argparse.Namespace) -> int:
-    """CPU hours of a seed suite per length, before / after sharing the prompt pass,
+    """CPU hours of a seed suite per length, a prompt pass per protocol / the pass shared,
     projected from the CPU seconds of finished cells of one length (see the docstring)."""
     from pathlib import Path
 
@@ -279,9 +287,9 @@ def project(a: argparse.Namespace) -> int:
                     after -= min(t, mate[1]) * p_n
         total[0] += before
         total[1] += after
-        print(f"N = {n}: prompt pass {p_n:.1f} CPU s, decode x{r_n:.2f}: before "
+        print(f"N = {n}: prompt pass {p_n:.1f} CPU s, decode x{r_n:.2f}: a pass each "
               f"{before / 3600:.2f} CPU h, shared {after / 3600:.2f} CPU h")
-    print(f"suite: before {total[0] / 3600:.2f} CPU h, shared {total[1] / 3600:.2f} CPU h; "
+    print(f"suite: a pass each {total[0] / 3600:.2f} CPU h, shared {total[1] / 3600:.2f} CPU h; "
           f"on 2 cores (--workers 2, ideal) {total[1] / 7200:.2f} h: within 3 h: "
           f"{total[1] / 7200 <= 3.0}")
     return 0

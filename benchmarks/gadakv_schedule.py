@@ -1,6 +1,6 @@
 """Sorter cycles of G-AdaKV's global top-K at a preset's scale: the buffered schedule
-(:func:`hikv.model.methods.global_select.sorter_schedule`) on synthetic sorter keys against the round
-schedule's sizes-only count (a benchmark, not CI; docs/sorter.md, "G-AdaKV").
+(:func:`hikv.model.methods.global_select.sorter_schedule`) on synthetic sorter keys against the
+round schedule's sizes-only count (a benchmark, not CI; docs/sorter.md, "G-AdaKV").
 
 Keys (``key_width`` bits, one local ``random.Random(seed)``): ``uniform`` (i.i.d.: every head
 equally concentrated), ``skewed`` (head h's keys ``top * f_h * u**2`` with ``f_h`` log-uniform
@@ -39,8 +39,11 @@ def keys_of(kind: str, segments: int, length: int, top: int, rng: random.Random
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hikv.hw.sorter_timing import global_topk_cycles
-    from hikv.model.methods.global_select import round_schedule, schedule_cycles
+    from hikv.model.methods.global_select import (
+        global_topk_cycles,
+        round_schedule,
+        schedule_cycles,
+    )
     from hikv.presets import get_preset
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -43,7 +43,7 @@ from typing import Any
 #: what the kvpress environment installs (kvpress's own metadata requires transformers < 5.3)
 KVPRESS_REQUIREMENTS = ("kvpress==0.5.5", "transformers>=4.56,<5.3", "torch==2.13.0")
 
-#: a row meets the agreement targets of issue 15 when these hold
+#: a row meets the agreement targets when these hold
 JACCARD_TARGET = 0.99
 LOGITS_TARGET = 1e-4
 
@@ -117,8 +117,8 @@ def pairs(budget: int, tokens: int, *, window: int = 32, pool_kernel: int | None
     """The settings mapping at ``budget`` kept tokens per (layer, KV head) of a ``tokens``
     prompt. ``window`` is the observation window of SnapKV, AdaKV and PyramidKV and H2O's recent
     window (our ``MethodSpec.recent``); ``pool_kernel`` is our SnapKV's
-    (``hikv.model.methods.baselines.SnapKV.pool_kernel`` when None); with ``layers`` (the model's) and
-    our PyramidKV schedule present, a PyramidKV row runs kvpress with our layer budgets."""
+    (``hikv.model.methods.baselines.SnapKV.pool_kernel`` when None); with ``layers`` (the model's)
+    and our PyramidKV schedule present, a PyramidKV row runs kvpress with our layer budgets."""
     if pool_kernel is None:
         from hikv.model.methods.baselines import SnapKV
 

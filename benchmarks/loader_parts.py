@@ -1,5 +1,5 @@
 """Where a loader's area is: its parts synthesised one by one, and what one shared address side
-would save (issue 13, "a loader whose cost does not scale by copying it").
+would save: a loader whose cost need not scale by copying it.
 
     python benchmarks/loader_parts.py [--preset tiny default paper] [--json FILE]
 
@@ -12,8 +12,8 @@ the sum is an upper bound of the flat area). Areas at the preset's node as the c
 prices them (logic: NAND2 equivalents x the node's NAND2; macros: the SRAM model).
 
 The cost model replicates the loader until the copies carry the memory bandwidth (``I``
-copies at the loader's own clock, :func:`hikv.sim.eda.area.loader_instances`). A single loader with
-``P`` memory ports (docs/loader.md section 10, "One loader for the whole memory bandwidth")
+copies at the loader's own clock, :func:`hikv.hw.blocks.loader_instances`). A single loader with
+``P`` memory ports (docs/loader.md, "Area and clock" and "Limits")
 would keep one address generator, one coalescer and one top, but its in-flight queues, entry
 queue and packer must still carry ``I`` copies' worth of requests and bytes per cycle. So the
 area it can save is at most ``(I - 1) x (agen + coal + top)``: the bound printed here (an
@@ -33,18 +33,18 @@ SHARED = ("top", "agen", "coal")
 
 
 def parts(preset: str) -> dict[str, Any]:
-    from hikv.hw.blocks import get_block
+    from hikv.hw.blocks import get_block, loader_instances
     from hikv.hw.verilog import to_verilog
     from hikv.presets import get_preset
     from hikv.sim.eda.area import (
-        _item,
+        area_items,
         block_synth,
+        canonical_module,
         hierarchical_synthesis,
         load_cells,
-        loader_instances,
         synthesize,
+        verilog_modules,
     )
-    from hikv.sim.eda.area import _modules as modules
     from hikv.sim.eda.sta import block_sta
 
     cfg = get_preset(preset)
@@ -54,29 +54,27 @@ def parts(preset: str) -> dict[str, Any]:
     v = to_verilog(blk.component(cfg), blk.toplevel, flatten=False)
     hier = hierarchical_synthesis(v, blk.toplevel)
     cells = load_cells()
-    mods = modules(v)
+    mods = verilog_modules(v)
     subs = {n: t for n, t in mods.items() if n != blk.toplevel}
     rows: dict[str, dict[str, Any]] = {}
     # each part by itself (cached by the hierarchical run above under the same keys)
-    from hikv.sim.eda.area import _canonical as canonical
-
     for (ptop, _, n), name in zip(hier.parts, subs, strict=True):
-        res = synthesize(canonical(subs[name], ptop), ptop, cells=cells)
-        rows[name.split(".")[-1]] = _row(res, n, node, _item)
+        res = synthesize(canonical_module(subs[name], ptop), ptop, cells=cells)
+        rows[name.split(".")[-1]] = _row(res, n, node, area_items)
     top = synthesize(mods[blk.toplevel], blk.toplevel, cells=cells, blackboxes="".join(
         subs.values()))
-    rows = {"top": _row(top, 1, node, _item), **rows}
+    rows = {"top": _row(top, 1, node, area_items), **rows}
     flat = block_synth("loader", cfg, cached_only=True)
     total = sum(r["area_mm2"] for r in rows.values())
     for r in rows.values():
         r["share"] = r["area_mm2"] / total
     sta = block_sta("loader", cfg)
-    inst = loader_instances(cfg, sta.node_clock_hz)
+    inst = loader_instances(cfg, clock_hz=sta.node_clock_hz)
     shared = sum(rows[k]["area_mm2"] for k in SHARED)
     return {"bench": "loader-parts", "preset": preset, "tech_nm": node, "parts": rows,
             "hierarchical_mm2": total,
             "flat_mm2": (None if flat is None else
-                         sum(i.area_m2 for i in _item("loader", 1, flat, node, "flat")) * 1e6),
+                         sum(i.area_m2 for i in area_items("loader", 1, flat, node, "flat")) * 1e6),
             "loader_clock_mhz": sta.node_clock_hz / 1e6, "instances": inst,
             "replicated_mm2": inst * total, "shared_per_copy_mm2": shared,
             "one_loader_saving_bound_mm2": (inst - 1) * shared,

@@ -27,20 +27,20 @@ def main() -> int:
     ap.add_argument("--cache", default=None)
     a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from test_accuracy_prefill import _masked_square_pass
+    from test_accuracy_prefill import masked_square_pass
 
-    from hikv.model.lm import route as lm_route
     from hikv.model.accuracy.io import read_rows
-    from hikv.model.accuracy.seed_suite import SEED_SUITES, Cell, _setup, run_cells
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, Cell, run_cells, worker_env
+    from hikv.model.lm import route as lm_route
 
     ppl = read_rows(Path(a.ppl_rows))[0] if a.ppl_rows else []
     suite = dataclasses.replace(SEED_SUITES[a.suite], trials=1, lengths=(a.length,))
-    env = _setup(suite.model, Path(a.cache) if a.cache else None, "default", "cpu", 1)
+    env = worker_env(suite.model, Path(a.cache) if a.cache else None, "default", "cpu", 1)
     pair = [Cell("task", a.length, p, a.task) for p in ("prompt", "follow-up")]
     t = time.process_time()
     new = run_cells(pair, suite, env, seed=0, ppl_rows=ppl)
     t_new = time.process_time() - t
-    lm_route.prefill_pass = _masked_square_pass
+    lm_route.prefill_pass = masked_square_pass
     t = time.process_time()
     old = run_cells(pair, suite, env, seed=0, ppl_rows=ppl)
     t_old = time.process_time() - t

@@ -1,4 +1,4 @@
-"""The low-bit scoring unit's area by the area flow, flat and hierarchical (issue 13).
+"""The low-bit scoring unit's area by the area flow, flat and hierarchical.
 
     python benchmarks/scorer_area.py --preset default --lanes 8 --mode hier flat
 

@@ -1,5 +1,5 @@
 """The seed's HiKV in its packed record layout: bytes per decode step next to the accuracy the
-seed suites measured (issue 11 item 4, the seed's fourth claim).
+seed suites measured (the seed's fourth claim).
 
     python benchmarks/seed_packed_bytes.py docs/results/smollm2/seed/cells/ppl_*.json \
         docs/results/gemma3/seed/cells/ppl_*.json [--aligns 8 2] [--json FILE]
@@ -32,7 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: the seed's HiKV families of the suites (hikv.model.accuracy.seed_spec.SEED_HIKV and Gemma's d = 256)
+#: the seed's HiKV families of the suites (hikv.model.accuracy.seed_spec.SEED_HIKV and Gemma's
+#: d = 256)
 SEED_PREFIX = "hikv-evict/k:think"
 EVICT = "hikv-evict"
 

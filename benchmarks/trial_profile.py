@@ -1,4 +1,4 @@
-"""Where one seed-suite trial's time goes (issue 11's 3-hour target): one trial of one task,
+"""Where one seed-suite trial's time goes (against a 3-hour suite target): one trial of one task,
 both protocols sharing the prompt pass as ``hikv accuracy run`` does
 (:func:`hikv.model.accuracy.seed_suite.run_cells`), every method of the suite that the length's
 perplexity cell lets run, split into process-CPU seconds per part and per method family.
@@ -8,8 +8,9 @@ perplexity cell lets run, split into process-CPU seconds per part and per method
 
 Parts (instrumented by wrapping the harness's functions; nested calls are counted once):
 
-* ``prompt pass``: :func:`hikv.model.lm.runner.prefill` and :func:`~hikv.model.lm.runner.adopt_prefill`
-  (dense layers and full causal attention over the prompt, once per trial), of which
+* ``prompt pass``: :func:`hikv.model.lm.runner.prefill` and
+  :func:`~hikv.model.lm.runner.adopt_prefill` (dense layers and full causal attention over the
+  prompt, once per trial), of which
   ``method prefill hooks`` is each method's own work at the end of prefill
   (``KVCache.adopt_prefill``: SnapKV-style compaction, ThinK's channels, ...), per family;
 * ``decode, dense layers``: :func:`hikv.model.lm.runner.step` minus the methods' attention, i.e. the
@@ -92,14 +93,12 @@ def _subclasses(cls: type) -> list[type]:
 def instrument(clock: Clock) -> None:
     """Wrap the harness's functions (see the module docstring)."""
     from hikv.model.accuracy import experiments as A
-    from hikv.model.methods import baselines
-    from hikv.model.methods import baselines_adaptive
-    from hikv.model.methods import cache
-    from hikv.model.methods import hikv as hikv_cache
-    from hikv.model.refs import layout
-    from hikv.model.lm import runner as lm
     from hikv.model.lm import route as lm_route
+    from hikv.model.lm import runner as lm
+    from hikv.model.methods import baselines, baselines_adaptive, cache
+    from hikv.model.methods import hikv as hikv_cache
     from hikv.model.methods.cache import KVCache
+    from hikv.model.refs import layout
 
     def fam_of_cache(a: tuple) -> str:
         spec = getattr(a[0], "spec", None)
@@ -155,13 +154,13 @@ def main() -> int:
     import torch
 
     from hikv.model.accuracy.io import read_rows
-    from hikv.model.accuracy.seed_suite import SEED_SUITES, Cell, _setup, run_cells
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, Cell, run_cells, worker_env
 
     base = SEED_SUITES[a.suite]
     suite = dataclasses.replace(base, trials=1, lengths=(a.length,),
                                 families=base.families + tuple(a.add_families))
     t_load = time.process_time()
-    env = _setup(a.model or suite.model, Path(a.cache) if a.cache else None, "default", "cpu",
+    env = worker_env(a.model or suite.model, Path(a.cache) if a.cache else None, "default", "cpu",
                  a.threads)
     t_load = time.process_time() - t_load
     ppl = read_rows(Path(a.ppl_rows))[0] if a.ppl_rows else []

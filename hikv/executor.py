@@ -1,12 +1,12 @@
 """One executor for sweeps: run a picklable function over argument tuples in order, on local
 processes or on a Ray cluster (the optional ``ray`` extra: ``pip install -e ".[ray]"``).
 
-Used by the accuracy suite (``hikv accuracy run --executor ray``, :mod:`hikv.model.accuracy.seed_suite`:
-:func:`run_graph`, work that becomes runnable as other work finishes) and the cluster benchmark
-(``benchmarks/cluster_bench.py --executor ray``: :func:`run_tasks`). Standard library
-only; Ray is imported only when asked for. With ``executor="ray"`` and no running Ray instance,
-a local one is started for the call and shut down after it (``RAY_ADDRESS`` or a prior
-``ray.init`` selects a cluster, which is left running).
+Used by the accuracy suite (``hikv accuracy run --executor ray``,
+:mod:`hikv.model.accuracy.seed_suite`: :func:`run_graph`, work that becomes runnable as other work
+finishes) and the cluster benchmark (``benchmarks/cluster_bench.py --executor ray``:
+:func:`run_tasks`). Standard library only; Ray is imported only when asked for. With
+``executor="ray"`` and no running Ray instance, a local one is started for the call and shut down
+after it (``RAY_ADDRESS`` or a prior ``ray.init`` selects a cluster, which is left running).
 """
 
 from __future__ import annotations

@@ -1,25 +1,36 @@
 """The KV-method registry: a method is one :class:`MethodInfo` (name, label options, which
-:class:`hikv.method_spec.MethodSpec` fields it uses) given to :func:`register_method` by its
-closed form; :class:`Method` is built from the registry (enum-like: ``Method.H2O``,
-``Method("h2o")``, iteration in table order), and the golden model and the closed forms
-register their classes against it with :func:`register_class`. Standard library only; the
-built-in closed forms (numpy, no torch) are imported when :class:`Method` is first used.
-:mod:`hikv.method_spec` re-exports every name here.
+:class:`hikv.method_spec.MethodSpec` fields it uses) given to :func:`register_method`;
+:class:`Method` is built from the registry (enum-like: ``Method.H2O``, ``Method("h2o")``,
+iteration in table order), and the golden model and the closed forms register their classes
+against it with :func:`register_class`. Standard library only, and the lowest module of the
+method layer: it imports nothing of the kit but :mod:`hikv.param_checks`.
+:mod:`hikv.method_spec` declares the built-in methods (:data:`~hikv.method_spec.BUILTIN_METHODS`)
+and re-exports every name here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .param_checks import ParamError
 
-if TYPE_CHECKING:  # the spec module imports this one; at run time it is imported late
+__all__ = ["LABEL_FIELDS", "LabelOption", "LabelGrammar", "MethodInfo", "Method",
+           "register_method", "register_class", "unregister_method"]
+
+if TYPE_CHECKING:  # types only: the spec module imports this one
     from .method_spec import HiKVPolicy, MethodSpec
+
+#: The :class:`~hikv.method_spec.MethodSpec` fields a :class:`LabelOption` may set, with their
+#: defaults (the spec's field defaults, which :class:`~hikv.method_spec.MethodSpec` takes from
+#: here).
+LABEL_FIELDS: Mapping[str, Any] = MappingProxyType({
+    "recent": 32, "channels": 16, "page_tokens": 16, "label_bits": 16, "sinks": 4,
+    "averaged": False})
+
 
 # --------------------------------------------------------------------------- method registry
 @dataclass(frozen=True)
@@ -41,13 +52,11 @@ class LabelOption:
     doc: str = ""
 
     def __post_init__(self) -> None:
-        from .method_spec import _SPEC_FIELDS
-
         if not re.fullmatch(r"[a-z]+", self.key):
             raise ParamError(f"LabelOption.key = {self.key!r} must be lowercase letters")
-        if self.field not in _SPEC_FIELDS:
+        if self.field not in LABEL_FIELDS:
             raise ParamError(f"LabelOption.field = {self.field!r} is not one of "
-                             f"{sorted(_SPEC_FIELDS)}")
+                             f"{sorted(LABEL_FIELDS)}")
 
     def absent(self, head_dim: int) -> Any:
         """The field's value when the label does not spell the option."""
@@ -58,11 +67,9 @@ class LabelOption:
     @property
     def fallback(self) -> Any:
         """``default``, or (``None``) the :class:`MethodSpec` field's default."""
-        from .method_spec import MethodSpec
-
         if self.default is not None:
             return self.default
-        return next(f.default for f in dataclasses.fields(MethodSpec) if f.name == self.field)
+        return LABEL_FIELDS[self.field]
 
     def spelt(self, spec: MethodSpec) -> str:
         """What ``spec``'s label spells for this option (``""``: nothing)."""
@@ -137,13 +144,12 @@ class MethodInfo:
 
 
 class _MethodRegistry(type):
-    """Makes :class:`Method` behave like the enum it was: ``Method.H2O``, ``Method("h2o")``,
+    """Makes :class:`Method` behave like an enum: ``Method.H2O``, ``Method("h2o")``,
     ``for m in Method``, ``len(Method)``, over the registered methods."""
 
     def __getattr__(cls, attr: str) -> Method:
         if attr.startswith("_") or not attr.isupper():
             raise AttributeError(attr)
-        _load_builtin()
         for m in _REGISTRY.values():
             if m.name == attr:
                 return m
@@ -153,7 +159,6 @@ class _MethodRegistry(type):
     def __call__(cls, value: Any) -> Method:
         if isinstance(value, Method):
             return value
-        _load_builtin()
         try:
             return _REGISTRY[value]
         except (KeyError, TypeError):
@@ -170,11 +175,6 @@ class _MethodRegistry(type):
         return value in cls._all()
 
     def _all(cls) -> tuple[Method, ...]:
-        _load_builtin()
-        if _LOADING:
-            raise RuntimeError("the KV methods are used while the built-in ones are being "
-                               "registered (a module-level use of Method in a module "
-                               "hikv.sim.cost.closed_form imports)")
         return tuple(sorted(_REGISTRY.values(), key=lambda m: (m.info.order, m._index)))
 
 
@@ -183,9 +183,9 @@ class Method(metaclass=_MethodRegistry):
 
     Used like an enum: ``Method.H2O``, ``Method("h2o")``, ``m.value`` (the label name),
     ``m.name`` (the attribute), ``for m in Method`` (table order). Each method is one
-    :class:`MethodInfo` given to :func:`register_method`, which the method's closed form
-    calls (the built-in ones: :mod:`hikv.sim.cost.closed_form_baselines`,
-    :mod:`hikv.sim.cost.closed_form_hikv`); the golden class of the same method names it too.
+    :class:`MethodInfo` given to :func:`register_method` (the built-in ones:
+    :data:`hikv.method_spec.BUILTIN_METHODS`); its closed form and its golden class name it
+    (``method = Method.<ATTR>``).
     """
 
     __slots__ = ("info", "_index")
@@ -213,24 +213,6 @@ class Method(metaclass=_MethodRegistry):
 
 
 _REGISTRY: dict[str, Method] = {}
-_LOADED = False
-_LOADING = False
-#: the module whose import registers the built-in methods (their closed forms)
-_BUILTIN = "hikv.sim.cost.closed_form"
-
-
-def _load_builtin() -> None:
-    global _LOADED, _LOADING
-    if _LOADED:
-        return
-    _LOADED = _LOADING = True
-    try:
-        importlib.import_module(_BUILTIN)
-    except BaseException:
-        _LOADED = False
-        raise
-    finally:
-        _LOADING = False
 
 
 def register_method(info: MethodInfo) -> Method:

@@ -1,13 +1,15 @@
-"""KV-cache methods and their operating points: HiKV's policy, the method registry and the
-label grammar (``h2o@256``, ``hikv-evict@256/v:static48``, ...).
+"""KV-cache methods and their operating points: HiKV's policy, the built-in methods, the
+method registry and the label grammar (``h2o@256``, ``hikv-evict@256/v:static48``, ...).
 
 A method is one :class:`MethodInfo` (name, label options, which :class:`MethodSpec` fields it
-uses) given to :func:`register_method` by the method's closed form
-(:mod:`hikv.sim.cost.closed_form_baselines`, :mod:`hikv.sim.cost.closed_form_hikv`); :class:`Method` is
-built from the registry, and :class:`MethodSpec` checks, spells and parses (:func:`parse_method`)
-a spec by it. Standard library only: :class:`Method` imports the built-in closed forms (numpy,
-no torch) when first used. :mod:`hikv.params` re-exports the names most code uses, so
-``from hikv.params import MethodSpec`` keeps working; new code may import from either.
+uses) given to :func:`register_method`: the built-in ones here
+(:data:`BUILTIN_METHODS`), a method of one's own wherever it is defined; its closed form
+(:mod:`hikv.sim.cost.closed_form_baselines`, :mod:`hikv.sim.cost.closed_form_hikv`) and its
+golden class (:mod:`hikv.model.methods.registry`) name it (``method = Method.<ATTR>``).
+:class:`Method` is built from the registry (:mod:`hikv.method_registry`), and
+:class:`MethodSpec` checks, spells and parses (:func:`parse_method`) a spec by it. Standard
+library only. :mod:`hikv.params` re-exports the names most code uses, so
+``from hikv.params import MethodSpec`` works too; code may import from either.
 Adding a method: docs/design.md, "Adding a KV method".
 """
 
@@ -19,11 +21,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .param_checks import ParamError, _bool, _enum, _int, _pow2
+from .param_checks import ParamError, check_bool, check_enum, check_int, check_pow2
 
 __all__ = ["Stage1Variant", "Stage1Scorer", "Stage2Kind", "Stage2Rule", "HiKVPolicy",
-           "LabelOption", "LabelGrammar", "MethodInfo", "Method", "register_method",
-           "register_class", "unregister_method", "MethodSpec", "parse_method", "HIKV_GRAMMAR"]
+           "LABEL_FIELDS", "LabelOption", "LabelGrammar", "MethodInfo", "Method",
+           "register_method", "register_class", "unregister_method", "MethodSpec",
+           "parse_method", "HIKV_GRAMMAR", "BUILTIN_METHODS"]
 
 
 # --------------------------------------------------------------------------- enums
@@ -59,9 +62,9 @@ class Stage2Rule:
 
     def __post_init__(self) -> None:
         o = "Stage2Rule"
-        _enum(o, "kind", self.kind, Stage2Kind)
-        _int(o, "keep", self.keep, 0, 1024)
-        _int(o, "group", self.group, 1, 1024)
+        check_enum(o, "kind", self.kind, Stage2Kind)
+        check_int(o, "keep", self.keep, 0, 1024)
+        check_int(o, "group", self.group, 1, 1024)
         if self.kind is not Stage2Kind.NONE and self.keep < 1:
             raise ParamError(f"{o}.keep = {self.keep} must be >= 1 for kind {self.kind.value!r}")
         if self.kind is Stage2Kind.CHANNEL_GROUPS and self.keep % self.group:
@@ -96,17 +99,17 @@ class HiKVPolicy:
 
     def __post_init__(self) -> None:
         o = "HiKVPolicy"
-        _int(o, "budget", self.budget, 1)
-        _int(o, "sinks", self.sinks, 0, self.budget)
-        _int(o, "recent", self.recent, 0, self.budget - self.sinks)
-        _int(o, "obs_window", self.obs_window, 1, 4096)
-        _int(o, "pool_kernel", self.pool_kernel, 1, 63)
+        check_int(o, "budget", self.budget, 1)
+        check_int(o, "sinks", self.sinks, 0, self.budget)
+        check_int(o, "recent", self.recent, 0, self.budget - self.sinks)
+        check_int(o, "obs_window", self.obs_window, 1, 4096)
+        check_int(o, "pool_kernel", self.pool_kernel, 1, 63)
         if self.pool_kernel % 2 == 0:
             raise ParamError(f"{o}.pool_kernel = {self.pool_kernel} must be odd")
-        _int(o, "compact_interval", self.compact_interval, 1, 65536)
-        _enum(o, "stage1", self.stage1, Stage1Variant)
-        _enum(o, "scorer", self.scorer, Stage1Scorer)
-        _int(o, "lowbit_bits", self.lowbit_bits, 1, 8)
+        check_int(o, "compact_interval", self.compact_interval, 1, 65536)
+        check_enum(o, "stage1", self.stage1, Stage1Variant)
+        check_enum(o, "scorer", self.scorer, Stage1Scorer)
+        check_int(o, "lowbit_bits", self.lowbit_bits, 1, 8)
         if not isinstance(self.k_rule, Stage2Rule) or not isinstance(self.v_rule, Stage2Rule):
             raise ParamError(f"{o}.k_rule and {o}.v_rule must be Stage2Rule instances")
         if self.v_rule.kind not in (Stage2Kind.NONE, Stage2Kind.STATIC):
@@ -137,7 +140,7 @@ class HiKVPolicy:
     def check_head_dim(self, head_dim: int) -> None:
         for name, rule in (("k_rule", self.k_rule), ("v_rule", self.v_rule)):
             if rule.kind is not Stage2Kind.NONE:
-                _int(f"HiKVPolicy.{name}", "keep", rule.keep, 1, head_dim)
+                check_int(f"HiKVPolicy.{name}", "keep", rule.keep, 1, head_dim)
                 if rule.kind is Stage2Kind.CHANNEL_GROUPS and head_dim % rule.group:
                     raise ParamError(f"HiKVPolicy.{name}.group = {rule.group} must divide "
                                      f"head_dim = {head_dim}")
@@ -145,6 +148,7 @@ class HiKVPolicy:
 
 # --------------------------------------------------------------------------- method registry
 from .method_registry import (  # noqa: E402, F401  (re-exported: one definition, two paths)
+    LABEL_FIELDS,
     LabelGrammar,
     LabelOption,
     Method,
@@ -173,27 +177,27 @@ class MethodSpec:
 
     method: Method = field(default_factory=lambda: Method.FULL)
     budget: int = 256
-    recent: int = 32
-    channels: int = 16
-    page_tokens: int = 16
-    label_bits: int = 16
+    recent: int = LABEL_FIELDS["recent"]
+    channels: int = LABEL_FIELDS["channels"]
+    page_tokens: int = LABEL_FIELDS["page_tokens"]
+    label_bits: int = LABEL_FIELDS["label_bits"]
     hikv: HiKVPolicy | None = None
-    sinks: int = 4
-    averaged: bool = False
+    sinks: int = LABEL_FIELDS["sinks"]
+    averaged: bool = LABEL_FIELDS["averaged"]
 
     def __post_init__(self) -> None:
         o = "MethodSpec"
-        _enum(o, "method", self.method, Method)
+        check_enum(o, "method", self.method, Method)
         info = self.method.info
-        _int(o, "budget", self.budget, 1)
-        _int(o, "recent", self.recent, 0, self.budget if info.windowed else None)
-        _int(o, "sinks", self.sinks, 0, self.budget if info.sinks else None)
-        _bool(o, "averaged", self.averaged)
+        check_int(o, "budget", self.budget, 1)
+        check_int(o, "recent", self.recent, 0, self.budget if info.windowed else None)
+        check_int(o, "sinks", self.sinks, 0, self.budget if info.sinks else None)
+        check_bool(o, "averaged", self.averaged)
         if self.averaged:
             _check_flag(o, "averaged", self.method)
-        _int(o, "channels", self.channels, 1, 1024)
-        _int(o, "page_tokens", self.page_tokens, 1, 1024)
-        _pow2(o, "page_tokens", self.page_tokens)
+        check_int(o, "channels", self.channels, 1, 1024)
+        check_int(o, "page_tokens", self.page_tokens, 1, 1024)
+        check_pow2(o, "page_tokens", self.page_tokens)
         if self.label_bits not in (2, 4, 8, 16):
             raise ParamError(f"{o}.label_bits = {self.label_bits!r} is not one of (2, 4, 8, 16)")
         if info.policy:
@@ -237,11 +241,6 @@ class MethodSpec:
     def from_label(cls, text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
         """The spec :attr:`label` names, other fields from ``policy``: :func:`parse_method`."""
         return parse_method(text, policy, head_dim)
-
-
-#: the :class:`MethodSpec` fields a :class:`LabelOption` may set
-_SPEC_FIELDS = frozenset({"recent", "channels", "page_tokens", "label_bits", "sinks",
-                          "averaged"})
 
 
 def _users(what: str) -> str:
@@ -325,7 +324,7 @@ def _parse_hikv(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec | No
     return MethodSpec.for_hikv(pol)
 
 
-#: HiKV's label grammar (registered with HiKV's closed form, :mod:`hikv.sim.cost.closed_form_hikv`)
+#: HiKV's label grammar (HiKV's :class:`MethodInfo` in :data:`BUILTIN_METHODS`)
 HIKV_GRAMMAR = LabelGrammar(
     label=_hikv_label, parse=_parse_hikv,
     usage="hikv-{evict,query_aware,none}@B[/lowbitN]"
@@ -415,3 +414,32 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
         return MethodSpec(method=method, budget=b, **fields)
     raise ParamError(f"method {text!r} is not a method label: use "
                      f"{', '.join(x.info.usage for x in methods)}")
+
+
+# --------------------------------------------------------------------------- built-in methods
+#: The built-in methods, registered when this module is imported, so that :class:`Method` knows
+#: them wherever a :class:`MethodSpec` is made (standard library only). Their closed forms
+#: (:mod:`hikv.sim.cost.closed_form_baselines`, :mod:`hikv.sim.cost.closed_form_hikv`) and
+#: golden classes (:mod:`hikv.model.methods.baselines`, :mod:`hikv.model.methods.hikv`, ...)
+#: name them: ``method = Method.<ATTR>``. ``order`` is the place in tables.
+BUILTIN_METHODS: tuple[Method, ...] = tuple(register_method(info) for info in (
+    MethodInfo("full", "FULL", "full KV", budgeted=False, order=0),
+    MethodInfo("h2o", "H2O", "heavy hitters + recent window", windowed=True, order=1,
+               options=(LabelOption("avg", "averaged", flag=True, implies=(("recent", 0),),
+                                    doc="averaged score"),)),
+    MethodInfo("streamingllm", "STREAMING_LLM", "StreamingLLM", sinks=True, order=6),
+    MethodInfo("tova", "TOVA", "TOVA", order=7),
+    MethodInfo("snapkv", "SNAPKV", "SnapKV", windowed=True, order=2),
+    MethodInfo("adakv", "ADAKV", "AdaKV", windowed=True, order=8),
+    MethodInfo("gadakv", "G_ADAKV", "G-AdaKV", windowed=True, order=9),
+    MethodInfo("pyramidkv", "PYRAMIDKV", "PyramidKV", windowed=True, order=10),
+    MethodInfo("quest", "QUEST", "Quest", order=3,
+               options=(LabelOption("p", "page_tokens", "P", doc="tokens per page"),)),
+    MethodInfo("sparq", "SPARQ", "SparQ", order=4,
+               options=(LabelOption("r", "channels", "R", per_head_dim=4,
+                                    doc="query channels"),)),
+    MethodInfo("ds", "DOUBLE_SPARSITY", "Double Sparsity", order=5,
+               options=(LabelOption("r", "channels", "R", per_head_dim=4, doc="label channels"),
+                        LabelOption("b", "label_bits", "BITS", doc="label bits"))),
+    MethodInfo("hikv", "HIKV", "HiKV", policy=True, grammar=HIKV_GRAMMAR, order=1000),
+))

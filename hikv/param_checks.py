@@ -1,6 +1,7 @@
-"""Parameter checks shared by :mod:`hikv.params` and :mod:`hikv.method_spec`.
+"""Parameter checks shared by :mod:`hikv.params`, :mod:`hikv.method_spec` and the parameter
+classes of the subsystems (:mod:`hikv.sim.cluster.params`).
 
-Standard library only. Each helper raises :class:`ParamError` with a message naming the owner,
+Standard library only. Each ``check_*`` raises :class:`ParamError` with a message naming the owner,
 the parameter, its value and the allowed range.
 """
 
@@ -10,7 +11,8 @@ import enum
 import math
 from typing import Any
 
-__all__ = ["ParamError", "clog2", "INT_MAX"]
+__all__ = ["ParamError", "clog2", "INT_MAX", "check_int", "check_pow2", "check_num", "check_enum",
+           "check_bool", "check_name"]
 
 
 class ParamError(ValueError):
@@ -27,7 +29,8 @@ def clog2(n: int) -> int:
 INT_MAX = 2**62
 
 
-def _int(owner: str, name: str, value: Any, lo: int, hi: int | None = None) -> None:
+def check_int(owner: str, name: str, value: Any, lo: int, hi: int | None = None) -> None:
+    """An integer (not a bool) in ``[lo, hi]`` (no ``hi``: up to :data:`INT_MAX`)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParamError(f"{owner}.{name} must be an integer, not {value!r}")
     if value < lo or (hi is not None and value > hi):
@@ -38,13 +41,16 @@ def _int(owner: str, name: str, value: Any, lo: int, hi: int | None = None) -> N
                          "(a 64-bit integer)")
 
 
-def _pow2(owner: str, name: str, value: int) -> None:
+def check_pow2(owner: str, name: str, value: int) -> None:
+    """A power of two (``value`` already checked as a positive integer)."""
     if value & (value - 1):
         raise ParamError(f"{owner}.{name} = {value} must be a power of two")
 
 
-def _num(owner: str, name: str, value: Any, lo: float, hi: float | None = None,
-         lo_open: bool = False) -> None:
+def check_num(owner: str, name: str, value: Any, lo: float, hi: float | None = None,
+              lo_open: bool = False) -> None:
+    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``; no ``hi``: unbounded
+    above); an integer's magnitude at most :data:`INT_MAX`."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ParamError(f"{owner}.{name} must be a finite number, not {value!r}")
     if isinstance(value, int) and abs(value) > INT_MAX:
@@ -57,18 +63,20 @@ def _num(owner: str, name: str, value: Any, lo: float, hi: float | None = None,
         raise ParamError(f"{owner}.{name} = {value} is out of range: allowed {rng}")
 
 
-def _enum(owner: str, name: str, value: Any, cls: type[enum.Enum]) -> None:
+def check_enum(owner: str, name: str, value: Any, cls: type[enum.Enum]) -> None:
+    """A member of ``cls``."""
     if not isinstance(value, cls):
         allowed = ", ".join(repr(m.value) for m in cls)
         raise ParamError(f"{owner}.{name} = {value!r} is not one of: {allowed}")
 
 
-def _bool(owner: str, name: str, value: Any) -> None:
+def check_bool(owner: str, name: str, value: Any) -> None:
+    """``True`` or ``False``."""
     if not isinstance(value, bool):
         raise ParamError(f"{owner}.{name} must be a bool (True or False), not {value!r}")
 
 
-def _name(owner: str, name: str, value: Any) -> None:
+def check_name(owner: str, name: str, value: Any) -> None:
     """A non-empty string."""
     if not isinstance(value, str) or not value:
         raise ParamError(f"{owner}.{name} must be a non-empty string, not {value!r}")

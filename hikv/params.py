@@ -61,12 +61,12 @@ from .method_spec import (  # noqa: F401  (re-exported: one definition, two impo
 from .param_checks import (  # noqa: F401
     INT_MAX,
     ParamError,
-    _bool,
-    _enum,
-    _int,
-    _name,
-    _num,
-    _pow2,
+    check_bool,
+    check_enum,
+    check_int,
+    check_name,
+    check_num,
+    check_pow2,
     clog2,
 )
 
@@ -114,18 +114,18 @@ class KVLayout:
 
     def __post_init__(self) -> None:
         o = "KVLayout"
-        _int(o, "head_dim", self.head_dim, 8, 1024)
+        check_int(o, "head_dim", self.head_dim, 8, 1024)
         if self.head_dim % 8:
             raise ParamError(f"{o}.head_dim = {self.head_dim} must be a multiple of 8 "
                              "(the element mask is stored in whole bytes)")
-        _int(o, "elem_bytes", self.elem_bytes, 1, 4)
-        _pow2(o, "elem_bytes", self.elem_bytes)
-        _int(o, "burst_bytes", self.burst_bytes, 4, 4096)
-        _pow2(o, "burst_bytes", self.burst_bytes)
-        _int(o, "align_bytes", self.align_bytes, 1, 4096)
-        _pow2(o, "align_bytes", self.align_bytes)
-        _int(o, "page_tokens", self.page_tokens, 1, 1024)
-        _pow2(o, "page_tokens", self.page_tokens)
+        check_int(o, "elem_bytes", self.elem_bytes, 1, 4)
+        check_pow2(o, "elem_bytes", self.elem_bytes)
+        check_int(o, "burst_bytes", self.burst_bytes, 4, 4096)
+        check_pow2(o, "burst_bytes", self.burst_bytes)
+        check_int(o, "align_bytes", self.align_bytes, 1, 4096)
+        check_pow2(o, "align_bytes", self.align_bytes)
+        check_int(o, "page_tokens", self.page_tokens, 1, 1024)
+        check_pow2(o, "page_tokens", self.page_tokens)
 
     @property
     def row_bytes(self) -> int:
@@ -138,7 +138,7 @@ class KVLayout:
 
     def record_bytes(self, kept: int) -> int:
         """Bytes of a masked record keeping ``kept`` elements: mask then compacted elements."""
-        _int("KVLayout.record_bytes", "kept", kept, 0, self.head_dim)
+        check_int("KVLayout.record_bytes", "kept", kept, 0, self.head_dim)
         return self.mask_bytes + kept * self.elem_bytes
 
     def stride(self, payload_bytes: int) -> int:
@@ -164,12 +164,12 @@ class SorterParams:
 
     def __post_init__(self) -> None:
         o = "SorterParams"
-        _int(o, "lanes", self.lanes, 2, 64)
-        _pow2(o, "lanes", self.lanes)
-        _int(o, "key_width", self.key_width, 1, 32)
-        _int(o, "max_n", self.max_n, 2, 1 << 20)
-        _int(o, "max_k", self.max_k, 1, self.max_n)
-        _int(o, "max_vec", self.max_vec, 2, 4096)
+        check_int(o, "lanes", self.lanes, 2, 64)
+        check_pow2(o, "lanes", self.lanes)
+        check_int(o, "key_width", self.key_width, 1, 32)
+        check_int(o, "max_n", self.max_n, 2, 1 << 20)
+        check_int(o, "max_k", self.max_k, 1, self.max_n)
+        check_int(o, "max_vec", self.max_vec, 2, 4096)
 
     @property
     def index_width(self) -> int:
@@ -207,13 +207,13 @@ class LoaderParams:
 
     def __post_init__(self) -> None:
         o = "LoaderParams"
-        _int(o, "addr_width", self.addr_width, 12, 64)
-        _int(o, "data_width", self.data_width, 8, 1024)
-        _pow2(o, "data_width", self.data_width)
-        _int(o, "max_burst_beats", self.max_burst_beats, 1, 256)
-        _int(o, "max_outstanding", self.max_outstanding, 1, 64)
-        _int(o, "id_width", self.id_width, 1, 16)
-        _int(o, "max_tokens", self.max_tokens, 1, 1 << 20)
+        check_int(o, "addr_width", self.addr_width, 12, 64)
+        check_int(o, "data_width", self.data_width, 8, 1024)
+        check_pow2(o, "data_width", self.data_width)
+        check_int(o, "max_burst_beats", self.max_burst_beats, 1, 256)
+        check_int(o, "max_outstanding", self.max_outstanding, 1, 64)
+        check_int(o, "id_width", self.id_width, 1, 16)
+        check_int(o, "max_tokens", self.max_tokens, 1, 1 << 20)
         if not isinstance(self.channel_pages, bool):
             raise ParamError(f"{o}.channel_pages must be True or False, not "
                              f"{self.channel_pages!r}")
@@ -269,8 +269,8 @@ class ScorerParams:
 
     def __post_init__(self) -> None:
         o = "ScorerParams"
-        _int(o, "lanes", self.lanes, 1, 64)
-        _int(o, "query_bits", self.query_bits, 2, 16)
+        check_int(o, "lanes", self.lanes, 1, 64)
+        check_int(o, "query_bits", self.query_bits, 2, 16)
 
 
 _TECH_NODES_NM = (45, 28, 16, 7)
@@ -286,10 +286,10 @@ CLOCK_POLICIES = ("per_block", "single")
 class AcceleratorParams:
     """The attention accelerator HiKV sits in (and the baseline without HiKV).
 
-    Clocks (:mod:`hikv.sim.cost.clocks`): ``clock_hz`` is the *assumed* clock, used for a block whose
-    clock is neither given nor estimated (no synthesis allowed: the report says "assumed, not
-    checked"). ``<block>_clock_hz`` (``pe_array``, ``sorter``, ``loader``, ``scorer``) set a
-    block's clock by hand, 0 = from the timing flow's ASIC estimate at ``tech_nm``
+    Clocks (:mod:`hikv.sim.cost.clocks`): ``clock_hz`` is the *assumed* clock, used for a block
+    whose clock is neither given nor estimated (no synthesis allowed: the report says "assumed, not
+    checked"). ``<block>_clock_hz`` (``pe_array``, ``sorter``, ``loader``, ``scorer``) set a block's
+    clock by hand, 0 = from the timing flow's ASIC estimate at ``tech_nm``
     (:func:`hikv.sim.eda.sta.block_clock`); a hand-set clock needs ``clock_source`` (where the
     number comes from). ``clock_policy``: one of :data:`CLOCK_POLICIES`.
     """
@@ -314,12 +314,12 @@ class AcceleratorParams:
 
     def __post_init__(self) -> None:
         o = "AcceleratorParams"
-        _num(o, "clock_hz", self.clock_hz, 0, lo_open=True)
+        check_num(o, "clock_hz", self.clock_hz, 0, lo_open=True)
         if self.clock_policy not in CLOCK_POLICIES:
             raise ParamError(f"{o}.clock_policy = {self.clock_policy!r} is not one of "
                              f"{CLOCK_POLICIES}")
         for b in CLOCK_BLOCKS:
-            _num(o, f"{b}_clock_hz", getattr(self, f"{b}_clock_hz"), 0, 100e9)
+            check_num(o, f"{b}_clock_hz", getattr(self, f"{b}_clock_hz"), 0, 100e9)
         if not isinstance(self.clock_source, str):
             raise ParamError(f"{o}.clock_source must be a string, not {self.clock_source!r}")
         given = [b for b in CLOCK_BLOCKS if getattr(self, f"{b}_clock_hz") > 0]
@@ -328,18 +328,18 @@ class AcceleratorParams:
                              f"{', '.join(f'{b}_clock_hz' for b in given)} come from "
                              "(e.g. 'place and route of our netlist, ss corner'); allowed: a "
                              "non-empty string")
-        _int(o, "pe_lanes", self.pe_lanes, 1, 1 << 16)
-        _int(o, "softmax_lanes", self.softmax_lanes, 1, 1 << 16)
-        _int(o, "sram_kv_bytes", self.sram_kv_bytes, 1024)
-        _int(o, "sram_q_bytes", self.sram_q_bytes, 64)
-        _enum(o, "memory", self.memory, MemoryType)
-        _num(o, "mem_bandwidth_bytes_per_s", self.mem_bandwidth_bytes_per_s, 0, lo_open=True)
-        _num(o, "mem_latency_s", self.mem_latency_s, 0)
+        check_int(o, "pe_lanes", self.pe_lanes, 1, 1 << 16)
+        check_int(o, "softmax_lanes", self.softmax_lanes, 1, 1 << 16)
+        check_int(o, "sram_kv_bytes", self.sram_kv_bytes, 1024)
+        check_int(o, "sram_q_bytes", self.sram_q_bytes, 64)
+        check_enum(o, "memory", self.memory, MemoryType)
+        check_num(o, "mem_bandwidth_bytes_per_s", self.mem_bandwidth_bytes_per_s, 0, lo_open=True)
+        check_num(o, "mem_latency_s", self.mem_latency_s, 0)
         if self.tech_nm not in _TECH_NODES_NM:
             raise ParamError(f"AcceleratorParams.tech_nm = {self.tech_nm!r} is not one of "
                              f"{_TECH_NODES_NM}")
-        _int(o, "device_memory_bytes", self.device_memory_bytes, 1 << 20)
-        _num(o, "linear_flops_per_s", self.linear_flops_per_s, 0, lo_open=True)
+        check_int(o, "device_memory_bytes", self.device_memory_bytes, 1 << 20)
+        check_num(o, "linear_flops_per_s", self.linear_flops_per_s, 0, lo_open=True)
 
 
 @dataclass(frozen=True)
@@ -359,19 +359,19 @@ class ModelShape:
 
     def __post_init__(self) -> None:
         o = "ModelShape"
-        _name(o, "name", self.name)
-        _int(o, "layers", self.layers, 1, 1024)
-        _int(o, "q_heads", self.q_heads, 1, 1024)
-        _int(o, "kv_heads", self.kv_heads, 1, self.q_heads)
+        check_name(o, "name", self.name)
+        check_int(o, "layers", self.layers, 1, 1024)
+        check_int(o, "q_heads", self.q_heads, 1, 1024)
+        check_int(o, "kv_heads", self.kv_heads, 1, self.q_heads)
         if self.q_heads % self.kv_heads:
             raise ParamError(f"{o}.kv_heads = {self.kv_heads} must divide "
                              f"{o}.q_heads = {self.q_heads}")
-        _int(o, "head_dim", self.head_dim, 8, 1024)
-        _int(o, "hidden", self.hidden, 8)
-        _int(o, "intermediate", self.intermediate, 8)
-        _int(o, "vocab", self.vocab, 2)
-        _num(o, "weight_bytes_per_param", self.weight_bytes_per_param, 0, 8, lo_open=True)
-        _bool(o, "tied_embeddings", self.tied_embeddings)
+        check_int(o, "head_dim", self.head_dim, 8, 1024)
+        check_int(o, "hidden", self.hidden, 8)
+        check_int(o, "intermediate", self.intermediate, 8)
+        check_int(o, "vocab", self.vocab, 2)
+        check_num(o, "weight_bytes_per_param", self.weight_bytes_per_param, 0, 8, lo_open=True)
+        check_bool(o, "tied_embeddings", self.tied_embeddings)
 
     @property
     def group(self) -> int:
@@ -411,14 +411,14 @@ class SyntheticWorkload:
 
     def __post_init__(self) -> None:
         o = "SyntheticWorkload"
-        _num(o, "rate_per_s", self.rate_per_s, 0, lo_open=True)
-        _int(o, "requests", self.requests, 1, 1 << 24)
-        _num(o, "prompt_median_tokens", self.prompt_median_tokens, 1)
-        _num(o, "prompt_sigma", self.prompt_sigma, 0, 10)
-        _num(o, "output_median_tokens", self.output_median_tokens, 1)
-        _num(o, "output_sigma", self.output_sigma, 0, 10)
-        _int(o, "max_prompt_tokens", self.max_prompt_tokens, 1, 1 << 24)
-        _int(o, "max_output_tokens", self.max_output_tokens, 1, 1 << 24)
+        check_num(o, "rate_per_s", self.rate_per_s, 0, lo_open=True)
+        check_int(o, "requests", self.requests, 1, 1 << 24)
+        check_num(o, "prompt_median_tokens", self.prompt_median_tokens, 1)
+        check_num(o, "prompt_sigma", self.prompt_sigma, 0, 10)
+        check_num(o, "output_median_tokens", self.output_median_tokens, 1)
+        check_num(o, "output_sigma", self.output_sigma, 0, 10)
+        check_int(o, "max_prompt_tokens", self.max_prompt_tokens, 1, 1 << 24)
+        check_int(o, "max_output_tokens", self.max_output_tokens, 1, 1 << 24)
 
 
 @dataclass(frozen=True)
@@ -447,15 +447,15 @@ class ServingParams:
 
     def __post_init__(self) -> None:
         o = "ServingParams"
-        _name(o, "policy", self.policy)
-        _int(o, "max_batched_tokens", self.max_batched_tokens, 1, 1 << 24)
-        _int(o, "max_running", self.max_running, 1, 1 << 20)
-        _int(o, "block_tokens", self.block_tokens, 1, 4096)
-        _int(o, "workspace_bytes", self.workspace_bytes, 0)
-        _num(o, "ttft_slo_s", self.ttft_slo_s, 0, lo_open=True)
-        _num(o, "tpot_slo_s", self.tpot_slo_s, 0, lo_open=True)
-        _num(o, "slo_attainment", self.slo_attainment, 0, 1, lo_open=True)
-        _num(o, "steady_trim", self.steady_trim, 0, 0.45)
+        check_name(o, "policy", self.policy)
+        check_int(o, "max_batched_tokens", self.max_batched_tokens, 1, 1 << 24)
+        check_int(o, "max_running", self.max_running, 1, 1 << 20)
+        check_int(o, "block_tokens", self.block_tokens, 1, 4096)
+        check_int(o, "workspace_bytes", self.workspace_bytes, 0)
+        check_num(o, "ttft_slo_s", self.ttft_slo_s, 0, lo_open=True)
+        check_num(o, "tpot_slo_s", self.tpot_slo_s, 0, lo_open=True)
+        check_num(o, "slo_attainment", self.slo_attainment, 0, 1, lo_open=True)
+        check_num(o, "steady_trim", self.steady_trim, 0, 0.45)
         if not isinstance(self.synthetic, SyntheticWorkload):
             raise ParamError(f"{o}.synthetic must be a SyntheticWorkload, "
                              f"not {self.synthetic!r}")
@@ -489,9 +489,9 @@ class RooflineEfficiency:
         o = "RooflineEfficiency"
         for name in ("compute_fraction", "bandwidth_fraction", "elementwise_bandwidth_fraction",
                      "attention_compute_fraction", "attention_bandwidth_fraction"):
-            _num(o, name, getattr(self, name), 0, 1, lo_open=True)
-        _num(o, "elementwise_fixed_s", self.elementwise_fixed_s, 0, 1)
-        _num(o, "attention_fixed_s", self.attention_fixed_s, 0, 1)
+            check_num(o, name, getattr(self, name), 0, 1, lo_open=True)
+        check_num(o, "elementwise_fixed_s", self.elementwise_fixed_s, 0, 1)
+        check_num(o, "attention_fixed_s", self.attention_fixed_s, 0, 1)
 
 
 # --------------------------------------------------------------------------- config
@@ -513,8 +513,8 @@ class Config:
 
     def __post_init__(self) -> None:
         o = "Config"
-        _enum(o, "key_format", self.key_format, KeyFormat)
-        _int(o, "context", self.context, 1)
+        check_enum(o, "key_format", self.key_format, KeyFormat)
+        check_int(o, "context", self.context, 1)
         if self.layout.head_dim != self.model.head_dim:
             raise ParamError(f"{o}.layout.head_dim = {self.layout.head_dim} must equal "
                              f"{o}.model.head_dim = {self.model.head_dim}")

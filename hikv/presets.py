@@ -115,7 +115,7 @@ def _default() -> Config:
         policy=policy,
         # 32 sorter and scoring-unit lanes: the only equal-lane point (hw/scorer_sorter.py
         # chains the two only with L = P) whose query-aware HiKV can reach >= 90 % of its
-        # bytes roofline; 16 lanes stop at 88 % even at 1 GHz (docs/cost_model.md, 10.000)
+        # bytes roofline; 16 lanes stop at 88 % even at 1 GHz (docs/cost_model.md, 10)
         sorter=SorterParams(lanes=32, key_width=16, max_n=4096, max_k=512, max_vec=128),
         # one 64-B burst per beat (the widest beat that reads no byte outside the bursts the
         # golden account counts), so one loader streams 64 B/cycle and 4 take the 256 B/cycle
@@ -149,7 +149,7 @@ def _paper() -> Config:
         policy=policy,
         # 32 sorter and scorer lanes: the smallest equal-lane point (hw/scorer_sorter.py chains
         # the two only with L = P) whose query-aware HiKV reaches >= 90 % of its bytes roofline
-        # (99.8 % at 1 GHz; 79 % at 16 lanes, scorer-bound) (docs/cost_model.md, section 10.000)
+        # (99.8 % at 1 GHz; 79 % at 16 lanes, scorer-bound) (docs/cost_model.md, section 10)
         sorter=SorterParams(lanes=32, key_width=16, max_n=32768, max_k=4096, max_vec=128),
         # as `default`: 64-B beats, 64 B/cycle per loader, 8 loaders for the 460 B/cycle of
         # this memory; 32 reads of 4 beats in flight cover the latency for scattered 256-B

@@ -1,8 +1,8 @@
 """Report sections and provenance shared by ``hikv report`` and the sections it includes.
 
-A leaf module (no import of the report or of its sections), so :mod:`hikv.sim.explore.report` imports
-:mod:`hikv.sim.serving.report` (its serving section) plainly and the latter imports these from
-here: no import cycle.
+A leaf module (no import of the report or of its sections), so :mod:`hikv.sim.explore.report`
+imports :mod:`hikv.sim.serving.report` (its serving section) plainly and the latter imports these
+from here: no import cycle.
 """
 
 from __future__ import annotations

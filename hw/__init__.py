@@ -3,8 +3,9 @@ contracts (the contracts are standard library only, so the cost model can use th
 
 Modules:
 
-* :mod:`~hikv.hw.blocks` -- registry of RTL blocks: name -> how to build it and its Verilog top
-  (``hikv verilog``, the area flow); the regressions are in :mod:`hikv.rtl_tests.registry`.
+* :mod:`~hikv.hw.blocks` -- registry of RTL blocks: name -> how to build it, its Verilog top
+  and its instance count (``hikv verilog``, the area flow, the cost model); the regressions
+  are in :mod:`hikv.rtl_tests.registry`.
 * :mod:`~hikv.hw.verilog` -- reproducible, flattened Verilog from a component.
 * :mod:`~hikv.hw.uops` -- width-safe arithmetic, comparison and selection helpers of every block.
 * Sorter: :mod:`~hikv.hw.sorter` (top, ``Sorter``), :mod:`~hikv.hw.sorter_net` (bitonic
@@ -21,7 +22,16 @@ Modules:
   the sorter's Stage I).
 * :mod:`~hikv.hw.baseline_pe` -- the baseline accelerator's processing-element units (area).
 
-Each block's bit-exact reference is in :mod:`hikv.model` (``sorter_ref``, ``loader_ref``,
-``lowbit``, ``baseline_pe_ref``); docs/design.md "Where things live" maps block -> reference
--> timing -> closed form -> tests.
+Each block's bit-exact reference is in :mod:`hikv.model.refs` (``sorter``, ``loader``,
+``lowbit``, ``baseline_pe``), the only package above the ground (:mod:`hikv.params`) this one
+imports; docs/design.md "Where things live" maps block -> reference -> timing -> closed form ->
+tests. Modules are imported on first use (:mod:`hikv.lazy`).
 """
+
+from hikv.lazy import lazy_api
+
+__all__, __getattr__, __dir__ = lazy_api(__name__, {m: () for m in (
+    "blocks", "verilog", "uops", "sorter", "sorter_net", "sorter_merge", "sorter_compact",
+    "sorter_queue", "sorter_timing", "loader", "loader_ports", "loader_addr", "loader_coalesce",
+    "loader_pack", "loader_timing", "sorter_loader", "scorer", "scorer_timing", "scorer_sorter",
+    "baseline_pe")})

@@ -1,6 +1,9 @@
 """Registry of RTL blocks: how to build each from a :class:`~hikv.params.Config` (its
-Amaranth component and Verilog top module). Used by ``hikv verilog``, the area flow
-(:mod:`hikv.sim.eda.area`) and, beside :mod:`hikv.rtl_tests.registry` (each block's cocotb
+Amaranth component and Verilog top module), how many copies of it the accelerator of a
+configuration holds (:meth:`Block.instances`; the loader's rule is :func:`loader_instances`) and
+which blocks a chained block is made of (:attr:`Block.parts`). Used by ``hikv verilog``, the
+area flow (:mod:`hikv.sim.eda.area`), the cost model (:mod:`hikv.sim.cost.attention_model`,
+:mod:`hikv.sim.cost.blocks`) and, beside :mod:`hikv.rtl_tests.registry` (each block's cocotb
 regression), by ``hikv rtl`` and the pytest launchers.
 
 This module knows nothing of testbenches. Its builders import the RTL inside the function, so
@@ -15,7 +18,7 @@ from typing import Any
 
 from hikv.params import Config, ParamError
 
-__all__ = ["Block", "BLOCKS", "get_block"]
+__all__ = ["Block", "BLOCKS", "get_block", "loader_instances"]
 
 
 @dataclass(frozen=True)
@@ -32,12 +35,30 @@ class Block:
         Verilog top module name.
     make : Callable[[Config], wiring.Component]
         Builds the block of a configuration.
+    count : Callable[..., int | numpy.ndarray] or None
+        Copies of the block in the accelerator of a configuration, called as
+        ``count(cfg, bandwidth_bytes_per_s, clock_hz=...)`` (:meth:`instances`); None: one.
+    parts : tuple of str
+        The registered blocks a chained block is made of (it is never counted beside them);
+        empty for a block of its own.
     """
 
     name: str
     description: str
     toplevel: str
     make: Callable[[Config], Any]
+    count: Callable[..., Any] | None = None
+    parts: tuple[str, ...] = ()
+
+    def instances(self, cfg: Config, *, clock_hz: float | None = None,
+                  bandwidth_bytes_per_s: Any = None) -> Any:
+        """Copies of the block in the accelerator of ``cfg``, the block clocked at
+        ``clock_hz`` (default ``accel.clock_hz``), for the memory bandwidth
+        ``bandwidth_bytes_per_s`` (default ``accel.mem_bandwidth_bytes_per_s``; an array gives
+        an array): :attr:`count`'s rule, else one."""
+        if self.count is None:
+            return 1
+        return self.count(cfg, bandwidth_bytes_per_s, clock_hz=clock_hz)
 
     def component(self, cfg: Config) -> Any:
         """The Amaranth component of ``cfg``."""
@@ -48,6 +69,41 @@ class Block:
         from hikv.hw.verilog import to_verilog
 
         return to_verilog(self.component(cfg), self.toplevel)
+
+
+def loader_instances(cfg: Config, bandwidth_bytes_per_s: Any = None, *,
+                     clock_hz: float | None = None) -> Any:
+    """Loaders that sustain the memory bandwidth (``cfg``'s, or an array of them), each
+    clocked at ``clock_hz`` (default ``accel.clock_hz``; the cost model passes the loader's own
+    clock, :mod:`hikv.sim.cost.clocks`). The instance count of the area flow
+    (:func:`hikv.sim.eda.area.accelerator_area`), the cost model
+    (:func:`hikv.sim.cost.attention_model.attention_cost`) and the sweeps.
+
+    One loader carries ``steady_bytes_per_cycle`` = ``beat_bytes x min(1, N b / (L + b))``
+    (:func:`hikv.hw.loader_timing.steady_bytes_per_cycle`) with requests of ``b =
+    max_burst_beats`` beats, ``N = max_outstanding`` reads in flight and ``L`` the memory
+    latency in cycles (``max(1, round(mem_latency_s x clock_hz))``): each outstanding slot
+    carries one request per ``L + b`` cycles (the RTL frees a slot the cycle after the
+    request's last beat). So ``ceil(bandwidth / (clock x steady_bytes_per_cycle))`` loaders, at
+    least one: an int, or an array of floats for an array of bandwidths. The `default` and
+    `paper` loaders read one 64-B burst per beat with enough reads in flight to cover the
+    latency (64 B/cycle each, also for one scattered row per request), so this is a small fixed
+    number: 4 for `default` (256 B/cycle), 8 for `paper` (460 B/cycle) at 1 GHz; a beat is never
+    wider than a burst, as a wider one would read bytes the burst account does not count
+    (docs/loader.md, "Limits").
+    """
+    import numpy as np
+
+    from hikv.hw.loader_timing import LoaderGeometry, steady_bytes_per_cycle
+
+    a = cfg.accel
+    hz = a.clock_hz if clock_hz is None else clock_hz
+    bw = np.asarray(a.mem_bandwidth_bytes_per_s if bandwidth_bytes_per_s is None
+                    else bandwidth_bytes_per_s, dtype=float)
+    lat = max(1, round(a.mem_latency_s * hz))
+    per = steady_bytes_per_cycle(LoaderGeometry(cfg.layout, cfg.loader), latency=lat)
+    out = np.maximum(1, np.ceil(bw / (hz * per) - 1e-9))
+    return int(out) if out.ndim == 0 else out
 
 
 def _sorter(cfg: Config) -> Any:
@@ -96,12 +152,14 @@ BLOCKS: dict[str, Block] = {
                     "vectors (docs/loader.md)",
         toplevel="hikv_loader",
         make=_loader,
+        count=loader_instances,
     ),
     "sorter_loader": Block(
         name="sorter_loader",
         description="sorter Stage I chained into the loader: token scores -> packed vectors",
         toplevel="hikv_sorter_loader",
         make=_sorter_loader,
+        parts=("sorter", "loader"),
     ),
     "scorer": Block(
         name="scorer",
@@ -116,6 +174,7 @@ BLOCKS: dict[str, Block] = {
                     "selected token indices",
         toplevel="hikv_scorer_sorter",
         make=_scorer_sorter,
+        parts=("scorer", "sorter"),
     ),
 }
 

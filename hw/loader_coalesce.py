@@ -29,7 +29,7 @@ class Coalescer(wiring.Component):
     the run reaches that far (its length cannot change any more); the remainder when the run
     closes. One range and one request per cycle.
 
-    Timing (issue 12/13): the state is kept in burst units with the run's remaining length
+    Timing: the state is kept in burst units with the run's remaining length
     (``left``, ``run_end - 1 - addr``) and ``addr + longest request`` in registers beside the
     address, so the three comparisons that choose the request (remaining run, rest of the 4 KiB
     line, longest request) read registers only, and every next value (address, remaining run,

@@ -4,7 +4,7 @@
 :class:`~hikv.params.KVLayout` and :class:`~hikv.params.LoaderParams`: the RTL, its testbench
 and the cost model (``hikv.sim``) all read them from here, so none is written twice.
 
-The timing contract (docs/loader.md, section 6), asserted against the RTL in cocotb:
+The timing contract (docs/loader.md, "Timing contract"), asserted against the RTL in cocotb:
 
 * :func:`job_timing`: cycle-level model of one job with an ideal producer and consumer and a
   fixed-latency pipelined memory; the regression requires the measured cycles to equal it.

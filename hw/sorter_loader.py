@@ -18,14 +18,17 @@ from amaranth.lib.wiring import In, Out
 from hikv.params import Config, ParamError
 
 from .loader import KVLoader
-from .loader_ports import axi_read_signature, config_layout, output_layout, token_layout
-from .loader_ports import stats_signature as _stats_signature
-from .loader_ports import status_signature as _status_signature
+from .loader_ports import (
+    axi_read_signature,
+    config_layout,
+    output_layout,
+    stats_signature,
+    status_signature,
+    token_layout,
+)
 from .loader_timing import LoaderGeometry
 from .sorter import Sorter
-from .uops import is_zero as _zero
-from .uops import lowest as _lowest
-from .uops import onehot as _onehot
+from .uops import is_zero, lowest, onehot
 
 __all__ = ["LaneSplitter", "SorterLoader", "make_sorter_loader"]
 
@@ -51,19 +54,19 @@ class LaneSplitter(wiring.Component):
         idx = [Signal(len(self.i.payload.lanes[0].index), name=f"idx{j}") for j in range(p)]
         rem = Signal(p)
         last = Signal()
-        lo = _lowest(m, rem, "lane")
-        lane_oh = _onehot(m, lo[:max(1, (p - 1).bit_length())], p, "lane_oh")
+        lo = lowest(m, rem, "lane")
+        lane_oh = onehot(m, lo[:max(1, (p - 1).bit_length())], p, "lane_oh")
         rem_next = rem & ~lane_oh
         fire = self.o.valid & self.o.ready
-        take = self.i.valid & (_zero(rem) | (fire & _zero(rem_next)))
+        take = self.i.valid & (is_zero(rem) | (fire & is_zero(rem_next)))
         sel = Const(0, len(idx[0]))
         for j in range(p):
             sel = sel | (lane_oh[j].replicate(len(idx[0])) & idx[j])
         m.d.comb += [
             self.o.valid.eq(rem.any()),
             self.o.payload.index.eq(sel),
-            self.o.payload.last.eq(last & _zero(rem_next)),
-            self.i.ready.eq(_zero(rem) | (fire & _zero(rem_next))),
+            self.o.payload.last.eq(last & is_zero(rem_next)),
+            self.i.ready.eq(is_zero(rem) | (fire & is_zero(rem_next))),
         ]
         with m.If(take):
             m.d.sync += [rem.eq(self.i.payload.valid), last.eq(self.i.payload.last)]
@@ -89,8 +92,8 @@ class SorterLoader(wiring.Component):
             "cfg": In(stream.Signature(config_layout(geo))),
             "o": Out(stream.Signature(output_layout(geo))),
             "axi": Out(axi_read_signature(geo)),
-            "status": Out(_status_signature(geo)),
-            "stats": Out(_stats_signature()),
+            "status": Out(status_signature(geo)),
+            "stats": Out(stats_signature()),
             "sorter_error": Out(1),
         })
 

@@ -45,7 +45,7 @@ from typing import Any
 
 from hikv.params import ParamError, SorterParams
 
-__all__ = ["SorterTiming", "ceil_log2", "sorter_cycles", "sorter_compares"]
+__all__ = ["SorterTiming", "ceil_log2", "check_job_arg", "sorter_cycles", "sorter_compares"]
 
 
 def ceil_log2(n: int) -> int:
@@ -59,7 +59,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _int(name: str, value: Any, lo: int, hi: int) -> None:
+def check_job_arg(name: str, value: Any, lo: int, hi: int) -> None:
+    """A sorter job's argument ``name``: an integer in ``[lo, hi]`` (:class:`ParamError`
+    naming it otherwise)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParamError(f"sorter job {name} must be an integer, not {value!r}")
     if not lo <= value <= hi:
@@ -183,14 +185,14 @@ class SorterTiming:
     # ------------------------------------------------------------------ jobs
     def check_stage1(self, n: int, k: int) -> None:
         """Raise :class:`ParamError` unless ``1 <= n <= max_n`` and ``1 <= k <= max_k``."""
-        _int("n (Stage I count)", n, 1, self.max_n)
-        _int("k", k, 1, self.max_k)
+        check_job_arg("n (Stage I count)", n, 1, self.max_n)
+        check_job_arg("k", k, 1, self.max_k)
 
     def check_stage2(self, count: int, d: int, r: int) -> None:
         """Raise :class:`ParamError` unless the Stage II job fits the parameters."""
-        _int("count (Stage II vectors)", count, 1, (1 << self.count_width) - 1)
-        _int("d (vector length)", d, 1, self.max_vec)
-        _int("r", r, 1, self.max_vec)
+        check_job_arg("count (Stage II vectors)", count, 1, (1 << self.count_width) - 1)
+        check_job_arg("d (vector length)", d, 1, self.max_vec)
+        check_job_arg("r", r, 1, self.max_vec)
 
     def segment_rows(self, items: int) -> int:
         """Rows ``D`` of a segment of ``items`` items."""
@@ -251,7 +253,7 @@ class SorterTiming:
 
     def stage2_interval(self, d: int) -> int:
         """Steady-state cycles per Stage II vector: ``ceil(d / P)``."""
-        _int("d (vector length)", d, 1, self.max_vec)
+        check_job_arg("d (vector length)", d, 1, self.max_vec)
         return self.segment_rows(d)
 
     def output_beats(self, selected: int) -> int:
@@ -313,44 +315,3 @@ def sorter_compares(params: SorterParams, mode: str, *, n: int = 0, k: int = 0, 
                     count: int = 0) -> int:
     """Comparator evaluations of one job, same convention as :func:`sorter_cycles`."""
     return _job(params, mode, n, k, d, count, "stage1_compares", "stage2_compares")
-
-
-# --------------------------------------------------------------------------- G-AdaKV
-def global_topk_cycles(params: SorterParams, *, segments: int, length: int,
-                       k: int, keys: Any = None) -> dict[str, int | bool]:
-    """Sorter cycles of G-AdaKV's global top ``k`` over ``segments`` score vectors of
-    ``length`` tokens each (one per (layer, KV head)) as Stage I jobs (docs/sorter.md,
-    "G-AdaKV"): the sum of :meth:`SorterTiming.stage1_cycles` over the jobs (the sorter runs
-    one job at a time; the few idle cycles between jobs are not counted).
-
-    Without ``keys`` (sizes only) the jobs are those of
-    :func:`hikv.model.methods.global_select.round_schedule`, which re-streams every token not kept yet
-    in each of its ``ceil(k / min(max_k, max_n // 2))`` rounds: its first round is exact and is
-    also the first round of the buffered :func:`~hikv.model.methods.global_select.sorter_schedule`
-    (``exact`` true for one round); its later rounds, priced with whole segments, are an upper
-    bound of the round schedule (``exact`` false). With ``keys`` (the sorter keys, ``segments``
-    lists of ``length``) the buffered schedule is run on them and its cycles are exact for that
-    data (``exact`` true): later rounds re-scan or re-merge only what they use up.
-
-    Returns ``rounds``, ``jobs``, ``scan_jobs``, ``merge_jobs``, ``cycles``, ``exact`` and, with
-    ``keys``, ``items`` (scores streamed into the sorter).
-    """
-    from hikv.model.methods.global_select import plan_round, round_budgets, schedule_cycles
-
-    _int("segments", segments, 1, 1 << 40)
-    _int("length", length, 1, 1 << 40)
-    _int("k (global budget)", k, 0, segments * length)
-    t = SorterTiming.from_params(params)
-    if keys is not None:
-        if len(keys) != segments or any(len(s) != length for s in keys):
-            raise ParamError(f"keys must be {segments} segments of {length} sorter keys")
-        return {**schedule_cycles(keys, k, params), "exact": True}
-    budgets = round_budgets(segments * length, k, t.max_n, t.max_k)
-    scan = merge = cycles = 0
-    for m in budgets:
-        for phase, n, kk in plan_round([length] * segments, m, t.max_n):
-            cycles += t.stage1_cycles(n, kk)
-            scan += phase == "scan"
-            merge += phase == "merge"
-    return {"rounds": len(budgets), "jobs": scan + merge, "scan_jobs": scan,
-            "merge_jobs": merge, "cycles": cycles, "exact": len(budgets) <= 1}

@@ -16,6 +16,19 @@ Modules:
 * Scoring unit: :mod:`~hikv.rtl_tests.scorer_launch` (launcher, also the scorer -> sorter
   chain), :mod:`~hikv.rtl_tests.tb_scorer` (testbench), :mod:`~hikv.rtl_tests.scorer_jobs`
   (random and adversarial jobs, expected keys from :mod:`hikv.model.refs.lowbit`).
+* G-AdaKV's global selection on the sorter: :mod:`~hikv.rtl_tests.gadakv_rtl` (launcher),
+  :mod:`~hikv.rtl_tests.tb_gadakv` (testbench: the schedule of
+  :mod:`hikv.model.methods.global_select` driven with the RTL).
 * :mod:`~hikv.rtl_tests.rtl_cycles` -- measured cycles recorded in tests/golden/rtl_cycles.json.
 * ``test_*.py`` -- the pytest launchers (marker ``rtl``).
+
+Modules are imported on first use (:mod:`hikv.lazy`); ``__all__`` names the library modules
+(not the ``test_*`` launchers).
 """
+
+from hikv.lazy import lazy_api
+
+__all__, __getattr__, __dir__ = lazy_api(__name__, {m: () for m in (
+    "registry", "report", "streams", "sorter_rtl", "tb_sorter", "sorter_jobs", "sorter_replay",
+    "loader_launch", "tb_loader", "loader_jobs", "scorer_launch", "tb_scorer", "scorer_jobs",
+    "gadakv_rtl", "tb_gadakv", "rtl_cycles")})

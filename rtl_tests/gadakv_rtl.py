@@ -27,8 +27,8 @@ def default_problems(cfg: Config) -> int:
 def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bool = False,
                    simulator: str = "verilator") -> RtlReport:
     """``jobs`` random global top-k problems (default :func:`default_problems`), each run as
-    the Stage I jobs of :func:`hikv.model.methods.global_select.sorter_schedule` on the RTL; every job
-    checked against the golden sorter and the timing formula, every result against
+    the Stage I jobs of :func:`hikv.model.methods.global_select.sorter_schedule` on the RTL; every
+    job checked against the golden sorter and the timing formula, every result against
     :func:`hikv.model.methods.global_select.global_topk`."""
     from pathlib import Path
 

@@ -3,9 +3,9 @@
 Used by the Amaranth unit tests (tests/test_loader_units.py) and the cocotb regression
 (rtl_tests/loader_launch.py writes the cases as JSON for rtl_tests/tb_loader.py, which then
 needs neither torch nor the golden model). Everything expected here comes from
-:mod:`hikv.model.refs.loader` and :mod:`hikv.model.refs.layout`; the only loader-internal expectation
-is :func:`expected_entries`, the address side's records / pages, written from their definition
-in hw/loader.py.
+:mod:`hikv.model.refs.loader` and :mod:`hikv.model.refs.layout`; the only loader-internal
+expectation is :func:`expected_entries`, the address side's records / pages, written from their
+definition in hw/loader.py.
 """
 
 from __future__ import annotations

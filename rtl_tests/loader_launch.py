@@ -152,7 +152,8 @@ def _memory_bytes(cfg: Config, cases: list[Any]) -> int:
 
 def slot_fields(slots: list[int]) -> dict[str, Any]:
     """Ascending slots in the shorter JSON form: ``{"runs": [[start, length], ...]}`` or
-    ``{"slot_mask": hex}`` (bit ``i`` set for slot ``i``); :mod:`hikv.sim.cost.validate` reads both."""
+    ``{"slot_mask": hex}`` (bit ``i`` set for slot ``i``); :mod:`hikv.sim.cost.validate` reads
+    both."""
     runs: list[list[int]] = []
     for x in slots:
         if runs and runs[-1][0] + runs[-1][1] == x:

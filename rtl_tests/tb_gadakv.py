@@ -9,8 +9,8 @@ The configuration arrives as JSON in ``HIKV_TB_CONFIG``::
 Test ``gadakv``: ``jobs`` random problems, each several (layer, KV head) score segments (some
 longer than ``max_n``, so they are cut into chunks) of random keys with many ties, and a global
 budget ``K`` below, at and above ``max_k`` (several rounds). The schedule of
-:func:`hikv.model.methods.global_select.sorter_schedule` is driven with the RTL: every job's output is
-compared bit for bit with :mod:`hikv.model.refs.sorter`, every job's cycles with
+:func:`hikv.model.methods.global_select.sorter_schedule` is driven with the RTL: every job's output
+is compared bit for bit with :mod:`hikv.model.refs.sorter`, every job's cycles with
 :mod:`hikv.hw.sorter_timing`, and the final kept sets with
 :func:`hikv.model.methods.global_select.global_topk`. One local ``random.Random(seed)`` draws all.
 """

@@ -54,8 +54,8 @@ def test_scorer_sorter_chain_tiny():
 
 
 #: ``default`` is linted with 2 of its 32 lanes: the lanes are identical copies (every width is
-#: per lane; 2 exercise the shared query sum's fan-out), and the 32-lane lint alone took 269 s
-#: of CI (session 5). The full build: ``hikv verilog --block scorer --preset default`` + lint.
+#: per lane; 2 exercise the shared query sum's fan-out), and the 32-lane lint alone takes about
+#: 269 s of CI. The full build: ``hikv verilog --block scorer --preset default`` + lint.
 @pytest.mark.parametrize("block,preset,overrides", [
     ("scorer", "tiny", ()), ("scorer", "default", ("scorer.lanes=2",)),
     ("scorer_sorter", "tiny", ())])

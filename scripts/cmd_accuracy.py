@@ -21,7 +21,7 @@ version, into --out; progress goes to stdout):
 Protocols (--protocol): prompt = context and question prefilled but the question's last token,
 which is decoded through the method's cache (compression decided at the end of prefill with the
 question in the observation window; the primary protocol); follow-up = the context prefilled,
-the question fed through decode afterwards. --question prefill|decode are the older names.
+the question fed through decode afterwards. --question prefill|decode are their aliases.
 
 Methods are labels: full, h2o@B[/avg], snapkv@B, quest@B, sparq@B[/rR], ds@B[/rR],
 streamingllm@B, tova@B, adakv@B, gadakv@B, pyramidkv@B,
@@ -70,7 +70,7 @@ def _protocol(p: argparse.ArgumentParser, default: str) -> None:
                         f"prefilled); follow-up: it is fed through decode after the context "
                         f"(default {default})")
     p.add_argument("--question", choices=("decode", "prefill"), default=None,
-                   help="older name of --protocol: decode = follow-up, prefill = prompt")
+                   help="alias of --protocol: decode = follow-up, prefill = prompt")
     p.set_defaults(protocol_default=default)
 
 
@@ -266,15 +266,15 @@ def run(args: argparse.Namespace) -> int:
 
     from hikv.model.accuracy import experiments as A
     from hikv.model.accuracy.io import code_version, plot_fidelity, write_rows
-    from hikv.model.accuracy.iso import _passkey_by_label
+    from hikv.model.accuracy.iso import passkey_by_label
     from hikv.model.lm.assets import essays_text
     from hikv.model.lm.runner import lm_config, load_lm
     from hikv.params import to_dict
     from hikv.presets import get_preset
 
     if args.what == "run":
-        from hikv.model.accuracy.suite import SUITES, run_suite
         from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
+        from hikv.model.accuracy.suite import SUITES, run_suite
 
         if args.suite in SEED_SUITES:
             suite = _seed_suite(SEED_SUITES[args.suite], args)
@@ -341,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
                          trials=args.trials, filler=args.filler, protocol=proto,
                          essay_text=text, seed=args.seed, batch=args.batch, log=print)
         name = "passkey"
-        agg = _passkey_by_label(rows)
+        agg = passkey_by_label(rows)
         for lab, (c, n) in agg.items():
             print(f"{lab:42s} passkey ({proto}) {c}/{n}")
     elif args.what == "tasks":

@@ -243,10 +243,10 @@ def _run(args: argparse.Namespace) -> int:
 
         try:
             try:
-                area = sw.area_columns(cfg, pts, res.size)
+                area = sw.area_columns(cfg, pts, res.size, clocks)
             except CellsUnavailable:     # neither cached nor shipped: the flow needs the cells
                 fetch_cells()
-                area = sw.area_columns(cfg, pts, res.size)
+                area = sw.area_columns(cfg, pts, res.size, clocks)
         except CellsUnavailable as e:
             print(f"area columns skipped: {e}")
     rows = sw.write_csv(cfg, res, out / "sweep.csv", area)

@@ -157,7 +157,7 @@ def test_tasks_both_protocols_and_iso_table(tiny_model, tmp_path) -> None:
                  "--out", str(t)]) == 2
     assert _run(["table", "--perplexity", str(out / "perplexity.json"), "--passkey", *pk,
                  "--protocol", "prompt", "--out", str(t), "--force"]) == 0
-    # --tasks needs one protocol and length; the old --question name must agree
+    # --tasks needs one protocol and length; the --question alias must agree
     assert _run(["table", "--perplexity", str(out / "perplexity.json"), "--tasks",
                  str(out / "tasks.json"), "--out", str(t)]) == 2
     assert _run(["passkey", *common, "--methods", "full", "--protocol", "prompt",
@@ -255,8 +255,8 @@ def test_one_prefill_shared_by_every_batch_of_methods(tiny_model) -> None:
     rows equal those of one pass per batch, exactly (perplexity with H2O's column sums and
     SnapKV's / HiKV's observation windows, and generated task answers)."""
     from hikv.model.accuracy import experiments as A
-    from hikv.model.lm.runner import lm_config, load_lm
     from hikv.model.accuracy.tasks import essay_words
+    from hikv.model.lm.runner import lm_config, load_lm
     from hikv.presets import get_preset
 
     model, cache = tiny_model
@@ -276,19 +276,19 @@ def test_one_prefill_shared_by_every_batch_of_methods(tiny_model) -> None:
 
 
 def test_each_batch_is_freed_before_the_next_runs(tiny_model) -> None:
-    """Memory (session 11): once a batch of methods has been decoded, nothing keeps its
+    """Memory: once a batch of methods has been decoded, nothing keeps its
     sequences (and so their K/V copies) alive while the later batches run -- in perplexity
     windows, in task answers and in the two protocols' shared trial. A local list naming the
-    later batches for the shared prompt pass kept every batch alive to the end (an 8k
-    perplexity cell at 14 GB, two workers out of memory)."""
+    later batches for the shared prompt pass would keep every batch alive to the end (an 8k
+    perplexity cell at 14 GB: two workers run out of memory)."""
     import gc
     import random
     import weakref
 
     from hikv.model.accuracy import experiments as A
     from hikv.model.accuracy import seed_trials
-    from hikv.model.lm.runner import lm_config, load_lm
     from hikv.model.accuracy.tasks import essay_words, make_case
+    from hikv.model.lm.runner import lm_config, load_lm
     from hikv.presets import get_preset
 
     model, cache = tiny_model

@@ -1,9 +1,9 @@
 """The prompt pass leaves out the keys a causal chunk cannot see
-(:func:`hikv.model.methods.attention.prefill_pass`, issue 11's harness speed): the same floats as the
-earlier pass over the full square with those keys masked for the column sums, every
-observation window and the prefix statistics of the follow-up fork, the output within float32
-rounding (bit-equal where the BLAS kernel rounds a product independently of its length); and
-a seed-smoke suite run gives the same cell files with either pass."""
+(:func:`hikv.model.methods.attention.prefill_pass`): the same floats as a pass over the full
+square with those keys masked for the column sums, every observation window and the prefix
+statistics of the follow-up fork, the output within float32 rounding (bit-equal where the BLAS
+kernel rounds a product independently of its length); and a seed-smoke suite run gives the same
+cell files with either pass."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from hikv.model.methods.attention import PrefixStats, prefill_pass
 SEED = 2718
 
 
-def _masked_square_pass(q, k, v, scale, *, col_sums=False, windows=(), prefix=0,
+def masked_square_pass(q, k, v, scale, *, col_sums=False, windows=(), prefix=0,
                         prefix_col_sums=False, prefix_windows=(), chunk=512):
-    """The earlier prefill_pass (before the causal key range), kept as the reference."""
+    """The reference prefill pass: the full square, the keys a chunk cannot see masked."""
     hq, n, d = q.shape
     hkv = k.shape[0]
     g = hq // hkv
@@ -70,14 +70,14 @@ def test_causal_key_range_gives_the_same_floats(n, hq, hkv, d, chunk, prefix) ->
     if prefix:
         kw.update(prefix=prefix, prefix_col_sums=True, prefix_windows=(1, 32))
     got = prefill_pass(q, k, v, d ** -0.5, **kw)
-    want = _masked_square_pass(q, k, v, d ** -0.5, **kw)
+    want = masked_square_pass(q, k, v, d ** -0.5, **kw)
     ctx = f"seed {SEED + n}, n {n}, d {d}, chunk {chunk}, prefix {prefix}"
     # the output: the values' product over the visible keys only against the full square's
     # (whose further probabilities are exactly 0). Whether these are the same floats is the
-    # BLAS kernel's choice, not the code's: MKL's sgemm gave identical floats at the
-    # harness's chunk of 512 on session 11's machine; on session 12's (AVX-512 and AMX) it
-    # rounds by the key count (max |difference| 2.4e-7, in a quarter of the elements), and at
-    # chunk 64 on both. So the output is held to float32 rounding, the statistics
+    # BLAS kernel's choice, not the code's: MKL's sgemm gives identical floats at the
+    # harness's chunk of 512 on some machines; on one with AVX-512 and AMX it rounds by the
+    # key count (max |difference| 2.4e-7, in a quarter of the elements), and at chunk 64 on
+    # both. So the output is held to float32 rounding, the statistics
     # below (sums of the same probabilities) to equality
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6, msg=ctx)
     assert torch.equal(got[1], want[1]), ctx
@@ -95,23 +95,23 @@ pytest.importorskip("transformers")
 from test_accuracy_cli import tiny_model  # noqa: E402,F401  (the shared fixture)
 
 
-def test_seed_smoke_cells_equal_with_the_earlier_pass(tiny_model, tmp_path,  # noqa: F811
-                                                      monkeypatch) -> None:
-    from hikv.model.lm import route as lm_route
+def test_seed_smoke_cells_equal_with_the_masked_square_pass(tiny_model, tmp_path,  # noqa: F811
+                                                             monkeypatch) -> None:
     from hikv.model.accuracy.io import read_rows
     from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
+    from hikv.model.lm import route as lm_route
 
     model, cache = tiny_model
     suite = dataclasses.replace(SEED_SUITES["seed-smoke"], trials=2, keep_min=0.0,
                                 ppl_tol=10.0, families=("h2o", "snapkv", "hikv-evict",
                                                         "hikv-qa/lowbit4"))
     kw = {"model": str(model), "cache": cache, "preset": "tiny", "log": lambda _: None}
-    run_seed_suite(suite, tmp_path / "new", **kw)
-    monkeypatch.setattr(lm_route, "prefill_pass", _masked_square_pass)
-    run_seed_suite(suite, tmp_path / "old", **kw)
-    cells = sorted(p.name for p in (tmp_path / "old" / "cells").glob("*.json"))
+    run_seed_suite(suite, tmp_path / "causal", **kw)
+    monkeypatch.setattr(lm_route, "prefill_pass", masked_square_pass)
+    run_seed_suite(suite, tmp_path / "square", **kw)
+    cells = sorted(p.name for p in (tmp_path / "square" / "cells").glob("*.json"))
     assert len(cells) == 5, cells
     for name in cells:
-        got = read_rows(tmp_path / "new" / "cells" / name)[0]
-        want = read_rows(tmp_path / "old" / "cells" / name)[0]
+        got = read_rows(tmp_path / "causal" / "cells" / name)[0]
+        want = read_rows(tmp_path / "square" / "cells" / name)[0]
         assert got == want, (SEED, name)

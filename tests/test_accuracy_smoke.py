@@ -79,7 +79,7 @@ def test_cli_perplexity_runs_methods_end_to_end(smol, tmp_path) -> None:
 @pytest.mark.rtl
 @pytest.mark.slow
 def test_sorter_loader_chain_on_real_heads(smol) -> None:
-    """Issue 4's chained test on real attention heads: q, K, V captured from SmolLM2 (layers
+    """The sorter -> loader chain on real attention heads: q, K, V captured from SmolLM2 (layers
     0, 15, 29) drive score stream -> sorter Stage I -> loader on the tiny preset adapted to
     d = 64; every output equals the golden Stage I + Stage II result."""
     from hikv.rtl_tests.loader_launch import run_chain_regression

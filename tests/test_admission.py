@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _hikv_cost_helpers import assert_same_run
-from _serving_helpers import burst_workload, tight
+from cost_helpers import assert_same_run
+from serving_helpers import burst_workload, tight
 
 from hikv.params import ParamError, SyntheticWorkload
 from hikv.presets import get_preset, resolve_methods
-from hikv.sim.serving.scheduler import POLICIES, get_policy
 from hikv.sim.serving.engine import kv_capacity_blocks, simulate
+from hikv.sim.serving.scheduler import POLICIES, get_policy
 from hikv.sim.serving.workload import find_azure_trace, poisson_workload, read_azure_trace
 
 ROOT = Path(__file__).resolve().parents[1]

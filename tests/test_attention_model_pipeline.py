@@ -95,7 +95,8 @@ def test_memory_latency_is_paid_once_per_layer():
 def _split_loader(cfg, c):
     """The serial schedule's loader term of the attend phase (the phase split over the
     instances), recomputed from the timing model."""
-    from hikv.sim.cost.timing import RtlTiming, loader_instances
+    from hikv.hw.blocks import loader_instances
+    from hikv.sim.cost.timing import RtlTiming
 
     inst = loader_instances(cfg)
     w = c.work
@@ -106,8 +107,8 @@ def _split_loader(cfg, c):
 
 
 def test_scorer_bound_hikv_follows_the_scorer_rule():
-    """`default`'s query-aware HiKV with 8 scorer and 8 sorter lanes (its lanes until session
-    5): the scoring unit (G jobs of n tokens per head) is the bottleneck: H x scorer + the last
+    """`default`'s query-aware HiKV with 8 scorer and 8 sorter lanes (a quarter of its
+    32): the scoring unit (G jobs of n tokens per head) is the bottleneck: H x scorer + the last
     head's sort and attend."""
     cfg = get_preset("default")
     cfg = cfg.replace(sorter=dataclasses.replace(cfg.sorter, lanes=8),

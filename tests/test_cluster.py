@@ -11,17 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _serving_helpers import burst_workload, tight
+from serving_helpers import burst_workload, tight
 
 from hikv.params import ParamError
 from hikv.presets import get_preset, resolve_methods
 from hikv.scripts.cli import main
-from hikv.sim.cost.closed_form import closed_form
 from hikv.sim.cluster.engine import simulate_cluster, transfer_bytes
 from hikv.sim.cluster.params import LINKS, ClusterParams, DynamicRatio, KVLink, get_link
 from hikv.sim.cluster.report import parse_pd
-from hikv.sim.cluster.sched import OutputPredictor, split_workload
 from hikv.sim.cluster.router import jain_index
+from hikv.sim.cluster.sched import OutputPredictor, split_workload
+from hikv.sim.cost.closed_form import closed_form
 from hikv.sim.serving.engine import simulate
 from hikv.sim.serving.report import steady_state
 from hikv.sim.serving.workload import Workload, find_azure_trace, read_azure_trace

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _serving_helpers import burst_workload, tight
+from serving_helpers import burst_workload, tight
 
 from hikv.executor import ray_available, run_tasks
 from hikv.params import ParamError

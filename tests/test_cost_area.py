@@ -2,23 +2,25 @@
 hash), SRAM macros cut out of the netlist, and the accelerator's area with HiKV blocks."""
 
 
+import dataclasses
 import json
 import math
 import zipfile
 
 import pytest
-from _hikv_cost_helpers import cells_or_skip
 from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from cost_helpers import cells_or_skip
 
+from hikv.hw.blocks import loader_instances
 from hikv.hw.verilog import to_verilog
 from hikv.params import ParamError
 from hikv.presets import get_preset
 from hikv.sim.eda import area as A
 from hikv.sim.eda import cells as C
-from hikv.sim.cost.energy import load_data
+from hikv.sim.tech import load_data
 
 
 def _fake_wheel(path, size=(1.38, 2.72)):
@@ -65,7 +67,7 @@ def test_node_and_sram_models():
     with pytest.raises(ParamError, match="NAND2 reference"):
         A.nand2_area_m2("tsmc5")
     cfg = get_preset("paper")      # 32 reads of 4 beats of 64 B in flight cover 100 cycles
-    assert A.loader_instances(cfg) == math.ceil(460e9 / (64 * 1e9))
+    assert loader_instances(cfg) == math.ceil(460e9 / (64 * 1e9))
 
 
 def test_real_cell_areas_are_the_lef_sizes():
@@ -146,7 +148,7 @@ class _WriteOnlyDatapath(wiring.Component):
 
 
 def test_logic_that_only_feeds_a_macro_keeps_its_area():
-    """Issue 13 item 0: the write data, address and enable of an SRAM macro are kept as
+    """The write data, address and enable of an SRAM macro are kept as
     outputs, so a datapath whose only load is the macro's write port is not optimised away
     (Yosys' ``expose`` skips private ``$``-named wires: they are renamed first)."""
     cells_or_skip()
@@ -190,12 +192,14 @@ def test_accelerator_area_works_once_blocks_register(monkeypatch):
         cfg.accel.pe_lanes * A.logic_area_m2(mac.nand2_equivalents, cfg.accel.tech_nm))
     fake = blocks.Block(name="x", description="test", toplevel="tinyblock",
                         make=_make_tiny)
-    monkeypatch.setattr(blocks, "BLOCKS", {"sorter": fake, "loader": fake})
+    # the registry holds each block's instance count: the stand-in loader takes the loader's
+    monkeypatch.setattr(blocks, "BLOCKS", {"sorter": fake, "loader": dataclasses.replace(
+        fake, count=blocks.loader_instances)})
     ar2 = A.accelerator_area(cfg)
     assert ar2.complete
     unit = ar2.hikv[0].unit_area_m2
     buffers = sum(i.area_m2 for i in A.pipeline_buffer_items(cfg))   # the pipeline's SRAMs
-    assert ar2.hikv_m2 == pytest.approx(unit * (1 + A.loader_instances(cfg)) + buffers)
+    assert ar2.hikv_m2 == pytest.approx(unit * (1 + loader_instances(cfg)) + buffers)
     assert ar2.overhead == pytest.approx(ar2.hikv_m2 / ar2.baseline_m2)
     assert ar2.share == pytest.approx(ar2.hikv_m2 / (ar2.hikv_m2 + ar2.baseline_m2))
     json.dumps(ar2.synth["sorter"].to_dict())
@@ -228,7 +232,7 @@ def test_chained_sorter_loader_is_never_counted_beside_its_parts(monkeypatch):
     assert [i.name for i in ar.hikv if "." not in i.name
             and not i.name.startswith("SRAM: pipeline")] == ["sorter", "loader"]
     assert [i.count for i in ar.hikv if "." not in i.name
-            and not i.name.startswith("SRAM: pipeline")] == [1, A.loader_instances(
+            and not i.name.startswith("SRAM: pipeline")] == [1, loader_instances(
         get_preset("tiny"))]
 
 

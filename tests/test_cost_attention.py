@@ -9,11 +9,12 @@ import math
 import numpy as np
 import pytest
 
+from hikv.hw.blocks import loader_instances
 from hikv.params import MemoryType, Method, MethodSpec, ParamError, Stage2Rule
 from hikv.presets import baseline_specs, get_preset
 from hikv.sim.cost import energy as E
 from hikv.sim.cost.attention_model import Overrides, attention_cost, step_work
-from hikv.sim.cost.timing import RtlTiming, loader_instances
+from hikv.sim.cost.timing import RtlTiming
 
 
 def _accel(cfg, **kw):
@@ -160,9 +161,9 @@ def test_override_errors():
 
 @pytest.mark.parametrize("preset", ["default", "paper"])
 def test_preset_lanes_reach_the_roofline_target_at_the_assumed_clock(preset):
-    """Issue 13: the presets' query-aware HiKV reaches >= 90 % of its bytes roofline with every
-    block at ``accel.clock_hz`` (the estimated clocks need synthesis: docs/cost_model.md,
-    section 10.000), with the scoring unit as wide as the sorter (hw/scorer_sorter.py chains
+    """The presets' query-aware HiKV reaches >= 90 % of its bytes roofline with every block at
+    ``accel.clock_hz`` (the estimated clocks need synthesis: :mod:`hikv.sim.cost.clocks`),
+    with the scoring unit as wide as the sorter (hw/scorer_sorter.py chains
     them only then); half the lanes do not reach it."""
     from hikv.sim.explore.tradeoff import ROOFLINE_TARGET
 

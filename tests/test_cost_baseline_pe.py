@@ -7,7 +7,7 @@ import math
 import random
 import struct
 
-from _amaranth_sim import run_sim
+from amaranth_sim import run_sim
 
 from hikv.hw.baseline_pe import ExpUnit, Fp16MacLane
 from hikv.model.refs import baseline_pe as ref

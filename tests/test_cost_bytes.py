@@ -1,5 +1,5 @@
-"""Closed-form bytes per step (hikv.sim.cost.closed_form.step_bytes, the operating point) against the
-golden model's byte accounts."""
+"""Closed-form bytes per step (hikv.sim.cost.closed_form.step_bytes, the operating point) against
+the golden model's byte accounts."""
 
 from __future__ import annotations
 

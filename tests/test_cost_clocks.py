@@ -1,5 +1,5 @@
-"""Per-block clocks in the cost model (issue 12 item 4) and the low-bit scoring unit's select
-phase (issue 13 item 2): hikv.sim.cost.clocks and hikv.sim.cost.attention_model."""
+"""Per-block clocks in the cost model and the low-bit scoring unit's select phase:
+hikv.sim.cost.clocks and hikv.sim.cost.attention_model."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import math
 
 import numpy as np
 import pytest
-from _hikv_cost_helpers import cells_or_skip
+from cost_helpers import cells_or_skip
 
+from hikv.hw.blocks import loader_instances
 from hikv.hw.scorer_timing import ScorerTiming
 from hikv.params import CLOCK_BLOCKS, Method, ParamError
 from hikv.presets import baseline_specs, get_preset
 from hikv.sim.cost import energy as E
 from hikv.sim.cost.attention_model import Overrides, attention_cost, scorer_cycles, step_work
 from hikv.sim.cost.clocks import Clocks, accelerator_clocks, assumed_clocks, scorer_used
-from hikv.sim.cost.timing import loader_instances
 
 
 def _accel(cfg, **kw):
@@ -52,7 +52,7 @@ def test_hand_set_clock_is_used_with_its_source():
 
 @pytest.mark.parametrize("preset", ["tiny", "default", "paper"])
 def test_default_clocks_give_the_same_cost(preset):
-    """Every block at clock_hz (assumed) is the model as it was: one clock."""
+    """Every block at clock_hz (assumed) costs what the same clocks given by hand do: one clock."""
     cfg = get_preset(preset)
     for spec in baseline_specs(cfg):
         a = attention_cost(spec, cfg)

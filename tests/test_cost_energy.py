@@ -1,4 +1,5 @@
-"""Energy tables and component energy functions (hikv.sim.cost.energy)."""
+"""Energy tables and component energy functions (hikv.sim.cost.energy), node scaling
+(hikv.sim.tech)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 
 from hikv.params import MemoryType, ParamError
+from hikv.sim import tech
 from hikv.sim.cost import energy as E
 
 
@@ -28,7 +30,7 @@ def test_reference_values_are_the_cited_ones():
 
 
 def test_every_action_is_labelled_reference_or_derived():
-    data = E.load_data("energy_actions_45nm.json")
+    data = tech.load_data("energy_actions_45nm.json")
     for name, a in data["actions"].items():
         assert a["origin"] in ("reference", "derived"), name
         if a["origin"] == "derived":
@@ -52,10 +54,10 @@ def test_sram_interpolation_hits_points_and_is_monotone():
 
 def test_node_scaling_and_errors():
     assert E.action_energy_j("fp16_mult", 7) == pytest.approx(1.1e-12 * 0.094)
-    np.testing.assert_allclose(E.node_area_scale(np.array([45, 28, 16, 7])),
+    np.testing.assert_allclose(tech.node_area_scale(np.array([45, 28, 16, 7])),
                                [1.0, 0.38, 0.19, 0.059])
     with pytest.raises(ParamError, match="tech_nm"):
-        E.node_energy_scale(22)
+        tech.node_energy_scale(22)
     with pytest.raises(ParamError, match="unknown action"):
         E.action_energy_j("fp64_mult")
     with pytest.raises(ParamError, match="capacity"):

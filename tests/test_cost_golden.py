@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from _hikv_cost_helpers import cells_or_skip
+from cost_helpers import cells_or_skip
 
 from hikv.presets import PRESETS, get_preset
 from hikv.sim.explore.report import build_report

@@ -6,13 +6,13 @@ import json
 import math
 
 import pytest
-from _hikv_cost_helpers import cells_or_skip
+from cost_helpers import cells_or_skip
 
 from hikv.params import Method, MethodSpec, ParamError, to_dict
 from hikv.presets import BASELINES, get_preset
 from hikv.scripts.cli import main
-from hikv.sim.explore import report as R
 from hikv.sim.explore import render as RR
+from hikv.sim.explore import report as R
 
 
 def test_table_rows_and_ratios():

@@ -83,7 +83,7 @@ def test_bench_runs():
 
 
 def test_cli_sweep_with_estimated_clocks(tmp_path, capsys):
-    from _hikv_cost_helpers import cells_or_skip
+    from cost_helpers import cells_or_skip
 
     cells_or_skip()
     out = tmp_path / "sw"

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from hikv.hw.blocks import loader_instances
 from hikv.hw.loader_timing import LoaderGeometry, estimate_cycles, job_timing
 from hikv.hw.sorter_timing import SorterTiming
 from hikv.params import KVLayout, LoaderParams, ParamError
@@ -107,7 +108,7 @@ def test_loader_instances_sustain_the_memory_bandwidth(preset):
 
     cfg = get_preset(preset)
     a, lp = cfg.accel, cfg.loader
-    n = T.loader_instances(cfg)
+    n = loader_instances(cfg)
     lat = round(a.mem_latency_s * a.clock_hz)
     per = steady_bytes_per_cycle(LoaderGeometry(cfg.layout, lp), latency=lat)
     need = a.mem_bandwidth_bytes_per_s / a.clock_hz
@@ -118,7 +119,7 @@ def test_loader_instances_sustain_the_memory_bandwidth(preset):
     assert per == lp.beat_bytes
     assert n == math.ceil(need / lp.beat_bytes - 1e-9)
     bws = np.array([64e9, 256e9, 1e12])
-    np.testing.assert_array_equal(T.loader_instances(cfg, bws),
+    np.testing.assert_array_equal(loader_instances(cfg, bws),
                                   np.maximum(1, np.ceil(bws / a.clock_hz / per - 1e-9)))
 
 
@@ -129,8 +130,8 @@ def test_loader_instances_grow_when_latency_is_not_covered():
     few = cfg.replace(loader=dataclasses.replace(cfg.loader, max_outstanding=4))
     # 4 x 4 beats of 64 B per 104 cycles: 9.8 of 64 B/cycle, so 26 loaders for 256 B/cycle;
     # 64 in flight cover the latency: 4 loaders of 64 B/cycle
-    assert T.loader_instances(few) == 26 and T.loader_instances(cfg) == 4
-    assert T.loader_instances(get_preset("paper")) == 8   # 460 B/cycle
+    assert loader_instances(few) == 26 and loader_instances(cfg) == 4
+    assert loader_instances(get_preset("paper")) == 8   # 460 B/cycle
 
 
 def test_unique_apply_broadcasts():

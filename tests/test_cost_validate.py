@@ -55,14 +55,14 @@ def test_bad_files(tmp_path):
 
 
 GOLDEN_CYCLES = Path(__file__).parent / "golden" / "rtl_cycles.json"
-#: Presets whose loader rows are not recorded (none since session 5: default and paper were
-#: recorded with `python benchmarks/record_rtl_cycles.py --preset P --block loader`). A
+#: Presets whose loader rows are not recorded (none: every preset's are, recorded with
+#: `python benchmarks/record_rtl_cycles.py --preset P --block loader`). A
 #: preset listed here must have no loader rows; one recorded must leave this set.
 LOADER_ROWS_PENDING: set[str] = set()
 
 
 def test_rtl_cycles_equal_the_timing_model():
-    """Acceptance check of issue 6: the cost model's sorter and loader cycles equal the cycles
+    """Acceptance check: the cost model's sorter and loader cycles equal the cycles
     measured on the RTL in cocotb, for every preset (tests/golden/rtl_cycles.json, recorded by
     benchmarks/record_rtl_cycles.py; the tiny rows are re-measured in CI by
     rtl_tests/test_rtl_cycles.py)."""

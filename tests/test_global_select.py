@@ -1,6 +1,6 @@
 """G-AdaKV's global top-k (hikv.model.methods.global_select): the definition, the exactness of its
 mapping to Stage I sorter jobs (per-chunk top-k, then merges), and the cycle count of that plan
-(hikv.hw.sorter_timing.global_topk_cycles)."""
+(hikv.model.methods.global_select.global_topk_cycles)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from hikv.hw.sorter_timing import SorterTiming, global_topk_cycles
+from hikv.hw.sorter_timing import SorterTiming
 from hikv.model.methods.global_select import (
     SelectJob,
     fast_runner,
     global_topk,
+    global_topk_cycles,
     plan_round,
     round_budgets,
     round_schedule,

@@ -24,7 +24,7 @@ STEPS = 24
 Q_HEADS, KV_HEADS = 4, 2
 
 
-def _small_cfg(align: int = 64):
+def small_cfg(align: int = 64):
     """The default preset's layout (d = 64, 64-byte bursts) with a small budget so that short
     prompts cross it, and a compaction interval that cycles within STEPS."""
     cfg = get_preset("default")
@@ -85,7 +85,10 @@ def _head_mean(acc: list) -> list:
                                           for f in dataclasses.fields(total)})]
 
 
-def _check(name: str, spec: MethodSpec, cfg, n_prompt: int, seed: int) -> None:
+def check_closed_form(name: str, spec: MethodSpec, cfg, n_prompt: int, seed: int) -> None:
+    """The closed form of ``spec`` equals the golden cache's byte accounts at every step of a
+    prefill of ``n_prompt`` random tokens and ``STEPS`` decode steps (upper bounds, close to
+    them, where the closed form is not exact)."""
     model = closed_form(spec, cfg.layout)
     accounts, resident = _run_golden(spec, cfg, n_prompt, seed)
     if spec.method in PER_HEAD_BUDGETS:
@@ -116,29 +119,29 @@ def _check(name: str, spec: MethodSpec, cfg, n_prompt: int, seed: int) -> None:
 @pytest.mark.parametrize("n_prompt", [5, 40, 90])
 @pytest.mark.parametrize("name", METHOD_NAMES)
 def test_closed_form_matches_golden(name: str, n_prompt: int) -> None:
-    cfg = _small_cfg()
-    _check(name, method_specs(cfg)[name], cfg, n_prompt, seed=1000 + n_prompt)
+    cfg = small_cfg()
+    check_closed_form(name, method_specs(cfg)[name], cfg, n_prompt, seed=1000 + n_prompt)
 
 
 @pytest.mark.parametrize("n_prompt", [5, 90])
 @pytest.mark.parametrize("name", ["hikv-lowbit", "hikv-none", "hikv-kstatic", "hikv-kchan",
                                   "hikv-delta1"])
 def test_hikv_variants_match_golden(name: str, n_prompt: int) -> None:
-    cfg = _small_cfg()
-    _check(name, _hikv_variants(cfg.policy)[name], cfg, n_prompt, seed=2000 + n_prompt)
+    cfg = small_cfg()
+    check_closed_form(name, _hikv_variants(cfg.policy)[name], cfg, n_prompt, seed=2000 + n_prompt)
 
 
 @pytest.mark.parametrize("name", METHOD_NAMES)
 def test_tiny_preset_matches_golden(name: str) -> None:
     cfg = get_preset("tiny")
-    _check(name, method_specs(cfg)[name], cfg, 40, seed=3000)
+    check_closed_form(name, method_specs(cfg)[name], cfg, 40, seed=3000)
 
 
 @pytest.mark.parametrize("name", ["full", "quest", "sparq", "hikv", "hikv-evict"])
 def test_unaligned_records_are_bounded(name: str) -> None:
     """align_bytes < burst_bytes: neighbours share bursts; the closed form is a bound."""
-    cfg = _small_cfg(align=16)
-    _check(name, method_specs(cfg)[name], cfg, 90, seed=4000)
+    cfg = small_cfg(align=16)
+    check_closed_form(name, method_specs(cfg)[name], cfg, 90, seed=4000)
 
 
 def test_storage_matches_golden_resident_function() -> None:
@@ -152,7 +155,7 @@ def test_storage_matches_golden_resident_function() -> None:
 
 def test_residency_during_prefill() -> None:
     """Capacity methods: H2O evicts after each chunk; SnapKV and HiKV only after the last."""
-    cfg = _small_cfg()
+    cfg = small_cfg()
     specs = method_specs(cfg)
     b = cfg.policy.budget
     h2o = closed_form(specs["h2o"], cfg.layout)
@@ -193,11 +196,11 @@ def test_layout_defaults_are_aligned() -> None:
 
 
 def test_h2o_counts_its_scores_like_hikv() -> None:
-    """Golden-model fix: H2O stores and reads one accumulated score per resident token, as
-    HiKV's evicting Stage I does (it used to count neither)."""
+    """H2O stores and reads one accumulated score per resident token, as HiKV's evicting
+    Stage I does, and the golden model counts both."""
     from hikv.model.methods.registry import SCORE_BYTES
 
-    cfg = _small_cfg()
+    cfg = small_cfg()
     specs = method_specs(cfg)
     for name in ("h2o", "hikv-evict"):
         accounts, resident = _run_golden(specs[name], cfg, 90, seed=5)
@@ -209,7 +212,7 @@ def test_h2o_counts_its_scores_like_hikv() -> None:
 @pytest.mark.parametrize("name", METHOD_NAMES)
 def test_decode_key_determines_the_step(name: str) -> None:
     """Everything a decode step reads and keeps is a function of decode_key alone."""
-    cfg = _small_cfg()
+    cfg = small_cfg()
     model = closed_form(method_specs(cfg)[name], cfg.layout)
     rng = np.random.default_rng(7)
     prompt = rng.integers(0, 300, 2000)
@@ -290,7 +293,7 @@ def test_packed_evicting_records_match_golden(seed: int) -> None:
     spec = MethodSpec.for_hikv(cfg.policy)
     model = closed_form(spec, cfg.layout)
     assert model.exact, spec.label
-    _check(f"packed seed={seed}", spec, cfg, n_prompt, seed=6000 + seed)
+    check_closed_form(f"packed seed={seed}", spec, cfg, n_prompt, seed=6000 + seed)
 
 
 def test_packed_evicting_query_channels_are_bounded() -> None:
@@ -300,4 +303,4 @@ def test_packed_evicting_query_channels_are_bounded() -> None:
     cfg, _ = _packed_case(1)
     p = dataclasses.replace(cfg.policy, k_rule=Stage2Rule(Stage2Kind.QUERY_CHANNELS, 24))
     cfg = cfg.replace(policy=p)
-    _check("packed query channels", MethodSpec.for_hikv(p), cfg, 90, seed=6100)
+    check_closed_form("packed query channels", MethodSpec.for_hikv(p), cfg, 90, seed=6100)

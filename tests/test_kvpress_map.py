@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from _benchmarks import load_benchmark
+from benchmark_scripts import load_benchmark
 
 kc = load_benchmark("kvpress_crosscheck")
 

@@ -35,7 +35,9 @@ def _sharpen(model: torch.nn.Module, factor: float) -> None:
                 p.mul_(factor)
 
 
-def _tiny(arch: str):
+def tiny_lm(arch: str):
+    """A tiny random ``llama`` or ``gemma`` (Gemma-3: sliding-window layers) routed through the
+    golden model, and the ``tiny`` preset adapted to it (shared with other test modules)."""
     import transformers
 
     with torch.random.fork_rng():
@@ -59,12 +61,15 @@ def _tiny(arch: str):
     return lm, lm_config(get_preset("tiny"), lm.shape)
 
 
-def _ids(n: int, vocab: int, seed: int) -> list[int]:
+def random_ids(n: int, vocab: int, seed: int) -> list[int]:
+    """``n`` token ids below ``vocab`` from a local generator seeded by ``seed``."""
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (n,), generator=g).tolist()
 
 
-def _run(lm, cfg, specs, ids, prefix):
+def run_route(lm, cfg, specs, ids, prefix):
+    """One sequence per spec: prefill ``ids[:prefix]``, then step through the rest; the logits
+    [B, steps + 1, V] and the sequences."""
     seqs = [Sequence(lm, s, cfg) for s in specs]
     out = [prefill(lm, seqs, ids[:prefix]).unsqueeze(0).expand(len(seqs), -1)]
     for t in range(prefix, len(ids)):
@@ -74,10 +79,10 @@ def _run(lm, cfg, specs, ids, prefix):
 
 @pytest.mark.parametrize("arch", ["llama", "gemma"])
 def test_full_kv_route_reproduces_model_logits(arch: str) -> None:
-    lm, cfg = _tiny(arch)
-    ids = _ids(40, lm.shape.vocab, SEED)
+    lm, cfg = tiny_lm(arch)
+    ids = random_ids(40, lm.shape.vocab, SEED)
     prefix = 24
-    got, _ = _run(lm, cfg, [MethodSpec()], ids, prefix)
+    got, _ = run_route(lm, cfg, [MethodSpec()], ids, prefix)
     want = reference_logits(lm, ids, positions=range(prefix - 1, len(ids)))
     err = float((got[0] - want).abs().max())
     assert err < 2e-4 * float(want.abs().max()), f"{arch} seed {SEED}: max |diff| = {err}"
@@ -89,13 +94,13 @@ def test_full_kv_route_reproduces_model_logits(arch: str) -> None:
 
 @pytest.mark.parametrize("arch", ["llama", "gemma"])
 def test_methods_with_budget_covering_everything_equal_full(arch: str) -> None:
-    lm, cfg = _tiny(arch)
+    lm, cfg = tiny_lm(arch)
     d = lm.shape.head_dim
-    ids = _ids(36, lm.shape.vocab, SEED + 1)
+    ids = random_ids(36, lm.shape.vocab, SEED + 1)
     labels = ["full", "h2o@64", "snapkv@64", "quest@64", "hikv-evict@64", "hikv-qa@64",
               f"sparq@64/r{d}", f"ds@64/r{d}"]
     specs = [A.parse_method(lab, cfg.policy, d) for lab in labels]
-    got, seqs = _run(lm, cfg, specs, ids, 20)
+    got, seqs = run_route(lm, cfg, specs, ids, 20)
     for b, lab in enumerate(labels):
         err = float((got[b] - got[0]).abs().max())
         assert err < 1e-4 * float(got[0].abs().max()), f"{arch} {lab}: max |diff| {err}"
@@ -109,12 +114,12 @@ def test_methods_with_budget_covering_everything_equal_full(arch: str) -> None:
 
 
 def test_small_budget_evicts_and_changes_logits() -> None:
-    lm, cfg = _tiny("llama")
-    ids = _ids(48, lm.shape.vocab, SEED + 2)
+    lm, cfg = tiny_lm("llama")
+    ids = random_ids(48, lm.shape.vocab, SEED + 2)
     specs = [MethodSpec(), MethodSpec(Method.H2O, budget=8, recent=4),
              A.parse_method("hikv-evict@16", dataclasses.replace(cfg.policy, compact_interval=4),
                             lm.shape.head_dim)]
-    got, seqs = _run(lm, cfg, specs, ids, 24)
+    got, seqs = run_route(lm, cfg, specs, ids, 24)
     for s in seqs[1:]:
         caches = [c for c in s.caches if isinstance(c, KVCache)]
         assert all(c.resident_tokens <= s.spec.budget + 4 for c in caches), s.label
@@ -131,9 +136,9 @@ def _state(c) -> list[torch.Tensor]:
 
 
 def test_shared_prefill_equals_separate_prefill() -> None:
-    lm, cfg = _tiny("llama")
+    lm, cfg = tiny_lm("llama")
     d = lm.shape.head_dim
-    ids = _ids(44, lm.shape.vocab, SEED + 3)
+    ids = random_ids(44, lm.shape.vocab, SEED + 3)
     labels = ["h2o@16", "snapkv@16", "hikv-evict@16", "hikv-qa@16/v:static12", "quest@16"]
     specs = [A.parse_method(lab, cfg.policy, d) for lab in labels]
     shared = [Sequence(lm, s, cfg) for s in specs]
@@ -146,9 +151,9 @@ def test_shared_prefill_equals_separate_prefill() -> None:
                 assert torch.equal(x, y), f"{labels[b]} layer {layer}: state after prefill"
     # decoding side by side (one batched model call) vs alone: the dense layers' batched
     # matrix products round differently in the last bits, nothing more
-    together, _ = _run(lm, cfg, specs, ids, 30)
+    together, _ = run_route(lm, cfg, specs, ids, 30)
     for b, s in enumerate(specs):
-        alone_lg, _ = _run(lm, cfg, [s], ids, 30)
+        alone_lg, _ = run_route(lm, cfg, [s], ids, 30)
         err = float((alone_lg[0] - together[b]).abs().max())
         assert err < 1e-4 * float(alone_lg.abs().max()), f"{labels[b]}: {err}"
 
@@ -157,15 +162,15 @@ def test_shared_prefill_equals_separate_prefill() -> None:
 def test_prefix_fork_equals_prefill_of_the_prefix(arch: str) -> None:
     """One pass over a prompt with ``prefix`` gives the sequences of ``prefix_for`` (through
     adopt_prefill of ``lm.last_prefix``) the state and logits a pass over the prefix alone
-    gives: the follow-up protocol forked from the prompt protocol's pass (issue 11 item 7).
+    gives: the follow-up protocol forked from the prompt protocol's pass.
     Both methods' statistics (column sums, observation windows, windows not asked for by the
     main sequences) and a window layer (Gemma) are covered; the main sequences' state is that
     of a pass without the fork."""
     from hikv.model.lm.runner import adopt_prefill
 
-    lm, cfg = _tiny(arch)
+    lm, cfg = tiny_lm(arch)
     d = lm.shape.head_dim
-    ids = _ids(200, lm.shape.vocab, SEED + 7)
+    ids = random_ids(200, lm.shape.vocab, SEED + 7)
     labels = ["h2o@16", "snapkv@16", "hikv-evict@16", "hikv-qa@16", "quest@16", "full"]
     specs = [A.parse_method(lab, cfg.policy, d) for lab in labels]
     for cut, main in ((170, [1]), (191, [0, 3]), (199, [5])):
@@ -204,8 +209,8 @@ def test_prefix_fork_equals_prefill_of_the_prefix(arch: str) -> None:
 
 
 def test_fidelity_and_capture() -> None:
-    lm, cfg = _tiny("gemma")
-    ids = _ids(30, lm.shape.vocab, SEED + 4)
+    lm, cfg = tiny_lm("gemma")
+    ids = random_ids(30, lm.shape.vocab, SEED + 4)
     rows = A.fidelity(lm, [MethodSpec(), MethodSpec(Method.H2O, budget=8, recent=2)], cfg,
                       ids, 20)
     full = [r for r in rows if r["label"] == "full"]

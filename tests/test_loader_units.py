@@ -12,7 +12,7 @@ import random
 
 import pytest
 import torch
-from _amaranth_sim import run_sim, run_until, stream_get, stream_put
+from amaranth_sim import run_sim, run_until, stream_get, stream_put
 
 from hikv.hw.loader import KVLoader
 from hikv.hw.loader_addr import AddressGen

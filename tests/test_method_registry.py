@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_kv_bytes import _check, _small_cfg
+from test_kv_bytes import check_closed_form, small_cfg
 
 from hikv import method_spec as ms
 from hikv.method_spec import (
@@ -152,7 +152,7 @@ def toy() -> Iterator[Method]:
 
 
 def test_a_method_registered_in_a_test_module_runs_end_to_end(toy: Method) -> None:
-    cfg = _small_cfg()
+    cfg = small_cfg()
     p, d = cfg.policy, cfg.layout.head_dim
     # label grammar: parsing, defaults, round trip, the grammar in error messages
     spec = parse_method("toy@16/s2", p, d)
@@ -174,6 +174,6 @@ def test_a_method_registered_in_a_test_module_runs_end_to_end(toy: Method) -> No
         assert step_bytes(spec, cfg.layout, n) == step_bytes(same, cfg.layout, n), n
     # the golden model against the closed form, every decode step and KV head
     for n_prompt in (8, 40):
-        _check("toy", spec, cfg, n_prompt, seed=7)
+        check_closed_form("toy", spec, cfg, n_prompt, seed=7)
     assert type(make_cache(spec, cfg)) is METHODS[toy]
     assert type(closed_form(spec, cfg.layout)) is CLOSED_FORMS[toy]

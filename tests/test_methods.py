@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hikv.model.refs.keys import float_to_key
 from hikv.model.methods.registry import SCORE_BYTES, make_cache, static_mask
+from hikv.model.refs.keys import float_to_key
 from hikv.model.refs.sorter import stage1_topk
 from hikv.params import (
     HiKVPolicy,

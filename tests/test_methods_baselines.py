@@ -1,5 +1,5 @@
-"""The defining property of each baseline added for issue 15, on seeded random tensors and on
-the tiny random LM: StreamingLLM keeps sinks + recent, TOVA evicts the layer's argmin, H2O's
+"""The defining property of each extra baseline, on seeded random tensors and on the tiny
+random LM: StreamingLLM keeps sinks + recent, TOVA evicts the layer's argmin, H2O's
 averaged score is kvpress's ObservedAttention rule."""
 
 from __future__ import annotations
@@ -186,13 +186,13 @@ def test_pyramid_budgets_reject_bad_input() -> None:
 
 
 def _tiny_route(labels: list[str], n_ids: int, prefix: int):
-    from test_lm_route import _ids, _run, _tiny
+    from test_lm_route import random_ids, run_route, tiny_lm
 
     from hikv.model.accuracy import experiments as A
-    lm, cfg = _tiny("llama")
+    lm, cfg = tiny_lm("llama")
     specs = [A.parse_method(lab, cfg.policy, lm.shape.head_dim) for lab in labels]
-    ids = _ids(n_ids, lm.shape.vocab, 77)
-    return lm, cfg, specs, ids, _run(lm, cfg, specs, ids, prefix)
+    ids = random_ids(n_ids, lm.shape.vocab, 77)
+    return lm, cfg, specs, ids, run_route(lm, cfg, specs, ids, prefix)
 
 
 def test_budgets_covering_everything_equal_full_on_the_tiny_lm() -> None:
@@ -210,17 +210,17 @@ def test_gadakv_and_pyramidkv_choose_across_layers_on_the_tiny_lm() -> None:
     layers and KV heads are global_topk of the layers' SnapKV scores; PyramidKV's layers keep
     pyramid_budgets tokens each (average B), their own top scores."""
     pytest.importorskip("transformers")
-    from test_lm_route import _ids, _tiny
+    from test_lm_route import random_ids, tiny_lm
 
     from hikv.model.accuracy import experiments as A
+    from hikv.model.lm.runner import Sequence, prefill, step
     from hikv.model.methods.baselines_adaptive import pyramid_budgets
     from hikv.model.methods.global_select import global_topk
-    from hikv.model.lm.runner import Sequence, prefill, step
 
-    lm, cfg = _tiny("llama")
+    lm, cfg = tiny_lm("llama")
     d, layers = lm.shape.head_dim, lm.shape.method_layers
     n = 40
-    ids = _ids(n + 3, lm.shape.vocab, 78)
+    ids = random_ids(n + 3, lm.shape.vocab, 78)
     g_spec = A.parse_method("gadakv@12", cfg.policy, d)
     p_spec = A.parse_method("pyramidkv@12", cfg.policy, d)
     full = Sequence(lm, MethodSpec(), cfg, capture=layers)
@@ -248,7 +248,7 @@ def test_gadakv_and_pyramidkv_choose_across_layers_on_the_tiny_lm() -> None:
     assert g_seq.accounts[-1].tokens == len(layers) * lm.shape.kv_heads * (12 + 2)
 
 
-def test_serve_and_report_take_the_new_methods(capsys) -> None:
+def test_serve_and_report_take_the_extra_baselines(capsys) -> None:
     from hikv.presets import BASELINES
     from hikv.scripts.cli import main
     from hikv.sim.explore.report import build_report
@@ -266,18 +266,18 @@ def test_serve_and_report_take_the_new_methods(capsys) -> None:
 
 
 def test_accuracy_perplexity_runs_them_with_a_shared_prefill() -> None:
-    """The accuracy study's route (one prompt pass, later batches adopt it): the new methods
+    """The accuracy study's route (one prompt pass, later batches adopt it): the extra methods
     give the same perplexity and bytes as with one pass per batch, and keep B tokens per
     (layer, KV head) on average."""
     pytest.importorskip("transformers")
-    from test_lm_route import _ids, _tiny
+    from test_lm_route import random_ids, tiny_lm
 
     from hikv.model.accuracy import experiments as A
-    lm, cfg = _tiny("llama")
+    lm, cfg = tiny_lm("llama")
     labels = ["streamingllm@12", "tova@12", "adakv@12", "gadakv@12", "pyramidkv@12",
               "h2o@12/avg"]
     specs = [A.parse_method(lab, cfg.policy, lm.shape.head_dim) for lab in labels]
-    win = [_ids(44, lm.shape.vocab, 79)]
+    win = [random_ids(44, lm.shape.vocab, 79)]
     shared = A.perplexity(lm, specs, cfg, win, 36, batch=2)
     alone = A.perplexity(lm, specs, cfg, win, 36, batch=2, share_prefill=False)
     for lab, a, b in zip(labels, shared, alone, strict=True):
@@ -320,7 +320,7 @@ def test_defining_properties_hold_in_every_layer_of_the_tiny_lm() -> None:
 def test_tova_sorts_once_per_layer_not_per_kv_head(preset: str) -> None:
     """TOVA's eviction is one top-B of B + 1 per layer and step on the layer-wide score
     (attention averaged over all query heads): the cost model's sorter cycles and compares,
-    summed over the layer's KV heads, are those of one such job (issue 15)."""
+    summed over the layer's KV heads, are those of one such job."""
     from hikv.sim.cost.attention_model import attention_cost
     from hikv.sim.cost.timing import default_timing
 
@@ -354,7 +354,7 @@ def _iso_row(label: str, ppl: float, burst: float) -> dict:
 
 
 def test_iso_points_are_keyed_by_family(tmp_path) -> None:
-    """`hikv report --iso` keeps one row per method family (issue 15): H2O and its averaged
+    """`hikv report --iso` keeps one row per method family: H2O and its averaged
     variant, and ThinK (a HiKV Stage II kind, alone and on the evicting Stage I) beside HiKV's
     best family, each at its own iso budget; HiKV's other families stay out; HiKV's reference
     row is the file's ``hikv_family`` (the last row)."""
@@ -403,12 +403,12 @@ def test_iso_points_are_keyed_by_family(tmp_path) -> None:
         load_iso_accuracy(f, cfg)
 
 
-def test_committed_iso_point_files_read_as_before(tmp_path) -> None:
-    """Every committed operating-point file (docs/results/**/iso_points*.json, written before
-    points were keyed by family and without ``hikv_family``) loads to the rows the one-point-
-    per-method rule gave: per method its smallest within-tolerance budget, HiKV last. A file
-    measured on a model of another head_dim than the preset's (Gemma-3, d = 256) is refused
-    with a clear error, and its points, read without that guard, follow the same rule."""
+def test_committed_iso_point_files_keep_one_point_per_method(tmp_path) -> None:
+    """Every committed operating-point file (docs/results/**/iso_points*.json: points keyed by
+    method, without ``hikv_family``) loads to the rows the one-point-per-method rule gives:
+    per method its smallest within-tolerance budget, HiKV last. A file measured on a model of
+    another head_dim than the preset's (Gemma-3, d = 256) is refused with a clear error, and
+    its points, read without that guard, follow the same rule."""
     import json
     from pathlib import Path
 

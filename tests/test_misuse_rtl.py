@@ -1,6 +1,6 @@
 """Misuse suite, RTL flow: two ``hikv rtl`` runs started together on a cold cache (each pair
 its own fresh HIKV_CACHE) both pass -- one builds, the other waits on the build lock, and two
-runs with the same seed no longer share a run folder; a build interrupted half-way, and a
+runs with the same seed do not share a run folder; a build interrupted half-way, and a
 build directory left with a corrupt precompiled header, are detected and rebuilt."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _signals import sigint_default
+from signal_helpers import sigint_default
 
 pytestmark = [pytest.mark.rtl, pytest.mark.slow, pytest.mark.concurrency]
 
@@ -67,8 +67,8 @@ def test_interrupted_build_then_rerun_and_corrupt_pch(tmp_path):
     assert not (build / BUILD_STAMP).exists()       # an unfinished build is never stamped
     _finish(_start(cache, "sorter", 3), "rerun after the interrupt")
     assert (build / BUILD_STAMP).is_file()
-    # a stamped build whose precompiled header and objects were corrupted afterwards (the
-    # crash the issue reports: make takes them for up to date): detected and rebuilt
+    # a stamped build whose precompiled header and objects were corrupted afterwards (make
+    # would take them for up to date and the build would crash): detected and rebuilt
     pchs = list(build.glob("*.gch")) + list(build.glob("*__pch*.fast*"))
     victims = pchs + list(build.glob("*.o"))[:1]
     for f in victims:

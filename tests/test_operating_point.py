@@ -3,11 +3,9 @@ cost model."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -60,7 +58,7 @@ def test_unknown_label_names_the_grammar() -> None:
 def test_stage1_k_is_what_the_golden_model_selects(recent: int, stage1: Stage1Variant) -> None:
     """HiKVPolicy.important (Stage I's k) equals the tokens the golden model keeps by
     importance: B minus sinks minus the recent window, which for the query-aware Stage I holds
-    the current token even when recent = 0 (bug fix: it used to say B - S there)."""
+    the current token even when recent = 0 (so k = B - S - 1 there, not B - S)."""
     cfg = get_preset("tiny")
     seed = 11 + recent
     pol = dataclasses.replace(cfg.policy, recent=recent, stage1=stage1, compact_interval=1,
@@ -88,51 +86,6 @@ def test_cost_model_imports_no_torch() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=300, cwd="/")
     assert r.returncode == 0, r.stderr
-
-
-def _imports(path: Path, package: str) -> set[str]:
-    """Modules of ``package`` that the module at ``path`` imports (any depth of the file)."""
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            if node.level == 1:
-                mod = f"{package}.{mod}" if mod else package
-            if mod == package:
-                out |= {f"{package}.{a.name}" for a in node.names}
-            elif mod.startswith(package + "."):
-                out.add(mod)
-        elif isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.startswith(package + ".")}
-    return out
-
-
-def test_no_import_cycle_and_no_string_imports_in_sim() -> None:
-    """sim/ imports its modules plainly (no importlib strings) and without a cycle
-    (report -> serving_report -> report used to be one, hidden by a string import)."""
-    import hikv.sim as sim
-
-    root = Path(sim.__file__).parent
-    graph = {f"hikv.sim.{p.stem}": _imports(p, "hikv.sim") for p in root.glob("*.py")
-             if p.stem != "__init__"}
-    for name, deps in graph.items():
-        text = (root / f"{name.rsplit('.', 1)[1]}.py").read_text()
-        assert "import_module(" not in text, name
-        assert name not in deps, name
-
-    state: dict[str, int] = {}
-
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for dep in graph.get(node, ()):
-            assert state.get(dep) != 1, f"import cycle: {' -> '.join(path + [node, dep])}"
-            if dep not in state:
-                visit(dep, path + [node])
-        state[node] = 2
-
-    for node in graph:
-        if node not in state:
-            visit(node, [])
 
 
 @pytest.mark.parametrize("change,names", [

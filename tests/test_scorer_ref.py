@@ -1,4 +1,5 @@
-"""The low-bit scoring reference (hikv.model.refs.lowbit) against the golden model and exact maths."""
+"""The low-bit scoring reference (hikv.model.refs.lowbit) against the golden model and exact
+maths."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from hikv.model.refs import lowbit as LB
-from hikv.model.methods.hikv import _lowbit
-from hikv.model.refs.keys import float_to_key
+from hikv.model.methods.hikv import lowbit_keys
 from hikv.model.methods.registry import make_cache
+from hikv.model.refs import lowbit as LB
+from hikv.model.refs.keys import float_to_key
 from hikv.model.refs.sorter import topk_indices
 from hikv.params import (
     KeyFormat,
@@ -37,7 +38,7 @@ def _lowbit_formula(k: torch.Tensor, bits: int) -> torch.Tensor:
 @pytest.mark.parametrize("bits", [4, 8])
 def test_dequantised_keys_are_the_golden_models(bits):
     """quantise + dequantise is bit-identical to the algorithm's torch statement, and the golden
-    model's ``_lowbit`` is that reference."""
+    model's ``lowbit_keys`` is that reference."""
     seed = 100 + bits
     rng = np.random.default_rng(seed)
     k = (rng.standard_normal((3, 50, 64)) * rng.uniform(0.01, 100, (3, 50, 1))
@@ -49,7 +50,7 @@ def test_dequantised_keys_are_the_golden_models(bits):
     assert codes.max() <= 2**bits - 1
     ref = LB.dequantise(codes, lo, step)
     gold = _lowbit_formula(torch.from_numpy(k), bits).numpy()
-    np.testing.assert_array_equal(_lowbit(torch.from_numpy(k), bits).numpy(), gold)
+    np.testing.assert_array_equal(lowbit_keys(torch.from_numpy(k), bits).numpy(), gold)
     assert ref.dtype == np.float32
     np.testing.assert_array_equal(ref.view(np.uint32), gold.view(np.uint32),
                                   err_msg=f"seed {seed} bits {bits}")
@@ -188,7 +189,7 @@ def test_reference_selects_what_the_golden_scorer_selects(bits):
             kc = torch.from_numpy(keys[cand])
             ours = set(cand[topk_indices(kc, n_imp).numpy()].tolist())
             # golden keys of the candidates, for the tie check
-            kq = _lowbit(kt[h], bits)
+            kq = lowbit_keys(kt[h], bits)
             s_hat = torch.softmax((torch.from_numpy(qf[h]) @ kq.T * cache.scale).float(), -1)
             gk = float_to_key(s_hat[cand], cfg.key_format, cfg.sorter.key_width)
             if _boundary_tie(gk, n_imp) or _boundary_tie(kc, n_imp):
@@ -207,9 +208,9 @@ def _boundary_tie(keys: torch.Tensor, k: int) -> bool:
 
 
 def test_golden_model_unchanged_when_its_quantiser_is_the_reference(monkeypatch):
-    """The golden model's quantiser (model/refs/lowbit.py's) against the plain torch formula: swapping
-    them leaves a HiKV query-aware
-    decode (4-bit scorer, GQA-3, the default preset's shape) bit-identical."""
+    """The golden model's quantiser (model/refs/lowbit.py's) against the plain torch formula:
+    swapping them leaves a HiKV query-aware decode (4-bit scorer, GQA-3, the default preset's
+    shape) bit-identical."""
     from hikv.model.methods import hikv as hikv_cache
     cfg = get_preset("default")
     pol = dataclasses.replace(cfg.policy, budget=48, sinks=4, recent=8,
@@ -226,6 +227,6 @@ def test_golden_model_unchanged_when_its_quantiser_is_the_reference(monkeypatch)
         return torch.cat(outs, 1)
 
     ref = run()
-    monkeypatch.setattr(hikv_cache, "_lowbit", _lowbit_formula)
+    monkeypatch.setattr(hikv_cache, "lowbit_keys", _lowbit_formula)
     swapped = run()
     assert torch.equal(ref, swapped), "seed 21: the swap changed the golden model's output"

@@ -1,4 +1,4 @@
-"""The seed's HiKV (issue 11 item 4) and ThinK (issue 15): ThinK's channel choice against a
+"""The seed's HiKV and ThinK: ThinK's channel choice against a
 direct statement of its criterion, the label grammar, the named policy variant, and the golden
 decode of the seed's HiKV on a tiny random model with byte accounts equal to the closed form."""
 
@@ -12,8 +12,8 @@ import torch
 
 from hikv.model.methods.attention import group_queries
 from hikv.model.methods.hikv import think_channel_scores
-from hikv.model.refs.keys import float_to_key
 from hikv.model.methods.registry import make_cache
+from hikv.model.refs.keys import float_to_key
 from hikv.params import (
     HiKVPolicy,
     MethodSpec,
@@ -183,7 +183,7 @@ def test_seed_variant_is_evicting_and_packed(preset: str) -> None:
     assert p.stage1 is Stage1Variant.EVICT and p.budget == base.policy.budget
     assert p.v_rule == Stage2Rule(Stage2Kind.STATIC, 3 * d // 4)
     assert p.k_rule == Stage2Rule(Stage2Kind.THINK, 3 * d // 4)
-    # the presets themselves are unchanged (issue 11 item 6 decides the defaults)
+    # the named presets themselves keep their own policy
     assert get_preset(preset).policy == base.policy
     spec = method_specs(cfg)["hikv"]
     assert parse_method(spec.label, p, d) == spec

@@ -1,4 +1,4 @@
-"""A seed-suite run that is killed loses at most the trial in flight (issue 11 item 7): each
+"""A seed-suite run that is killed loses at most the trial in flight: each
 finished trial of an unfinished task cell is journaled to ``cells/<key>.partial.jsonl``
 (:mod:`hikv.model.accuracy.journal`), replayed on resume, and deleted when the cell is written; the
 resumed cell equals an uninterrupted run's. Scripted answers (no model) for the bookkeeping, the
@@ -12,7 +12,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from test_seed_suite_adaptive import CELL, CFG, SEED, SUITE, _Script
+from test_seed_suite_adaptive import CELL, CFG, SEED, SUITE, ScriptedAnswers
 
 from hikv.model.accuracy import experiments as A
 from hikv.model.accuracy import seed_trials
@@ -27,7 +27,7 @@ class _Killed(Exception):
 def _scripted(monkeypatch, table, tmp_path, kill_at: int | None = None):
     """run_cell on scripted answers with a journal in ``tmp_path``; ``kill_at``: raise in the
     generation of that trial (0-based), as a kill would stop the run."""
-    s = _Script(table)
+    s = ScriptedAnswers(table)
 
     def case(self, lm, words, i):               # the trial index travels in the context
         return SimpleNamespace(context=[i, 2], question=[3], references=("ok",), max_new=2,

@@ -1,4 +1,4 @@
-"""benchmarks/seed_packed_bytes.py on the committed seed-suite cells (issue 11 item 4): the
+"""benchmarks/seed_packed_bytes.py on the committed seed-suite cells: the
 closed form counts the cells' 64-byte-aligned bytes of the seed's HiKV, and packing its records
 lowers them where burst-aligned records do not."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _benchmarks import load_benchmark
+from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 CELLS = sorted((ROOT / "docs" / "results").glob("*/seed/cells/ppl_*.json"))

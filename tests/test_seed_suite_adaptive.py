@@ -1,7 +1,7 @@
-"""The adaptive task cells of the seed suites (:func:`hikv.model.accuracy.seed_suite.run_cell`): full KV
-and the undecided methods share each trial, a method stops once it cannot pass, a family's
-smaller budgets stop with it, budgets over the perplexity tolerance never run, a task full KV
-fails is dropped, and a cell resumes per method. No model: scripted answers."""
+"""The adaptive task cells of the seed suites (:func:`hikv.model.accuracy.seed_suite.run_cell`):
+full KV and the undecided methods share each trial, a method stops once it cannot pass, a
+family's smaller budgets stop with it, budgets over the perplexity tolerance never run, a task
+full KV fails is dropped, and a cell resumes per method. No model: scripted answers."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ SUITE = SeedSuite(name="t", model="m", lengths=(2048,), tasks=("passkey",), tria
 CELL = Cell("task", 2048, "prompt", "passkey")
 
 
-class _Script:
+class ScriptedAnswers:
     """make_case counts trials; _generate answers "ok" (score 1) or "no" per label and trial
     from ``table`` (label -> per-trial 0/1; a missing label scores ``default``)."""
 
@@ -39,7 +39,7 @@ class _Script:
         return [[self.table.get(sp.label, [self.default] * 99)[self.trial]] for sp in specs]
 
 
-def _run(monkeypatch, script: _Script, have=(), ppl=()):
+def _run(monkeypatch, script: ScriptedAnswers, have=(), ppl=()):
     monkeypatch.setattr(T, "make_case", script.make_case)
     monkeypatch.setattr(A, "_generate", script.generate)
     lm = SimpleNamespace(decode=lambda ids: "ok" if ids[0] else "no")
@@ -55,7 +55,7 @@ def test_early_stop_ladder_and_perplexity_pruning(monkeypatch) -> None:
              "snapkv@128": [rng.randint(0, 1) for _ in range(20)]}
     ppl = [{"label": "full", "ppl": 10.0}, {"label": "h2o@512", "ppl": 10.2},
            {"label": "snapkv@512", "ppl": 10.05}]
-    s = _Script(table)
+    s = ScriptedAnswers(table)
     rows, skipped = _run(monkeypatch, s, ppl=ppl)
     assert rows["full"]["trials"] == 20 and rows["full"]["status"] == "complete", SEED
     assert rows["snapkv@512"]["score_sum"] == 20 and rows["snapkv@512"]["status"] == "complete"
@@ -79,9 +79,9 @@ def test_early_stop_ladder_and_perplexity_pruning(monkeypatch) -> None:
 
 def test_resume_runs_only_missing_methods(monkeypatch) -> None:
     table = {"snapkv@256": [0] * 20}
-    rows, _ = _run(monkeypatch, _Script(table))
+    rows, _ = _run(monkeypatch, ScriptedAnswers(table))
     keep = [r for lab, r in rows.items() if lab != "snapkv@512"]
-    s = _Script(table)
+    s = ScriptedAnswers(table)
     again, _ = _run(monkeypatch, s, have=keep)
     assert all(call == ["snapkv@512"] for call in s.calls) and len(s.calls) == 20
     assert again["snapkv@512"] == rows["snapkv@512"]
@@ -90,7 +90,7 @@ def test_resume_runs_only_missing_methods(monkeypatch) -> None:
 
 @pytest.mark.parametrize("full_score", [0, 1])
 def test_task_full_kv_fails_is_dropped(monkeypatch, full_score: int) -> None:
-    s = _Script({"full": [full_score] * 20})
+    s = ScriptedAnswers({"full": [full_score] * 20})
     rows, skipped = _run(monkeypatch, s)
     if full_score:
         assert rows["full"]["status"] == "complete"

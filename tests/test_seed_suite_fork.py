@@ -1,7 +1,7 @@
-"""The two protocols of a seed-suite task share each trial's prompt pass (issue 11 item 7):
-:func:`hikv.model.accuracy.seed_suite.run_cells` runs the ``prompt`` and ``follow-up`` cells of one task
-and length together, the follow-up state forked from the prompt pass; every row (scores,
-answers, stops, bytes) must be what each cell run alone gives. On the tiny random model of
+"""The two protocols of a seed-suite task share each trial's prompt pass:
+:func:`hikv.model.accuracy.seed_suite.run_cells` runs the ``prompt`` and ``follow-up`` cells of
+one task and length together, the follow-up state forked from the prompt pass; every row
+(scores, answers, stops, bytes) must be what each cell run alone gives. On the tiny random model of
 ``test_accuracy_cli`` (no network)."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from test_accuracy_cli import tiny_model  # noqa: E402,F401  (the shared fixture
 from hikv.model.accuracy.seed_suite import (  # noqa: E402
     SEED_SUITES,
     Cell,
-    _setup,
     cell_groups,
     run_cell,
     run_cells,
     suite_cells,
+    worker_env,
 )
 
 SEED = 4321
@@ -49,7 +49,7 @@ def test_paired_protocols_equal_cells_run_alone(tiny_model, monkeypatch) -> None
     suite = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey", "niah_single"),
                                 trials=3, families=("h2o", "snapkv", "hikv-evict", "quest"),
                                 budgets=("N/16", "N/4"), keep_min=0.0)
-    env = _setup(str(model), cache, "tiny", "cpu", 1)
+    env = worker_env(str(model), cache, "tiny", "cpu", 1)
     for task in suite.tasks:
         pair = [Cell("task", 1024, p, task) for p in ("prompt", "follow-up")]
         ticks: list[int] = []

@@ -1,5 +1,5 @@
 """ThinK alone (``hikv-none/k:thinkR``, every token kept, R = d / 2 key channels) as a seed-suite
-family (issue 15): one spec per length at B = N (it has no token budget), an iso row that says
+family: one spec per length at B = N (it has no token budget), an iso row that says
 so (``iso_budget`` ``all`` or none, bytes = the golden byte account of reading every token's
 kept channels), never HiKV's best family, its own iso point. The label is the presets' ThinK
 (one source of truth for R). On the tiny random model of ``test_accuracy_cli`` (no network)."""
@@ -12,7 +12,6 @@ import json
 import pytest
 
 from hikv.model.accuracy import experiments as A
-from hikv.model.lm.runner import LMShape, lm_config
 from hikv.model.accuracy.seed_spec import (
     ALL_TOKENS_RULE,
     EXTRA_BASELINES,
@@ -21,6 +20,7 @@ from hikv.model.accuracy.seed_spec import (
     THINK_ALONE,
     suite_specs,
 )
+from hikv.model.lm.runner import LMShape, lm_config
 from hikv.presets import get_preset, method_specs
 
 pytest.importorskip("transformers")
@@ -62,10 +62,10 @@ def test_think_alone_runs_once_per_length_at_every_token(length: int) -> None:
 def test_budget_changes_no_decision_of_think_alone(tiny_model) -> None:  # noqa: F811
     """The @B of a label that keeps every token is a name, not a setting: perplexity and every
     byte equal at two budgets, and the bytes are every token's (V whole, K R of d channels)."""
-    from hikv.model.accuracy.seed_suite import _setup
+    from hikv.model.accuracy.seed_suite import worker_env
 
     model, cache = tiny_model
-    env = _setup(str(model), cache, "tiny", "cpu", 1)
+    env = worker_env(str(model), cache, "tiny", "cpu", 1)
     lm, cfg = env["lm"], env["cfg"]
     d = cfg.layout.head_dim
     specs = [A.parse_method(lab, cfg.policy, d) for lab in

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from _hikv_cost_helpers import check_rejected
+from cost_helpers import check_rejected
 
 from hikv.params import (
     AcceleratorParams,

@@ -10,10 +10,10 @@ import random
 from collections import deque
 
 import pytest
-from _amaranth_sim import pump, run_sim
 from amaranth.hdl import Cat, Module
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth_sim import pump, run_sim
 
 from hikv.hw.sorter_compact import Compactor, select_prefix
 from hikv.hw.sorter_merge import MergeLevel, Reducer

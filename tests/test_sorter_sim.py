@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from _amaranth_sim import pump, run_sim, stream_put
+from amaranth_sim import pump, run_sim, stream_put
 
 from hikv.hw.sorter import Sorter, SorterMode
 from hikv.hw.sorter_timing import SorterTiming

@@ -32,7 +32,7 @@ def test_geometry_of_presets():
     assert (t.item_width, t.presort_stages, t.levels, t.list_rows_max) == (15, 3, 2, 4)
     assert t.merge_pipeline == 2 and t.min_run_levels == 2
     assert t.latency == 3 + (2 + 2) * 2 + 5 + 2
-    # hand-computed at the lanes these presets had until session 5 (they now have 32)
+    # hand-computed at 8 and 16 lanes (the presets have 32)
     d = SorterTiming.from_params(dataclasses.replace(PRESETS["default"].sorter, lanes=8))
     assert (d.presort_stages, d.levels, d.list_rows_max, d.ring_rows) == (6, 6, 64, 512)
     p = SorterTiming.from_params(dataclasses.replace(PRESETS["paper"].sorter, lanes=16))
@@ -57,7 +57,7 @@ def test_stage1_formula_hand_computed():
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_stage1_meets_target_2n_over_p(name):
     """With D a multiple of K the count is exactly 2N/P + floor((k-1)/P) + latency, and it is
-    never more than 2N/P + 3k/P + latency (the issue's target is about 2N/P + k/P)."""
+    never more than 2N/P + 3k/P + latency (the design target is about 2N/P + k/P)."""
     t = SorterTiming.from_params(PRESETS[name].sorter)
     p = t.lanes
     for n in sorted({min(p * 64, t.max_n), t.max_n, t.max_n // 2}):
@@ -119,7 +119,7 @@ def test_compares_count_every_unit_once_per_step():
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_unaligned_cliff_is_bounded(name):
     """One row past a multiple of the run length K costs a whole run: the cliff is bounded by
-    K - 1 cycles over 2D + floor((k-1)/P) + latency (docs/sorter.md, "Unaligned N")."""
+    K - 1 cycles over 2D + floor((k-1)/P) + latency (docs/sorter.md, "Unaligned `n`")."""
     t = SorterTiming.from_params(PRESETS[name].sorter)
     p = t.lanes
     for k in sorted({1, p, t.max_k // 3 + 1, t.max_k}):

@@ -34,3 +34,27 @@ def test_keep_v_sweeps_where_v_is_pruned(tmp_path, capsys):
                  "--out", str(out)]) == 0, capsys.readouterr().err
     rows = [r for r in csv.DictReader(open(out / "sweep.csv")) if r["method"].startswith("hikv")]
     assert len({r["bytes_burst"] for r in rows}) == 2      # the axis changes the bytes
+
+
+def test_area_columns_count_loaders_at_the_loader_clock_of_the_sweep():
+    import dataclasses
+
+    import numpy as np
+
+    from hikv.hw.blocks import loader_instances
+    from hikv.presets import get_preset
+    from hikv.sim.cost.clocks import assumed_clocks
+    from hikv.sim.explore.sweep import area_columns
+
+    cfg = get_preset("tiny")
+    slow = cfg.replace(accel=dataclasses.replace(cfg.accel,
+                                                 loader_clock_hz=cfg.accel.clock_hz / 4,
+                                                 clock_source="a slower loader, for the test"))
+    clocks = assumed_clocks(slow)
+    assert clocks.hz("loader") == cfg.accel.clock_hz / 4
+    n_ref, n_slow = loader_instances(cfg), loader_instances(cfg, clock_hz=clocks.hz("loader"))
+    assert n_slow > n_ref
+    pts = {"context": np.asarray([cfg.context])}
+    a_ref = area_columns(cfg, pts, 1)
+    a_slow = area_columns(cfg, pts, 1, clocks)
+    assert a_slow["area_hikv_m2"][0] > a_ref["area_hikv_m2"][0]

@@ -1,7 +1,8 @@
-"""Issue 13's trade-off curve (hikv.sim.explore.tradeoff, `hikv sweep --tradeoff`): block areas from
-cached syntheses with the rest interpolated, the share of the system against throughput, the
-8 % line and the CLI's checks. Synthesis is replaced by fixed per-lane areas here (the real
-run reads the synthesis cache; docs/cost_model.md gives its command and numbers)."""
+"""The area / throughput trade-off curve (hikv.sim.explore.tradeoff, `hikv sweep --tradeoff`):
+block areas from cached syntheses with the rest interpolated, the share of the system against
+throughput, the 8 % line and the CLI's checks. Synthesis is replaced by fixed per-lane areas
+here (the real run reads the synthesis cache; docs/cost_model.md gives its command and
+numbers)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 
 import pytest
-from _hikv_cost_helpers import cells_or_skip
+from cost_helpers import cells_or_skip
 
 from hikv.params import ParamError
 from hikv.sim.eda import sta
@@ -164,8 +164,7 @@ def test_fpga_tool_missing_is_a_clear_error(monkeypatch, tmp_path):
 def test_fpga_flow_options_reach_the_tools_and_the_result(monkeypatch, tmp_path):
     """The flow's Yosys and nextpnr options are passed to the tools, recorded in the result and
     part of the cache key (the tools are replaced by fakes: no place and route here)."""
-    from hikv.sim.eda import area
-    from hikv.sim.eda import fpga
+    from hikv.sim.eda import area, fpga
 
     monkeypatch.setenv("HIKV_CACHE", str(tmp_path))
     monkeypatch.setattr(fpga, "nextpnr_command", lambda: ["fake-nextpnr"])

@@ -41,18 +41,6 @@ from typing import Any
 
 import torch
 
-from hikv.params import (
-    Config,
-    HiKVPolicy,
-    MethodSpec,
-    ParamError,
-    Stage1Variant,
-    Stage2Rule,
-    parse_method,
-    to_dict,
-)
-from hikv.presets import baselines_at
-
 from hikv.model.accuracy import tasks as T
 from hikv.model.accuracy.iso import (
     ALL_TOKENS,
@@ -72,8 +60,19 @@ from hikv.model.accuracy.iso import (
     task_rows_as_cells,
     wilson,
 )
-from hikv.model.refs.layout import ByteAccount
 from hikv.model.lm.runner import LM, Sequence, adopt_prefill, greedy, prefill, step
+from hikv.model.refs.layout import ByteAccount
+from hikv.params import (
+    Config,
+    HiKVPolicy,
+    MethodSpec,
+    ParamError,
+    Stage1Variant,
+    Stage2Rule,
+    parse_method,
+    to_dict,
+)
+from hikv.presets import baselines_at
 
 __all__ = [
     "parse_method",
@@ -381,7 +380,7 @@ def passkey(lm: LM, specs: Seq[MethodSpec], cfg: Config, *, lengths: Seq[int],
             ) -> list[dict[str, Any]]:
     """Passkey retrieval of each spec per (length, depth) cell; one row per spec and cell with
     ``correct``, ``trials``, ``accuracy`` and ``answer_logprob`` (mean, nats), ``protocol``
-    and the older name ``question``. ``protocol`` (``prompt`` or ``follow-up``, see
+    and its alias ``question``. ``protocol`` (``prompt`` or ``follow-up``, see
     :func:`split_prompt`) replaces ``question`` (``prefill`` or ``decode``) when given."""
     if question not in ("decode", "prefill"):
         raise ParamError(f"question = {question!r} is not one of 'decode', 'prefill'")

@@ -1,7 +1,7 @@
 """The accuracy study's tables: protocols, Wilson intervals, the iso-accuracy table.
 
 * :data:`PROTOCOLS` and :func:`protocol_name`: the two evaluation protocols (``prompt``,
-  ``follow-up``) and their older names; :func:`split_prompt` splits a prompt under one.
+  ``follow-up``) and their aliases; :func:`split_prompt` splits a prompt under one.
 * :func:`wilson`: the Wilson score interval of a success rate.
 * :func:`iso_table`: per method family the smallest budget that keeps perplexity within a
   tolerance of full KV and passkey accuracy unchanged, with its bytes per decode step;
@@ -12,8 +12,8 @@
   table's rows and of the operating-point file's points; :func:`is_think` tells ThinK (a HiKV
   Stage II kind compared as a baseline) from HiKV's own families.
 
-The rows come from the measurements of :mod:`hikv.model.accuracy.experiments` (which re-exports these
-names); this module needs no model and no torch.
+The rows come from the measurements of :mod:`hikv.model.accuracy.experiments` (which re-exports
+these names); this module needs no model and no torch.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ __all__ = [
     "split_prompt",
     "wilson",
     "iso_table",
+    "passkey_by_label",
     "reductions",
     "iso_accuracy_file",
     "task_rows_as_cells",
@@ -91,7 +92,8 @@ ALL_TOKENS = "all"
 #: HiKV's observation window; the primary protocol) and ``follow-up`` (the context prefilled,
 #: the question fed through decode after the cache decided what to keep)
 PROTOCOLS = ("prompt", "follow-up")
-#: the protocols' older names (``passkey(question=...)``, ``--question``)
+#: the protocols' aliases, named by where the question goes (``passkey(question=...)``,
+#: ``--question``)
 QUESTION_ALIASES = {"prefill": "prompt", "decode": "follow-up"}
 #: the ``protocol`` of perplexity rows: a continuation decoded after a prefilled text has no
 #: question, so it is the same under both protocols and serves both iso tables
@@ -99,12 +101,12 @@ PPL_PROTOCOL = "both"
 
 
 def protocol_name(value: str) -> str:
-    """``prompt`` or ``follow-up`` for a protocol name or its older ``question`` alias
+    """``prompt`` or ``follow-up`` for a protocol name or its ``question`` alias
     (``prefill`` = ``prompt``, ``decode`` = ``follow-up``)."""
     p = QUESTION_ALIASES.get(value, value)
     if p not in PROTOCOLS:
-        raise ParamError(f"protocol = {value!r} is not one of {list(PROTOCOLS)} (or the older "
-                         f"names {sorted(QUESTION_ALIASES)})")
+        raise ParamError(f"protocol = {value!r} is not one of {list(PROTOCOLS)} (or the "
+                         f"aliases {sorted(QUESTION_ALIASES)})")
     return p
 
 
@@ -138,7 +140,8 @@ def wilson(successes: float, trials: int, z: float = 1.959963984540054
 
 
 # =========================================================================== iso table
-def _passkey_by_label(pk_rows: Seq[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+def passkey_by_label(pk_rows: Seq[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Passkey rows summed per method label: ``label -> (correct, trials)``."""
     agg: dict[str, list[int]] = {}
     for r in pk_rows:
         a = agg.setdefault(r["label"], [0, 0])
@@ -308,9 +311,9 @@ def iso_accuracy_file(table: Seq[dict[str, Any]], cfg: Config, *, hikv_family: s
 
 
 def task_rows_as_cells(task_rows: Seq[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Task rows (:func:`hikv.model.accuracy.experiments.task_accuracy`) as the cell rows :func:`iso_table`
-    compares with full KV's: one cell per (task, protocol, length), ``correct`` = the sum of the
-    trial scores."""
+    """Task rows (:func:`hikv.model.accuracy.experiments.task_accuracy`) as the cell rows
+    :func:`iso_table` compares with full KV's: one cell per (task, protocol, length), ``correct``
+    = the sum of the trial scores."""
     return [{"label": r["label"], "correct": r["score_sum"], "trials": r["trials"],
              "filler": r["task"], "question": r["protocol"], "length": r["length"],
              "depth": None, "status": r.get("status", "complete")} for r in task_rows]
@@ -318,7 +321,7 @@ def task_rows_as_cells(task_rows: Seq[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def select_rows(rows: Seq[dict[str, Any]], *, protocol: str | None = None,
                 length: int | None = None) -> list[dict[str, Any]]:
-    """Rows of ``protocol`` (perplexity rows, protocol ``both``, always match; rows of older
+    """Rows of ``protocol`` (perplexity rows, protocol ``both``, always match; rows of
     files without ``protocol`` are named by their ``question``) and of ``length`` (a row's
     ``length``, else its perplexity ``window``)."""
     out = []

@@ -1,15 +1,16 @@
 """The trial journal of an unfinished seed-suite task cell: a run that is killed loses at most the
 trial in flight.
 
-A task cell's rows are written (``cells/<key>.json``, :func:`hikv.model.accuracy.seed_suite.run_seed_suite`)
-only when the cell is decided; until then each finished trial is appended to
+A task cell's rows are written (``cells/<key>.json``,
+:func:`hikv.model.accuracy.seed_suite.run_seed_suite`) only when the cell is decided; until then
+each finished trial is appended to
 ``cells/<key>.partial.jsonl`` (:func:`partial_path`): a header line naming what the trials
 depend on (cell, seed, suite key, the rows already on disk, the methods active at the start),
 then one line per trial with the labels run, their scores and answers, the prompt length and the
 cumulative time. Each line goes to the file in one ``write`` of an ``O_APPEND`` descriptor and is
 fsynced; a torn last line (killed mid-write) is dropped on reading. On resume the cell's
-bookkeeping replays the lines (:class:`hikv.model.accuracy.seed_trials._TaskCell`) as long as each line's
-labels are the methods the replay has active at that trial, so the resumed cell's rows are an
+bookkeeping replays the lines (:class:`hikv.model.accuracy.seed_trials._TaskCell`) as long as each
+line's labels are the methods the replay has active at that trial, so the resumed cell's rows are an
 uninterrupted run's; a header that does not match (other families, seed, suite) discards the
 journal. The journal is deleted once the cell file is written.
 """

@@ -1,4 +1,4 @@
-"""The seed suites as data (issue 11): :class:`SeedSuite` (model, lengths, protocols, tasks,
+"""The seed suites as data: :class:`SeedSuite` (model, lengths, protocols, tasks,
 families, budget rules, iso tolerances), the suites of the kit (:data:`SEED_SUITES`), their
 cells (:class:`Cell`, :func:`suite_cells`) and the method specs a cell runs
 (:func:`suite_specs`). Running them is :mod:`hikv.model.accuracy.seed_suite`.
@@ -9,26 +9,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hikv.model.accuracy import experiments as A
 from hikv.params import Config, MethodSpec, ParamError
 
-from hikv.model.accuracy import experiments as A
 __all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "EXTRA_BASELINES_GEMMA",
            "THINK_ALONE", "ALL_TOKENS_RULE", "Cell", "suite_cells", "suite_specs", "suite_key"]
 
 
-#: the seed's HiKV as a family (issue 11 item 4, :func:`hikv.presets.seed_hikv`'s policy):
+#: the seed's HiKV as a family (:func:`hikv.presets.seed_hikv`'s policy):
 #: evicting Stage I, ThinK K channels and static |V| records, 3/4 of d = 64 kept (SmolLM2);
 #: the packed record layout changes bytes, not answers (``hikv report --iso`` with a packed
 #: preset counts it)
 SEED_HIKV = "hikv-evict/k:think48/v:static48"
-#: ThinK alone (issue 15): every token kept, ``R = d / 2`` key channels per KV head chosen once
+#: ThinK alone: every token kept, ``R = d / 2`` key channels per KV head chosen once
 #: after prefill (:data:`hikv.presets.THINK_METHODS` ``think``), per suite model: SmolLM2's
 #: d = 64, Gemma-3's d = 256. It has no token budget: a suite runs it once per length (budget
 #: rule :data:`ALL_TOKENS_RULE`, see :func:`suite_specs`)
 THINK_ALONE = {"smollm2-135m": "hikv-none/k:think32", "gemma3-270m": "hikv-none/k:think128"}
 #: the budget rule of a family that keeps every token (``hikv-none/...``): ``B = N``
 ALL_TOKENS_RULE = "B=N"
-#: the baselines added in issue 11's and 15's sessions: extra families for
+#: the extra baseline families for
 #: ``hikv accuracy run --add-families`` (per-method resume: only their work runs); SmolLM2's
 EXTRA_BASELINES = ("streamingllm", "tova", "adakv", "gadakv", "pyramidkv", "h2o/avg",
                    THINK_ALONE["smollm2-135m"])
@@ -38,7 +38,7 @@ EXTRA_BASELINES_GEMMA = EXTRA_BASELINES[:-1] + (THINK_ALONE["gemma3-270m"],)
 
 @dataclass(frozen=True)
 class SeedSuite:
-    """The protocol x length x task study of issue 11, as data.
+    """The protocol x length x task study, as data.
 
     Cells: for every length, one perplexity cell (``ppl_windows`` windows of ``length``
     tokens, the last ``ppl_decode`` decoded) and one task cell per (protocol, task) with
@@ -139,9 +139,9 @@ def suite_specs(suite: SeedSuite, cfg: Config, length: int
     """``(spec, budget rules)`` of full KV and every family at every budget rule of ``suite``
     resolved at ``length``; rules that give the same budget share one spec (``B=N/16,B=128``).
     A family is any method label without ``@B`` (e.g. ``hikv-qa/lowbit4``; see
-    :func:`hikv.model.accuracy.experiments.parse_method`). A family that keeps every token (HiKV with
-    Stage I ``none``, e.g. ThinK alone ``hikv-none/k:think32``) has no token budget: it gets one
-    spec per length, labelled at ``B = N`` (every token of the context resident and read; the
+    :func:`hikv.model.accuracy.experiments.parse_method`). A family that keeps every token (HiKV
+    with Stage I ``none``, e.g. ThinK alone ``hikv-none/k:think32``) has no token budget: it gets
+    one spec per length, labelled at ``B = N`` (every token of the context resident and read; the
     budget changes none of its decisions) with the rule :data:`ALL_TOKENS_RULE`."""
     out: dict[str, tuple[MethodSpec, list[str]]] = {"full": (MethodSpec(), ["full"])}
     for fam in suite.families:

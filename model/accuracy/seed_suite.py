@@ -1,11 +1,11 @@
-"""The seed suites (issue 11): the protocol x length x task study, scheduled and run resumably.
+"""The seed suites: the protocol x length x task study, scheduled and run resumably.
 
 A :class:`SeedSuite` names a model, context lengths, protocols, tasks and budget rules; its
 cells (:func:`suite_cells`: per length one perplexity cell and one cell per protocol and task)
 each run every method of :func:`suite_specs` on the same cases. :func:`run_seed_suite` runs the
 cells not yet on disk (in this process, a ``--workers`` process pool or on Ray; both pickle
 :func:`_pool_cell` by this module's path) and :func:`seed_tables` writes the task filter, the
-iso tables per protocol and length, their iso-point files and ``seed_table.md``. The older
+iso tables per protocol and length, their iso-point files and ``seed_table.md``. The
 single-run study is :mod:`hikv.model.accuracy.suite`.
 
 This module schedules (resume, executors, progress); the rest lives beside it and is
@@ -23,8 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hikv.params import ParamError
-
 from hikv.model.accuracy.io import code_version, read_rows, write_rows
 from hikv.model.accuracy.journal import partial_path
 from hikv.model.accuracy.seed_spec import (
@@ -39,10 +37,11 @@ from hikv.model.accuracy.seed_spec import (
 )
 from hikv.model.accuracy.seed_tables import seed_tables, task_filter
 from hikv.model.accuracy.seed_trials import cell_units, run_cell, run_cells
+from hikv.params import ParamError
 
 __all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "Cell", "suite_cells",
            "suite_specs", "run_cell", "run_cells", "run_seed_suite", "task_filter",
-           "seed_tables", "cell_groups"]
+           "seed_tables", "cell_groups", "worker_env"]
 
 Log = Callable[[str], None]
 
@@ -54,9 +53,9 @@ class _Bar:
     ``weight_total`` is the weight of all ``total`` units; the ETA extrapolates the elapsed
     time by the weight done, not by the unit count, so a suite whose long contexts run first
     does not read tens of hours in its first minutes. The suite weighs a unit by its context
-    length in tokens (a trial or window costs about that much: the session-12 timed run's
-    cells took 2,115 / 4,340 / 7,073 CPU s at 2k / 4k / 8k). Without ``weight_total`` every
-    unit weighs 1.
+    length in tokens (a trial or window costs about that much: the cells of the timed
+    ``seed-smollm2`` run, docs/results/smollm2/timed-run/, took 2,115 / 4,340 / 7,073 CPU s at
+    2k / 4k / 8k). Without ``weight_total`` every unit weighs 1.
     """
 
     def __init__(self, total: int, what: str, stream: Any = None,
@@ -97,15 +96,17 @@ class _Bar:
 _WORKER: dict[str, Any] = {}
 
 
-def _setup(model: str, cache: Path | None, preset: str, device: str, threads: int
-           ) -> dict[str, Any]:
+def worker_env(model: str, cache: Path | None, preset: str, device: str, threads: int
+               ) -> dict[str, Any]:
+    """This process's worker state: ``lm`` (``model`` loaded on ``device``), ``cfg`` (``preset``
+    adapted to it), ``text`` and ``words`` (the essay corpus); loaded once per process and
+    arguments, with ``threads`` torch threads."""
     import torch
 
-    from hikv.presets import get_preset
-
+    from hikv.model.accuracy.tasks import essay_words
     from hikv.model.lm.assets import essays_text
     from hikv.model.lm.runner import lm_config, load_lm
-    from hikv.model.accuracy.tasks import essay_words
+    from hikv.presets import get_preset
 
     key = (model, str(cache), preset, device, threads)
     if _WORKER.get("key") != key:
@@ -150,7 +151,7 @@ def _pool_cell(args: tuple[list[Cell], SeedSuite, dict[str, Any], dict[str, list
     """One unit of work in a worker process: ``(rows per cell key, model shape, skipped,
     wall s, CPU s)`` (:func:`_timed_unit`)."""
     cells, suite, kw, have, ppl_rows = args
-    env = _setup(kw["model"], kw["cache"], kw["preset"], kw["device"], kw["threads"])
+    env = worker_env(kw["model"], kw["cache"], kw["preset"], kw["device"], kw["threads"])
     rows, skipped, wall, cpu = _timed_unit(cells, suite, env, seed=kw["seed"],
                                            batch=kw["batch"], have=have, ppl_rows=ppl_rows,
                                            partial_dir=kw.get("partial_dir"))
@@ -189,7 +190,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     are listed in ``seed_table.md``). Perplexity cells run first (adaptive task cells use
     them); the two protocols' cells of a task and length run as one unit sharing each
     trial's prompt pass (:func:`cell_groups`, :func:`run_cells`), each written to its own
-    file as before. ``workers`` > 1 runs units in
+    file. ``workers`` > 1 runs units in
     that many processes (each loads the model once); ``executor="ray"`` spreads them over a
     Ray cluster (``ray.init()`` joins the one in ``RAY_ADDRESS`` or starts a local one). In
     parallel a length's task units start once its perplexity cell is saved, the longest
@@ -287,7 +288,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                   num_cpus=kw["threads"], spawn=True,
                   key=lambda a: (-a[0][0].length, a[0][0].kind != "ppl"))
     elif todo:
-        env = _setup(model, cache, preset, device, threads)
+        env = worker_env(model, cache, preset, device, threads)
         for g in groups:                # per length: perplexity, then its task cells
             got, skipped, wall, cpu = _timed_unit(
                 g, suite, env, seed=seed, batch=batch,

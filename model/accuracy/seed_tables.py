@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from hikv.io import atomic_write_text
-from hikv.params import ParamError
-
 from hikv.model.accuracy import experiments as A
 from hikv.model.accuracy.io import markdown_table, write_rows
 from hikv.model.accuracy.seed_spec import SeedSuite
+from hikv.params import ParamError
 
 __all__ = ["task_filter", "seed_tables"]
 
@@ -46,9 +45,8 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
                 meta: dict[str, Any], *, log: Log = print) -> dict[str, Any]:
     """The filter, iso tables and iso-point files of a finished seed suite (see
     :func:`run_seed_suite`); returns a summary."""
-    from hikv.presets import get_preset
-
     from hikv.model.lm.runner import LMShape, lm_config
+    from hikv.presets import get_preset
 
     sh = dict(meta["shape"])
     sh["windows"] = tuple(sh["windows"])

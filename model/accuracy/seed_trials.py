@@ -1,11 +1,11 @@
 """The seed suites' trial runner: one cell (or one cell per protocol of a task and length,
 sharing each trial's prompt pass) run trial by trial, adaptively.
 
-:func:`run_cell` gives the rows of one cell of :mod:`hikv.model.accuracy.seed_suite`; :func:`run_cells`
-runs the ``prompt`` and ``follow-up`` cells of one task and length together: both draw the same
-case per trial, and the follow-up prompt (the context) is a prefix of the prompt one (context
-and question), so one prompt pass serves both (:func:`hikv.model.lm.runner.prefill` with ``prefix``
-forks the context's state for the follow-up methods). Each cell keeps its own adaptive
+:func:`run_cell` gives the rows of one cell of :mod:`hikv.model.accuracy.seed_suite`;
+:func:`run_cells` runs the ``prompt`` and ``follow-up`` cells of one task and length together: both
+draw the same case per trial, and the follow-up prompt (the context) is a prefix of the prompt one
+(context and question), so one prompt pass serves both (:func:`hikv.model.lm.runner.prefill` with
+``prefix`` forks the context's state for the follow-up methods). Each cell keeps its own adaptive
 bookkeeping (:class:`_TaskCell`), so its rows are those of :func:`run_cell`.
 """
 
@@ -16,12 +16,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hikv.params import Config, MethodSpec
-
 from hikv.model.accuracy import experiments as A
 from hikv.model.accuracy import tasks as T
 from hikv.model.accuracy.journal import Journal, partial_path
 from hikv.model.accuracy.seed_spec import Cell, SeedSuite, suite_key, suite_specs
+from hikv.params import Config, MethodSpec
 
 __all__ = ["run_cell", "run_cells", "cell_units"]
 

@@ -33,8 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from hikv.io import atomic_write_text
-from hikv.params import Config, MethodSpec, ParamError, Stage1Variant, Stage2Kind, Stage2Rule
-
 from hikv.model.accuracy import experiments as A
 from hikv.model.accuracy.io import (
     code_version,
@@ -44,7 +42,8 @@ from hikv.model.accuracy.io import (
     read_rows,
     write_rows,
 )
-from hikv.model.accuracy.iso import _passkey_by_label
+from hikv.model.accuracy.iso import passkey_by_label
+from hikv.params import Config, MethodSpec, ParamError, Stage1Variant, Stage2Kind, Stage2Rule
 
 __all__ = ["Suite", "SUITES", "stage1_specs", "stage2_specs", "run_suite"]
 
@@ -184,11 +183,10 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
               log: Log = print, argv: list[str] | None = None) -> dict[str, Any]:
     """Run the study (see the module docstring) on ``model``; returns a summary dict (also
     written to ``out/summary.json``)."""
-    from hikv.params import to_dict
-    from hikv.presets import get_preset
-
     from hikv.model.lm.assets import essays_text
     from hikv.model.lm.runner import lm_config, load_lm
+    from hikv.params import to_dict
+    from hikv.presets import get_preset
 
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -295,8 +293,8 @@ def run_suite(model: str, out: Path, *, suite: Suite, preset: str = "default",
         passkey_tol=passkey_tol, model=lm.shape.name, preset=preset,
         context=suite.ppl_window, source=meta["command"])
     atomic_write_text(out / "iso_points.json", json.dumps(iso_file, indent=1) + "\n")
-    pk_by = _passkey_by_label(A.select_rows(all_pk, protocol=proto))
-    es_by = _passkey_by_label(es1)
+    pk_by = passkey_by_label(A.select_rows(all_pk, protocol=proto))
+    es_by = passkey_by_label(es1)
     for r in all_ppl:
         c = pk_by.get(r["label"])
         r["passkey_acc"] = None if c is None else c[0] / c[1]

@@ -91,7 +91,8 @@ _DEPTHS = tuple(round(100 * i / 39) for i in range(40))
 
 
 class Tokenizing(Protocol):
-    """What a case generator needs of the model: its tokenizer (:class:`hikv.model.lm.runner.LM`)."""
+    """What a case generator needs of the model: its tokenizer
+    (:class:`hikv.model.lm.runner.LM`)."""
 
     def encode(self, text: str) -> list[int]: ...
 

@@ -1,14 +1,15 @@
 """How the model is driven through the golden model: sequences, prefill, adoption, step.
 
-The route half of :mod:`hikv.model.lm.runner` (loading is there; every name here is re-exported by
-it): :class:`Sequence` (one method's caches, one per layer, and its byte accounts),
-:class:`WindowKV` for sliding-window layers, :func:`prefill` (one prompt pass shared by several
-sequences, optionally recording what more sequences need: :class:`PrefillRecord`, and, with
-``prefix``, forking the record of the prompt's first tokens for sequences that start from
-them), :func:`adopt_prefill` (a recorded prompt without running the model), :func:`step` and
-:func:`greedy` (greedy continuations of prefilled sequences).
-The attention function registered with ``transformers`` (:data:`ATTN_NAME`) dispatches to the
-:class:`_Run` of the model call in progress.
+The route half of :mod:`hikv.model.lm.runner` (loading is there; every name here but
+:func:`hikv_attention` and :func:`logits_of` is re-exported by it): :class:`LM` (a loaded
+model, its tokenizer and :class:`LMShape`), :class:`Sequence` (one method's caches, one per
+layer, and its byte accounts), :class:`WindowKV` for sliding-window layers, :func:`prefill`
+(one prompt pass shared by several sequences, optionally recording what more sequences need:
+:class:`PrefillRecord`, and, with ``prefix``, forking the record of the prompt's first tokens
+for sequences that start from them), :func:`adopt_prefill` (a recorded prompt without running
+the model), :func:`step` and :func:`greedy` (greedy continuations of prefilled sequences).
+The attention function registered with ``transformers`` under :data:`ATTN_NAME`
+(:func:`hikv_attention`) dispatches to the :class:`_Run` of the model call in progress.
 """
 
 from __future__ import annotations
@@ -18,27 +19,82 @@ import contextvars
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from hikv.params import Config, MethodSpec, ParamError
-
 from hikv.model.methods.attention import attend, group_queries, prefill_pass, ungroup
-from hikv.model.refs.layout import ByteAccount
 from hikv.model.methods.registry import KVCache, make_cache
+from hikv.model.refs.layout import ByteAccount
+from hikv.params import Config, MethodSpec, ModelShape, ParamError
 
-if TYPE_CHECKING:
-    from hikv.model.lm.runner import LM
-
-__all__ = ["ATTN_NAME", "WindowKV", "windowed_prefill", "Fidelity", "Sequence",
-           "PrefillRecord", "prefill", "adopt_prefill", "step", "greedy"]
+__all__ = ["ATTN_NAME", "LMShape", "LM", "WindowKV", "windowed_prefill", "Fidelity", "Sequence",
+           "PrefillRecord", "prefill", "adopt_prefill", "step", "greedy", "hikv_attention",
+           "logits_of"]
 
 #: name under which the golden-model attention is registered with transformers
 ATTN_NAME = "hikv"
 
 _ACTIVE: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("hikv_lm_run",
                                                                        default=None)
+
+
+# =========================================================================== model
+@dataclass(frozen=True)
+class LMShape:
+    """What the golden model needs to know about a loaded LM."""
+
+    name: str
+    layers: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    scale: float
+    windows: tuple[int | None, ...]   # per layer: sliding window, or None (global attention)
+
+    @property
+    def method_layers(self) -> tuple[int, ...]:
+        """Layers whose KV cache the method manages (global attention)."""
+        return tuple(i for i, w in enumerate(self.windows) if w is None)
+
+    def model_shape(self) -> ModelShape:
+        return ModelShape(name=self.name, layers=self.layers, q_heads=self.q_heads,
+                          kv_heads=self.kv_heads, head_dim=self.head_dim, hidden=self.hidden,
+                          intermediate=self.intermediate, vocab=self.vocab)
+
+
+@dataclass
+class LM:
+    """A loaded model, its tokenizer and shape. ``source`` says where it came from; ``device``
+    is where its dense layers run (the golden KV caches always run on the CPU)."""
+
+    model: Any
+    tokenizer: Any
+    shape: LMShape
+    source: str
+    load_s: float = 0.0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    last_prefill: PrefillRecord | None = None
+    last_prefix: PrefillRecord | None = None
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @property
+    def prefix_ids(self) -> list[int]:
+        """Special tokens the tokenizer puts before a text by default (Gemma: ``<bos>``;
+        SmolLM2: none); every evaluated sequence starts with them."""
+        with_special = list(self.tokenizer("a", add_special_tokens=True)["input_ids"])
+        plain = self.encode("a")
+        i = with_special.index(plain[0]) if plain and plain[0] in with_special else 0
+        return with_special[:i]
+
+    def decode(self, ids: Seq[int]) -> str:
+        return self.tokenizer.decode(list(ids))
 
 
 # =========================================================================== local layers
@@ -316,13 +372,16 @@ class _Run:
         return out
 
 
-def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: Any, scaling: float | None = None, dropout: float = 0.0,
-               **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers attention function: [B, H, T, d] in, [B, T, Hq, d] out."""
+def hikv_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   attention_mask: Any, scaling: float | None = None, dropout: float = 0.0,
+                   **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """The transformers attention function registered as :data:`ATTN_NAME`: [B, H, T, d] in,
+    [B, T, Hq, d] out, computed by the sequences of the :func:`prefill` or :func:`step` in
+    progress."""
     run = _ACTIVE.get()
     if run is None:
-        raise RuntimeError("the 'hikv' attention runs only inside hikv.model.lm.runner.prefill/step")
+        raise RuntimeError("the 'hikv' attention runs only inside "
+                           "hikv.model.lm.runner.prefill/step")
     if kwargs.get("s_aux") is not None:
         raise ParamError("attention sinks (s_aux) are not supported by the golden model")
     scale = float(module.scaling if scaling is None else scaling)
@@ -346,14 +405,14 @@ def _forward(lm: LM, ids: torch.Tensor, start: int, row: int | None = None
         with torch.inference_mode():
             out = lm.model(input_ids=ids.to(lm.device), position_ids=pos.to(lm.device),
                            use_cache=False, logits_to_keep=1)
-            extra = None if row is None else _logits_of(lm, hidden[0])[0].cpu()
+            extra = None if row is None else logits_of(lm, hidden[0])[0].cpu()
     finally:
         if hook is not None:
             hook.remove()
     return out.logits[:, -1].float().cpu(), extra
 
 
-def _logits_of(lm: LM, h: torch.Tensor) -> torch.Tensor:
+def logits_of(lm: LM, h: torch.Tensor) -> torch.Tensor:
     """The model's head on final hidden states ``h`` (soft-capped where the model caps)."""
     logits = lm.model.lm_head(h).float()
     cap = getattr(lm.model.config, "final_logit_softcapping", None)

@@ -3,9 +3,10 @@
 :func:`load_lm` loads a model (a fetched asset name, a GGUF file, or a Hugging Face model
 folder, offline) and registers the attention function ``"hikv"`` with
 ``transformers.AttentionInterface``. Inside the model each attention call is then handed to the
-sequences being run (:class:`Sequence`: one per-layer :class:`~hikv.model.methods.registry.KVCache` of
-one method each), so decoding uses each method's real KV policy step by step: tokens are evicted
-or selected as decoding proceeds, exactly as the method's ``decode`` does it.
+sequences being run (:class:`Sequence`: one per-layer
+:class:`~hikv.model.methods.registry.KVCache` of one method each), so decoding uses each
+method's real KV policy step by step: tokens are evicted or selected as decoding proceeds,
+exactly as the method's ``decode`` does it.
 
 How the model is driven (batch 1 per sequence, no Hugging Face KV cache; the sequences and the
 route live in :mod:`hikv.model.lm.route`, whose names this module re-exports):
@@ -43,28 +44,28 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hikv.params import Config, ModelShape, ParamError
-
 from hikv.model.lm.route import (
     ATTN_NAME,
+    LM,
     Fidelity,
+    LMShape,
     PrefillRecord,
     Sequence,
     WindowKV,
-    _attention,
-    _logits_of,
     adopt_prefill,
     greedy,
+    hikv_attention,
+    logits_of,
     prefill,
     step,
     windowed_prefill,
 )
+from hikv.params import Config, ParamError
 
 __all__ = [
     "LMShape",
@@ -86,64 +87,6 @@ __all__ = [
     "ATTN_NAME",
     "Fidelity",
 ]
-
-
-# =========================================================================== model
-@dataclass(frozen=True)
-class LMShape:
-    """What the golden model needs to know about a loaded LM."""
-
-    name: str
-    layers: int
-    q_heads: int
-    kv_heads: int
-    head_dim: int
-    hidden: int
-    intermediate: int
-    vocab: int
-    scale: float
-    windows: tuple[int | None, ...]   # per layer: sliding window, or None (global attention)
-
-    @property
-    def method_layers(self) -> tuple[int, ...]:
-        """Layers whose KV cache the method manages (global attention)."""
-        return tuple(i for i, w in enumerate(self.windows) if w is None)
-
-    def model_shape(self) -> ModelShape:
-        return ModelShape(name=self.name, layers=self.layers, q_heads=self.q_heads,
-                          kv_heads=self.kv_heads, head_dim=self.head_dim, hidden=self.hidden,
-                          intermediate=self.intermediate, vocab=self.vocab)
-
-
-@dataclass
-class LM:
-    """A loaded model, its tokenizer and shape. ``source`` says where it came from; ``device``
-    is where its dense layers run (the golden KV caches always run on the CPU)."""
-
-    model: Any
-    tokenizer: Any
-    shape: LMShape
-    source: str
-    load_s: float = 0.0
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    last_prefill: PrefillRecord | None = None
-    last_prefix: PrefillRecord | None = None
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without special tokens."""
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    @property
-    def prefix_ids(self) -> list[int]:
-        """Special tokens the tokenizer puts before a text by default (Gemma: ``<bos>``;
-        SmolLM2: none); every evaluated sequence starts with them."""
-        with_special = list(self.tokenizer("a", add_special_tokens=True)["input_ids"])
-        plain = self.encode("a")
-        i = with_special.index(plain[0]) if plain and plain[0] in with_special else 0
-        return with_special[:i]
-
-    def decode(self, ids: Seq[int]) -> str:
-        return self.tokenizer.decode(list(ids))
 
 
 def resolve_model(source: str | os.PathLike, cache: Path | None = None
@@ -179,7 +122,7 @@ def resolve_model(source: str | os.PathLike, cache: Path | None = None
 def _register() -> None:
     from transformers import AttentionInterface
 
-    AttentionInterface.register(ATTN_NAME, _attention)
+    AttentionInterface.register(ATTN_NAME, hikv_attention)
 
 
 def _find_attention_modules(model: Any) -> list[Any]:
@@ -300,7 +243,7 @@ def reference_logits(lm: LM, ids: Seq[int], positions: Seq[int] | None = None,
             parts = []
             for s in range(0, len(pos), chunk):
                 idx = torch.tensor(pos[s: s + chunk])
-                parts.append(_logits_of(lm, h[idx.to(h.device)]).cpu())
+                parts.append(logits_of(lm, h[idx.to(h.device)]).cpu())
     finally:
         lm.model.set_attn_implementation(ATTN_NAME)
     return torch.cat(parts) if parts else torch.zeros(0, lm.shape.vocab)

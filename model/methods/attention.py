@@ -107,12 +107,12 @@ def prefill_pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
         # causal: a chunk's queries see keys [0, e) only, and everything below runs on those
         # columns alone: the logits (each a dot product over d, whatever the number of keys),
         # the chunk's upper triangle set to -inf in place, the softmax, the values' product and
-        # the sums. The keys a chunk cannot see had probability exactly 0 in the earlier pass
-        # over the full square, so the sums and the observations are the same floats and the
+        # the sums. The keys a chunk cannot see have probability exactly 0 in a pass over the
+        # full square, so the sums and the observations are the same floats and the
         # output is too where the BLAS kernel rounds the values' product independently of the
         # key count (MKL at the harness's chunk of 512 on one machine; on another AVX-512
         # one it differs in the last bit: tests/test_accuracy_prefill.py), at about half the
-        # CPU time of the pass that kept the later keys at -inf
+        # CPU time of a pass that keeps the later keys at -inf
         logits = torch.matmul(qc, k[:, None, :e].transpose(-1, -2))
         if not pow2:
             logits.mul_(scale)

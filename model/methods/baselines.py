@@ -11,15 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from hikv.params import (
-    Method,
-)
-
-from hikv.model.refs.account import (
-    bounds_row_bytes,
-    h2o_meta_bytes,
-    label_row_bytes,
-)
 from hikv.model.methods.attention import attend, ungroup
 from hikv.model.methods.cache import (
     Evicting,
@@ -29,10 +20,18 @@ from hikv.model.methods.cache import (
     snap_scores,
     stable_topk,
 )
+from hikv.model.refs.account import (
+    bounds_row_bytes,
+    h2o_meta_bytes,
+    label_row_bytes,
+)
 from hikv.model.refs.layout import (
     ByteAccount,
     Read,
     contiguous,
+)
+from hikv.params import (
+    Method,
 )
 
 __all__ = ["FullKV", "H2O", "SnapKV", "Quest", "SparQ", "DoubleSparsity", "StreamingLLM",

@@ -10,16 +10,16 @@ budget is shared:
   KV heads, after a safeguard of ``floor(alpha (B - w))`` best prefix tokens per head
   (``alpha = 0.2``, AdaKV's and kvpress's default). Per-head budgets differ, sum to ``Hkv x B``;
 * **G-AdaKV**: one budget over all layers and KV heads, ``L x Hkv x (B - w)`` prefix tokens chosen
-  by :func:`hikv.model.methods.global_select.global_topk` over the concatenation of every (layer, KV head)
-  score vector (ties to the lower flat index); no safeguard;
+  by :func:`hikv.model.methods.global_select.global_topk` over the concatenation of every (layer, KV
+  head) score vector (ties to the lower flat index); no safeguard;
 * **PyramidKV** (Cai et al., 2024): per-layer budgets decreasing linearly with depth
   (:func:`pyramid_budgets`, the paper's schedule with ``beta = 20``), average ``B``; every KV
   head of a layer keeps the layer's budget.
 
-G-AdaKV and PyramidKV need every layer: :meth:`~hikv.model.methods.cache.KVCache.end_prefill` (called
-by :mod:`hikv.model.lm.runner` once per sequence after the prompt, with the method layers' caches in
-depth order) makes the choice. A cache used on its own (no call) chooses at its first decode
-step as a model of one layer, where G-AdaKV is AdaKV without the safeguard and PyramidKV is
+G-AdaKV and PyramidKV need every layer: :meth:`~hikv.model.methods.cache.KVCache.end_prefill`
+(called by :mod:`hikv.model.lm.runner` once per sequence after the prompt, with the method layers'
+caches in depth order) makes the choice. A cache used on its own (no call) chooses at its first
+decode step as a model of one layer, where G-AdaKV is AdaKV without the safeguard and PyramidKV is
 SnapKV.
 
 Per-head resident sets of different sizes are stored left-padded (``valid`` marks real
@@ -34,13 +34,12 @@ from fractions import Fraction
 
 import torch
 
-from hikv.params import Method, ParamError
-
 from hikv.model.methods.attention import attend
 from hikv.model.methods.baselines import SnapKV
 from hikv.model.methods.cache import Evicting, KVCache, snap_scores, stable_topk
 from hikv.model.methods.global_select import global_topk
 from hikv.model.refs.layout import ByteAccount
+from hikv.params import Method, ParamError
 
 __all__ = ["AdaKV", "GAdaKV", "PyramidKV", "pyramid_budgets", "ADAKV_SAFEGUARD",
            "PYRAMID_BETA"]

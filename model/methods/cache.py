@@ -16,15 +16,13 @@ import torch
 import torch.nn.functional as F
 
 from hikv.method_spec import register_class
-from hikv.params import (
-    KeyFormat,
-    KVLayout,
-    Method,
-    MethodSpec,
-    ParamError,
+from hikv.model.methods.attention import (
+    attend,
+    causal_prefill,
+    default_scale,
+    group_queries,
+    ungroup,
 )
-
-from hikv.model.methods.attention import attend, causal_prefill, default_scale, group_queries, ungroup
 from hikv.model.refs.keys import float_to_key
 from hikv.model.refs.layout import (
     ByteAccount,
@@ -33,6 +31,13 @@ from hikv.model.refs.layout import (
     dense_rows,
 )
 from hikv.model.refs.sorter import topk_indices
+from hikv.params import (
+    KeyFormat,
+    KVLayout,
+    Method,
+    MethodSpec,
+    ParamError,
+)
 
 __all__ = ["KVCache", "Evicting", "static_mask", "float_topk", "stable_topk", "gather",
            "page_bounds", "quest_scores", "snap_scores"]

@@ -28,12 +28,14 @@ One *round* therefore finds the global top ``m = min(K, max_k, max_n // 2)`` exa
 A budget above ``max_k`` takes ``ceil(K / m)`` rounds: round ``r`` selects the top ``m_r``
 of the items not yet selected (streamed in flat order, labels still increasing), and the top
 ``K`` of a set is its top ``m_1`` plus the top ``K - m_1`` of the rest.
-:func:`round_schedule` (the first schedule) re-streams every remaining item in every round;
+:func:`round_schedule` (the re-streaming schedule) re-streams every remaining item in every round;
 :func:`sorter_schedule` (the *buffered* schedule, the default) keeps every node's candidate
-list from round 0 and, in later rounds, refills only the lists a round uses up (docs/sorter.md,
-"G-AdaKV": the proof, and 45x to 67x fewer cycles at paper scale on synthetic keys).
-Everything here is pure Python (no torch, no numpy); inputs may be lists, numpy arrays or
-torch tensors of scores.
+list from the first round and, in later rounds, refills only the lists a round uses up
+(docs/sorter.md, "G-AdaKV": the proof, and 44x to 67x fewer cycles at paper scale on synthetic
+keys).
+:func:`global_topk_cycles` prices a schedule with the sorter's timing contract
+(:mod:`hikv.hw.sorter_timing`). Everything here is pure Python (no torch, no numpy); inputs may
+be lists, numpy arrays or torch tensors of scores.
 """
 
 from __future__ import annotations
@@ -43,11 +45,12 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hikv.params import ParamError
+from hikv.hw.sorter_timing import SorterTiming, check_job_arg
+from hikv.params import ParamError, SorterParams
 
 __all__ = ["global_topk", "SelectJob", "round_budgets", "scan_chunks", "merge_groups",
            "plan_round", "sorter_schedule", "round_schedule", "run_schedule", "stage1_runner",
-           "fast_runner", "schedule_cycles"]
+           "fast_runner", "schedule_cycles", "global_topk_cycles"]
 
 
 def _values(seg: Any, where: str) -> list[Any]:
@@ -177,8 +180,8 @@ def _sorter_keys(keys: Sequence[Sequence[int]]) -> list[list[int]]:
 
 def round_schedule(keys: Sequence[Sequence[int]], k: int, *, max_n: int,
                    max_k: int) -> Schedule:
-    """The first (session 3) schedule, kept for comparison: every round re-streams every token
-    not yet kept (``ceil(K / m)`` full passes). Same protocol and result as
+    """The re-streaming schedule, a baseline for :func:`sorter_schedule`: every round re-streams
+    every token not yet kept (``ceil(K / m)`` full passes). Same protocol and result as
     :func:`sorter_schedule`."""
     segs = _sorter_keys(keys)
     total = sum(len(s) for s in segs)
@@ -272,7 +275,7 @@ def sorter_schedule(keys: Sequence[Sequence[int]], k: int, *, max_n: int,
     :func:`run_schedule` (any job runner) or by hand (the cocotb testbench). Every job has
     ``n <= max_n`` and ``k <= max_k``.
 
-    The *buffered* schedule (docs/sorter.md, "G-AdaKV"): round 0 is :func:`plan_round`'s
+    The *buffered* schedule (docs/sorter.md, "G-AdaKV"): the first round is :func:`plan_round`'s
     pass (every chunk scanned for its top ``m = min(K, max_k, max_n // 2)``, the candidate
     lists merged up a tree of ``max_n // m`` children per node), and every node keeps its
     list. A later round takes the next ``min(m, K - kept)`` at the root from the lists that
@@ -324,7 +327,7 @@ def sorter_schedule(keys: Sequence[Sequence[int]], k: int, *, max_n: int,
         v.buf = sel
         return sel
 
-    for nodes in levels:                                 # round 0: plan_round's pass
+    for nodes in levels:                                 # the first round: plan_round's pass
         for v in nodes:
             if v.children:
                 cand = [i for c in v.children for i in c.buf]
@@ -368,8 +371,6 @@ def schedule_cycles(keys: Sequence[Sequence[int]], k: int, params: Any, *,
     and sum :meth:`~hikv.hw.sorter_timing.SorterTiming.stage1_cycles` over its jobs (the
     sorter runs one job at a time; idle cycles between jobs not counted): ``cycles``, ``jobs``,
     ``scan_jobs``, ``merge_jobs``, ``rounds``, ``items`` (scores streamed)."""
-    from hikv.hw.sorter_timing import SorterTiming
-
     t = SorterTiming.from_params(params)
     sched = (schedule or sorter_schedule)(keys, k, max_n=t.max_n, max_k=t.max_k)
     out = {"cycles": 0, "jobs": 0, "scan_jobs": 0, "merge_jobs": 0, "rounds": 0, "items": 0}
@@ -385,6 +386,43 @@ def schedule_cycles(keys: Sequence[Sequence[int]], k: int, params: Any, *,
     except StopIteration:
         pass
     return out
+
+
+def global_topk_cycles(params: SorterParams, *, segments: int, length: int,
+                       k: int, keys: Any = None) -> dict[str, int | bool]:
+    """Sorter cycles of G-AdaKV's global top ``k`` over ``segments`` score vectors of
+    ``length`` tokens each (one per (layer, KV head)) as Stage I jobs (docs/sorter.md,
+    "G-AdaKV"): the sum of :meth:`~hikv.hw.sorter_timing.SorterTiming.stage1_cycles` over the
+    jobs (the sorter runs one job at a time; the few idle cycles between jobs are not counted).
+
+    Without ``keys`` (sizes only) the jobs are those of :func:`round_schedule`, which
+    re-streams every token not kept yet in each of its ``ceil(k / min(max_k, max_n // 2))``
+    rounds: its first round is exact and is also the first round of the buffered
+    :func:`sorter_schedule` (``exact`` true for one round); its later rounds, priced with whole
+    segments, are an upper bound of the round schedule (``exact`` false). With ``keys`` (the sorter
+    keys, ``segments`` lists of ``length``) the buffered schedule is run on them and its cycles are
+    exact for that data (``exact`` true): later rounds re-scan or re-merge only what they use up.
+
+    Returns ``rounds``, ``jobs``, ``scan_jobs``, ``merge_jobs``, ``cycles``, ``exact`` and, with
+    ``keys``, ``items`` (scores streamed into the sorter).
+    """
+    check_job_arg("segments", segments, 1, 1 << 40)
+    check_job_arg("length", length, 1, 1 << 40)
+    check_job_arg("k (global budget)", k, 0, segments * length)
+    t = SorterTiming.from_params(params)
+    if keys is not None:
+        if len(keys) != segments or any(len(s) != length for s in keys):
+            raise ParamError(f"keys must be {segments} segments of {length} sorter keys")
+        return {**schedule_cycles(keys, k, params), "exact": True}
+    budgets = round_budgets(segments * length, k, t.max_n, t.max_k)
+    scan = merge = cycles = 0
+    for m in budgets:
+        for phase, n, kk in plan_round([length] * segments, m, t.max_n):
+            cycles += t.stage1_cycles(n, kk)
+            scan += phase == "scan"
+            merge += phase == "merge"
+    return {"rounds": len(budgets), "jobs": scan + merge, "scan_jobs": scan,
+            "merge_jobs": merge, "cycles": cycles, "exact": len(budgets) <= 1}
 
 
 def fast_runner(job: SelectJob) -> list[int]:

@@ -1,6 +1,6 @@
 """Golden HiKV: Stage I (none, evicting, query-aware) and Stage II, selecting through the
-sorter reference exactly as the hardware does. Conventions in :mod:`hikv.model.methods.registry`; the
-closed form in :mod:`hikv.sim.cost.closed_form_hikv`.
+sorter reference exactly as the hardware does. Conventions in :mod:`hikv.model.methods.registry`;
+the closed form in :mod:`hikv.sim.cost.closed_form_hikv`.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from hikv.method_spec import Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
-from hikv.params import HiKVPolicy, KVLayout, Method, MethodSpec
-
+from hikv.model.methods.attention import attend, group_queries
+from hikv.model.methods.cache import Evicting, quest_scores, snap_scores, static_mask
 from hikv.model.refs import lowbit
 from hikv.model.refs.account import (
     SCORE_BYTES,
@@ -18,8 +18,6 @@ from hikv.model.refs.account import (
     stage1_meta_bytes,
     stage2_meta_bytes,
 )
-from hikv.model.methods.attention import attend, group_queries
-from hikv.model.methods.cache import Evicting, quest_scores, snap_scores, static_mask
 from hikv.model.refs.keys import float_to_key
 from hikv.model.refs.layout import (
     ByteAccount,
@@ -31,8 +29,9 @@ from hikv.model.refs.layout import (
     page_channel_runs,
 )
 from hikv.model.refs.sorter import topk_indices
+from hikv.params import HiKVPolicy, KVLayout, Method, MethodSpec
 
-__all__ = ["HiKV", "hikv_resident_bytes", "think_channel_scores"]
+__all__ = ["HiKV", "hikv_resident_bytes", "think_channel_scores", "lowbit_keys"]
 
 
 def think_channel_scores(q_obs: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -50,7 +49,7 @@ def think_channel_scores(q_obs: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return qs * ks
 
 
-def _lowbit(k: torch.Tensor, bits: int) -> torch.Tensor:
+def lowbit_keys(k: torch.Tensor, bits: int) -> torch.Tensor:
     """Per-token asymmetric min/max quantisation of keys to ``bits`` bits (dequantised), by the
     integer arithmetic the scoring unit implements (:mod:`hikv.model.refs.lowbit`, defined once)."""
     codes, lo, step = lowbit.quantise_keys(k.detach().cpu().float().numpy(), bits)
@@ -168,7 +167,7 @@ class HiKV(Evicting):
         return f
 
     def _lowbit_keys(self, bits: int) -> torch.Tensor:
-        """:func:`_lowbit` of ``self.k``, updated incrementally while the cache only grows by
+        """:func:`lowbit_keys` of ``self.k``, updated incrementally while the cache only grows by
         :meth:`_append` (exact: the quantisation is per token, so only the tokens added since
         the last call are quantised; anything else that replaced ``self.k`` -- prefill, ThinK's
         pruning, a new capacity buffer -- recomputes it whole)."""
@@ -176,11 +175,11 @@ class HiKV(Evicting):
         n = self.resident_tokens
         c = getattr(self, "_lbkeys", None)
         if c is None or c[0] != bits or not self._grown_since(c[1], c[3]):
-            kq = _lowbit(self.k, bits)
+            kq = lowbit_keys(self.k, bits)
         elif c[1] == n:
             kq = c[2]
         else:
-            kq = torch.cat([c[2], _lowbit(self.k[:, c[1]:], bits)], 1)
+            kq = torch.cat([c[2], lowbit_keys(self.k[:, c[1]:], bits)], 1)
         self._lbkeys = (bits, n, kq, self._kv_buffer())
         return kq
 

@@ -18,21 +18,28 @@ Conventions shared by all methods (see also :mod:`hikv.model.refs.layout`):
 * evicting methods keep resident tokens in token order; a token's slot is its rank among them.
 
 HiKV's selections go through the sorter reference (:func:`hikv.model.refs.sorter.topk_indices`
-on keys from :func:`hikv.model.refs.keys.float_to_key`), so the golden model chooses exactly what the
-hardware chooses. Baselines are software methods and select on exact float scores.
+on keys from :func:`hikv.model.refs.keys.float_to_key`), so the golden model chooses exactly what
+the hardware chooses. Baselines are software methods and select on exact float scores.
 """
 
 from __future__ import annotations
 
-from hikv.params import Config, MethodSpec, ParamError
-
-from hikv.model.refs.account import SCORE_BYTES
-
 # importing the golden classes fills METHODS (each KVCache subclass that sets ``method``)
-from hikv.model.methods.baselines import H2O, TOVA, DoubleSparsity, FullKV, Quest, SnapKV, SparQ, StreamingLLM
+from hikv.model.methods.baselines import (
+    H2O,
+    TOVA,
+    DoubleSparsity,
+    FullKV,
+    Quest,
+    SnapKV,
+    SparQ,
+    StreamingLLM,
+)
 from hikv.model.methods.baselines_adaptive import AdaKV, GAdaKV, PyramidKV
 from hikv.model.methods.cache import METHODS, KVCache, static_mask
 from hikv.model.methods.hikv import HiKV, hikv_resident_bytes
+from hikv.model.refs.account import SCORE_BYTES
+from hikv.params import Config, MethodSpec, ParamError
 
 __all__ = [
     "KVCache",

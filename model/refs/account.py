@@ -1,10 +1,10 @@
 """Byte accounts and the per-token metadata sizes every KV method stores (torch-free).
 
-Shared by the golden model (:mod:`hikv.model.methods.registry`, which counts each step's bytes from the
-ranges it reads) and the closed forms of the cost model (:mod:`hikv.sim.cost.closed_form`, which
-give the same counts as formulas over numpy arrays). Standard library only: importing this
-module pulls in neither torch nor numpy, and every function accepts Python integers or numpy
-arrays (they broadcast).
+Shared by the golden model (:mod:`hikv.model.methods.registry`, which counts each step's bytes from
+the ranges it reads) and the closed forms of the cost model (:mod:`hikv.sim.cost.closed_form`, which
+give the same counts as formulas over numpy arrays). Standard library only: importing this module
+pulls in neither torch nor numpy, and every function accepts Python integers or numpy arrays (they
+broadcast).
 """
 
 from __future__ import annotations

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hikv.params import KVLayout, ParamError
-
 from hikv.model.refs.account import ByteAccount
+from hikv.params import KVLayout, ParamError
 
 __all__ = [
     "Ranges",

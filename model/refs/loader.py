@@ -24,8 +24,8 @@ A request's length depends only on where its run starts and on whether the run r
 one full request further, so hardware can issue it as soon as that is known (before the run
 closes) and still match this list exactly.
 
-The bytes the requests deliver equal :func:`hikv.model.refs.layout.burst_bytes` of the ranges, so the
-hardware's byte counter is checked against the byte account exactly.
+The bytes the requests deliver equal :func:`hikv.model.refs.layout.burst_bytes` of the ranges, so
+the hardware's byte counter is checked against the byte account exactly.
 
 **Memory images** (:func:`dense_image`, :func:`masked_image`, :func:`channel_page_image`) build
 the bytes of a region from K or V tensors in the layouts of :mod:`hikv.model.refs.layout`; the
@@ -47,9 +47,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hikv.params import KVLayout, LoaderParams, ParamError, RecordLayout
-
 from hikv.model.refs.layout import Ranges, dense_rows, masked_records, page_channels
+from hikv.params import KVLayout, LoaderParams, ParamError, RecordLayout
 
 __all__ = [
     "AxiRead",

@@ -1,8 +1,8 @@
 """Cluster serving: replicas behind a router, and prefill/decode (P/D) disaggregation with KV
-transfer (docs/serving.md, "Cluster").
+transfer (docs/cluster.md).
 
 :func:`simulate_cluster` runs several instances of the single-replica engine
-(:class:`hikv.sim.serving.engine._Engine`, the same scheduler, paged KV, preemption and step-cost
+(:class:`hikv.sim.serving.engine.Engine`, the same scheduler, paged KV, preemption and step-cost
 models; not a copy) under one discrete-event loop. Every event, of the cluster (arrival, KV
 transfer done, monitor tick, end of a reconfiguration) or of an engine (its arrivals and
 iterations), is taken in time order; at equal times cluster events go first, so a request
@@ -11,8 +11,8 @@ arrivals are in the lone engine. An engine's batched decode runs stop at the ear
 anything could be injected into it (the engine's ``next_external`` hook), so they stay exact.
 
 Aggregated (``ClusterParams.prefill == 0``): each request goes to one instance chosen by the
-router (:mod:`hikv.sim.cluster.router`) when it arrives, and is served there from prefill to its last
-token. One instance with round-robin is the lone engine, event for event.
+router (:mod:`hikv.sim.cluster.router`) when it arrives, and is served there from prefill to its
+last token. One instance with round-robin is the lone engine, event for event.
 
 Disaggregated: the router picks a prefill instance, which serves the request as a one-token
 job (prefill and the first token; TTFT is measured there). The KV cache then ships to a decode
@@ -56,15 +56,26 @@ from typing import Any
 import numpy as np
 
 from hikv.params import Config, MethodSpec, ParamError
-
 from hikv.sim.cluster.params import ClusterParams
 from hikv.sim.cluster.ratio import RatioSample, make_ratio_policy
-from hikv.sim.cluster.sched import EwsjfPolicy, OutputPredictor, PredictorEval
 from hikv.sim.cluster.router import InstanceView, jain_index, make_decode_router, make_router
-from hikv.sim.serving.scheduler import Policy, get_policy
-from hikv.sim.serving.engine import RequestTimes, ServingResult, _Engine, _result, _Seq, nan_percentile
+from hikv.sim.cluster.sched import EwsjfPolicy, OutputPredictor, PredictorEval
+from hikv.sim.serving.engine import (
+    Engine,
+    RequestTimes,
+    SeqState,
+    ServingResult,
+    engine_result,
+    nan_percentile,
+)
 from hikv.sim.serving.result import LittleCheck, little_check, little_window
-from hikv.sim.serving.step_cost import DEFAULT_STEP_COST, IterationBatch, StepCostModel, make_step_cost
+from hikv.sim.serving.scheduler import Policy, get_policy
+from hikv.sim.serving.step_cost import (
+    DEFAULT_STEP_COST,
+    IterationBatch,
+    StepCostModel,
+    make_step_cost,
+)
 from hikv.sim.serving.workload import Workload
 
 __all__ = ["ClusterResult", "simulate_cluster", "transfer_bytes", "PoolLittle"]
@@ -212,9 +223,9 @@ class _Cluster:
         n = params.instances
         self.roles = (["prefill"] * params.prefill + ["decode"] * params.decode if pd
                       else ["mixed"] * n)
-        self.engines = [_Engine(cfg, spec, wl, cost,
-                                self.decode_policy if r == "decode" else self.prefill_policy,
-                                fast_forward, preload=False) for r in self.roles]
+        self.engines = [Engine(cfg, spec, wl, cost,
+                               self.decode_policy if r == "decode" else self.prefill_policy,
+                               fast_forward, preload=False) for r in self.roles]
         self.views = [InstanceView(k, e, params.window) for k, e in enumerate(self.engines)]
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq_no = 0
@@ -325,7 +336,7 @@ class _Cluster:
             else:
                 engines[ei].step()
 
-    def _inject(self, k: int, s: _Seq) -> None:
+    def _inject(self, k: int, s: SeqState) -> None:
         self.engines[k].inject(s, _ORDER0 + self.inject_no)
         self.inject_no += 1
 
@@ -348,10 +359,10 @@ class _Cluster:
         self.tick_decode += max(float(self.med[i]) - 1.0, 0.0)
         self.tick_med_sum += float(self.med[i])
         self.tick_n += 1
-        self._inject(k, _Seq(i, t, int(self.prompt[i]), 1 if pd else int(self.output[i])))
+        self._inject(k, SeqState(i, t, int(self.prompt[i]), 1 if pd else int(self.output[i])))
 
     def _finisher(self, k: int):
-        def on_finish(s: _Seq, t: float) -> None:
+        def on_finish(s: SeqState, t: float) -> None:
             i = s.rid
             v = self.views[k]
             v.out_requests -= 1
@@ -410,7 +421,7 @@ class _Cluster:
 
     def _kv_ready(self, i: int, k: int, t: float) -> None:
         p = int(self.prompt[i])
-        s = _Seq(i, t, p, int(self.output[i]))
+        s = SeqState(i, t, p, int(self.output[i]))
         s.done = s.prefilled = p
         s.generated = 1
         s.base = int(self.base[i])
@@ -545,8 +556,8 @@ def simulate_cluster(cfg: Config, spec: MethodSpec, workload: Workload, params: 
         bad = np.nonzero(cl.completions != 1)[0]
         raise AssertionError(f"cluster lost or repeated requests {bad[:10].tolist()} "
                              f"(completions {cl.completions[bad[:10]].tolist()})")
-    insts = tuple(_result(e, method=f"{name}@{k}", cost_name=cost_model,
-                          workload=workload.source, wall_s=0.0)
+    insts = tuple(engine_result(e, method=f"{name}@{k}", cost_name=cost_model,
+                                workload=workload.source, wall_s=0.0)
                   for k, e in enumerate(cl.engines))
     iso = (_isolated_s(cfg, cost, workload.prompt_tokens, workload.output_tokens)
            if with_isolated else np.full(len(workload), np.nan))

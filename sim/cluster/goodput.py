@@ -7,7 +7,6 @@ import math
 from dataclasses import dataclass
 
 from hikv.params import Config, MethodSpec
-
 from hikv.sim.cluster.engine import simulate_cluster
 from hikv.sim.cluster.params import ClusterParams
 from hikv.sim.cluster.sched import OutputPredictor

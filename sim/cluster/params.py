@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from hikv.param_checks import ParamError, _int, _num
+from hikv.param_checks import ParamError, check_int, check_num
 
 __all__ = ["KVLink", "LINKS", "get_link", "DynamicRatio", "ClusterParams", "ROUTERS",
            "DECODE_ROUTERS", "SCHEDULERS", "RATIO_POLICIES", "CLUSTER_PRESETS",
@@ -31,9 +31,9 @@ def _check(owner: str, name: str, value: Any, lo: float, hi: float | None = None
     """ParamError naming ``owner.name`` and the allowed range unless ``value`` is in it (the
     shared helpers of :mod:`hikv.param_checks`; ``allow_inf`` also admits ``+inf``)."""
     if integer:
-        _int(owner, name, value, int(lo), None if hi is None else int(hi))
+        check_int(owner, name, value, int(lo), None if hi is None else int(hi))
     elif not (allow_inf and isinstance(value, float) and value == math.inf):
-        _num(owner, name, value, lo, hi, lo_open=lo_open)
+        check_num(owner, name, value, lo, hi, lo_open=lo_open)
 
 
 @dataclass(frozen=True)

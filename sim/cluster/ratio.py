@@ -32,7 +32,7 @@ What DOPD also does and this does not: its request scheduler for mixed lengths (
 EWSJF is a separate option) and its exact forecaster (the paper names no parameters we
 could copy); the reconfiguration cost is the drain plus ``reconfig_s`` of downtime.
 
-:class:`ThresholdRatio` is the earlier heuristic kept as ``policy = "threshold"``.
+:class:`ThresholdRatio` is the simpler backlog/KV-threshold heuristic, ``policy = "threshold"``.
 
 Both return ``"prefill"`` (move a decode instance to the prefill pool), ``"decode"`` or
 ``None``; :class:`hikv.sim.cluster.engine._Cluster` drains and switches the instance and charges

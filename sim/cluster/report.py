@@ -14,7 +14,6 @@ import numpy as np
 
 from hikv.params import Config, ParamError
 from hikv.presets import resolve_methods
-
 from hikv.sim.cluster.engine import ClusterResult, simulate_cluster
 from hikv.sim.cluster.goodput import cluster_goodput
 from hikv.sim.cluster.params import ClusterParams
@@ -231,7 +230,6 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
     import time
 
     from hikv.presets import get_preset
-
     from hikv.sim.cluster.sched import split_workload
     from hikv.sim.serving.workload import poisson_workload, read_azure_trace
 

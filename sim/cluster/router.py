@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from hikv.params import ParamError
-
 from hikv.sim.cluster.params import DECODE_ROUTERS, ROUTERS
 from hikv.sim.cluster.sched import OutputPredictor
 

@@ -12,7 +12,8 @@
   requests like ``size + a * arrival`` at every instant ``t``, the queue is a plain heap.
   Starvation protection: a request of size ``S`` arriving at ``t0`` can only be overtaken by
   requests arriving before ``t0 + S / a``, so its wait is bounded by the work that arrives in
-  that window. Preempted sequences still go first (as in :class:`~hikv.sim.serving.scheduler.WaitQueue`).
+  that window. Preempted sequences still go first (as in
+  :class:`~hikv.sim.serving.scheduler.WaitQueue`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from hikv.params import ParamError
-
 from hikv.sim.serving.scheduler import Policy
 from hikv.sim.serving.workload import Workload
 

@@ -3,7 +3,7 @@
 **Machine** (:class:`~hikv.params.AcceleratorParams`): ``pe_lanes`` MAC lanes (q.k and p.v),
 ``softmax_lanes`` softmax lanes, an on-chip K/V buffer (``sram_kv_bytes``) and query buffer, an
 external memory of ``mem_bandwidth_bytes_per_s`` and ``mem_latency_s``; HiKV adds one sorter,
-:func:`~hikv.sim.cost.timing.loader_instances` loaders (enough that their steady-state rate, request
+:func:`~hikv.hw.blocks.loader_instances` loaders (enough that their steady-state rate, request
 round trips included, takes the memory's bandwidth) and, for Stage I scored from low-bit keys,
 the low-bit scoring unit. Each block runs at its own clock (:mod:`hikv.sim.cost.clocks`; cycles
 below are counted in the PE array's clock, a block's own cycles scaled by ``f_pe / f_block``).
@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from hikv.hw.blocks import loader_instances
 from hikv.hw.scorer_timing import ScorerTiming
 from hikv.hw.sorter_timing import SorterTiming
 from hikv.model.refs.baseline_pe import EXP_LATENCY, MAC_LATENCY
@@ -75,14 +76,14 @@ from hikv.params import (
     ParamError,
     ScorerParams,
 )
-
 from hikv.sim.cost import energy as E
-from hikv.sim.eda.area import pipeline_buffers
 from hikv.sim.cost.bursts import Geometry
 from hikv.sim.cost.clocks import Clocks, assumed_clocks
 from hikv.sim.cost.closed_form import closed_form, step_bytes
 from hikv.sim.cost.closed_form_base import SortJob, StepAccount
-from hikv.sim.cost.timing import TimingModel, default_timing, loader_instances, unique_apply
+from hikv.sim.cost.timing import TimingModel, default_timing, unique_apply
+from hikv.sim.eda.area import pipeline_buffers
+from hikv.sim.tech import node_energy_scale
 
 __all__ = ["Overrides", "SortJob", "StepWork", "AttentionCost", "step_work", "attention_cost",
            "scorer_cycles", "SCHEDULES", "pipeline_buffers", "pipelined_layer_cycles",
@@ -102,7 +103,7 @@ class Overrides:
     tokens, the current one included (the serving model prices each sequence state this way).
     ``keep_v`` / ``keep_k`` are HiKV's Stage II keeps (``r``); ``memory`` is a MemoryType or an
     array of their values. ``loader_instances`` replaces the instance rule
-    (:func:`~hikv.sim.cost.timing.loader_instances`: enough loaders for the bandwidth) by a count
+    (:func:`~hikv.hw.blocks.loader_instances`: enough loaders for the bandwidth) by a count
     (fewer loaders make the attend and select phases loader-bound).
     """
 
@@ -244,13 +245,6 @@ class AttentionCost:
         return self.bytes_bound_s / self.time_s
 
 
-def _at_clock(cfg: Config, hz: float) -> Config:
-    """``cfg`` with its accelerator clock at ``hz`` (what a block's own timing sees)."""
-    if hz == cfg.accel.clock_hz:
-        return cfg
-    return cfg.replace(accel=dataclasses.replace(cfg.accel, clock_hz=hz))
-
-
 def scorer_cycles(params: ScorerParams, tokens: ArrayLike, jobs: int,
                   lanes: ArrayLike | None = None) -> ArrayLike:
     """Cycles of ``jobs`` back-to-back scoring jobs of ``tokens`` tokens each on the scoring
@@ -303,7 +297,7 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     # the loaders run at their own clock: their latency in their cycles, their count from
     # their rate at that clock (loader_instances), their cycles scaled to the reference clock
     lat_ld = a.mem_latency_s * f_ld
-    inst = (loader_instances(_at_clock(cfg, f_ld), bw) if ov.loader_instances is None
+    inst = (loader_instances(cfg, bw, clock_hz=f_ld) if ov.loader_instances is None
             else np.asarray(ov.loader_instances))
     r_ld, r_so, r_sc = clock / f_ld, clock / f_so, clock / f_sc
 
@@ -509,7 +503,7 @@ def _check_overrides(cfg: Config, ov: Overrides) -> None:
         if (np.asarray(ov.keep_v) > np.asarray(ov.head_dim)).any():
             raise ParamError("keep_v (r) must be <= head_dim (d) at every design point")
     if ov.tech_nm is not None:
-        E.node_energy_scale(ov.tech_nm)
+        node_energy_scale(ov.tech_nm)
     if ov.scorer_lanes is not None:
         for x in np.unique(np.asarray(ov.scorer_lanes)):
             ScorerParams(lanes=int(x), query_bits=cfg.scorer.query_bits)

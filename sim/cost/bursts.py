@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from hikv.params import KVLayout, LoaderParams, Stage2Kind
-
 from hikv.sim.cost.timing import unique_apply
 
 __all__ = ["Geometry", "Piece", "zero_piece", "cdiv", "run", "scattered", "contiguous", "rows",

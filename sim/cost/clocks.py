@@ -1,4 +1,4 @@
-"""The clocks the cost model times each block at (issue 12 item 4).
+"""The clocks the cost model times each block at.
 
 Blocks (:data:`hikv.params.CLOCK_BLOCKS`): the baseline's ``pe_array`` (MAC and softmax lanes,
 :mod:`hikv.hw.baseline_pe`), HiKV's ``sorter``, ``loader`` and low-bit ``scorer``. Each block's
@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hikv.params import CLOCK_BLOCKS, Config
-
 from hikv.sim.eda.area import scorer_used
 
 __all__ = ["BlockClock", "Clocks", "assumed_clocks", "accelerator_clocks", "scorer_used"]
@@ -50,6 +49,9 @@ class BlockClock:
     source: str
     critical_path: str = ""
     used: bool = True
+    #: where the timing estimate came from: ``cache``, ``shipped`` or ``synthesised``
+    #: (:mod:`hikv.sim.eda.shipped`); empty without one
+    provenance: str = field(default="", compare=False)
 
     @property
     def checked(self) -> bool:
@@ -116,16 +118,17 @@ def assumed_clocks(cfg: Config, why: str = "no timing estimate requested") -> Cl
 
 
 def _sta(cfg: Config, block: str) -> BlockClock:
-    from hikv.sim.eda.sta import block_clock, design_sta
+    from hikv.sim.eda.sta import block_clock, unit_sta
 
     if block == "pe_array":
-        from hikv.hw.verilog import to_verilog
-
         from hikv.sim.eda.area import baseline_units
+        from hikv.sim.eda.shipped import combined_origin
 
         worst = None
-        for name, (make, top) in baseline_units().items():
-            r = design_sta(to_verilog(make(cfg), top), top, cfg.accel.tech_nm)
+        origins = []
+        for name in baseline_units():
+            r = unit_sta(name, cfg)
+            origins.append(r.origin)
             if worst is None or r.node_clock_hz < worst[1].node_clock_hz:
                 worst = (name, r)
         assert worst is not None
@@ -133,7 +136,8 @@ def _sta(cfg: Config, block: str) -> BlockClock:
         src = (f"hikv.sim.eda.sta: sky130_fd_sc_hd STA of the slower baseline unit ({name}; "
                f"{r.corner.get('process')}, {r.corner.get('vdd_v')} V; no wires) x "
                f"Stillmaker-Baas delay factor {r.node_scale:.3f} to {r.tech_nm} nm")
-        return BlockClock(block, r.node_clock_hz, "sta", src, f"{name}: {r.critical.describe()}")
+        return BlockClock(block, r.node_clock_hz, "sta", src, f"{name}: {r.critical.describe()}",
+                          provenance=combined_origin(origins))
     note = " (no wires)"
     if block == "scorer" and cfg.scorer.lanes > 1:
         # the lanes are identical copies and the critical path lies within one lane (stage 2's
@@ -146,7 +150,8 @@ def _sta(cfg: Config, block: str) -> BlockClock:
                 "counted)")
     c = block_clock(block, cfg)
     return BlockClock(block, float(c["clock_hz"]), "sta", c["source"] + note,
-                      c["critical_path"], used=_used(cfg, block))
+                      c["critical_path"], used=_used(cfg, block),
+                      provenance=c.get("origin", ""))
 
 
 def accelerator_clocks(cfg: Config, *, check: bool = True) -> Clocks:
@@ -180,4 +185,4 @@ def _pe_reference(cfg: Config) -> BlockClock:
         f"other blocks; our area model of its lanes (hw/baseline_pe, fp32 accumulate not "
         f"pipelined) would close {mhz:,.0f} MHz by the timing flow, so a baseline at this "
         "clock needs a pipelined accumulate",
-        f"not used, for information: {est.critical_path}")
+        f"not used, for information: {est.critical_path}", provenance=est.provenance)

@@ -2,15 +2,15 @@
 
 :data:`CLOSED_FORMS` maps each :class:`~hikv.method_spec.Method` to its
 :class:`~hikv.sim.cost.closed_form_base.ClosedForm` (baselines in
-:mod:`hikv.sim.cost.closed_form_baselines`, HiKV in :mod:`hikv.sim.cost.closed_form_hikv`). A closed form
-registers itself and its method: its ``method = register_method(MethodInfo(...))`` declares
-the method's name, label options and parameters (importing this module registers the
-built-in ones; :class:`~hikv.method_spec.Method` imports it when first used); the golden
+:mod:`hikv.sim.cost.closed_form_baselines`, HiKV in :mod:`hikv.sim.cost.closed_form_hikv`;
+importing this module imports both). A closed form registers itself by naming its method
+(``method = Method.<ATTR>``; the method's name, label options and parameters are its
+:class:`~hikv.method_spec.MethodInfo`, :data:`hikv.method_spec.BUILTIN_METHODS`); the golden
 class of the same method is :data:`hikv.model.methods.registry.METHODS` ``[method]``, and
 ``tests/test_kv_bytes.py`` / ``tests/test_cost_bytes.py`` check each closed form against it on
 every layout. The cost model (:mod:`hikv.sim.cost.attention_model`, sweeps, the report) and the
-serving model (:mod:`hikv.sim.serving.engine`, :mod:`hikv.sim.serving.step_cost`) use only these. numpy only:
-no torch.
+serving model (:mod:`hikv.sim.serving.engine`, :mod:`hikv.sim.serving.step_cost`) use only these.
+numpy only: no torch.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import numpy as np
 
 from hikv.params import KVLayout, LoaderParams, MethodSpec, ParamError
 
-# importing the closed forms registers the built-in methods (hikv.method_spec.Method) and
-# fills CLOSED_FORMS
+# importing the closed forms fills CLOSED_FORMS
 from hikv.sim.cost import closed_form_baselines, closed_form_hikv  # noqa: F401
 from hikv.sim.cost.bursts import Geometry
 from hikv.sim.cost.closed_form_base import CLOSED_FORMS, ClosedForm, StepAccount

@@ -32,7 +32,6 @@ import numpy as np
 from hikv.method_spec import register_class
 from hikv.model.refs.account import ByteAccount
 from hikv.params import KVLayout, Method, MethodSpec, ParamError
-
 from hikv.sim.cost.bursts import Geometry, Piece, cdiv
 
 __all__ = ["StepAccount", "SortJob", "Work", "ClosedForm", "CLOSED_FORMS", "account_of",
@@ -102,11 +101,11 @@ CLOSED_FORMS: dict[Method, type[ClosedForm]] = {}
 class ClosedForm:
     """Closed-form bytes of one method on one layout, per (layer, KV head).
 
-    A subclass that sets :attr:`method` (``register_method(MethodInfo(...))``: the method's
-    name, label options and parameters, :class:`~hikv.method_spec.MethodInfo`) is that
-    method's closed form in :data:`CLOSED_FORMS`. Subclasses set :attr:`method` and implement
-    :meth:`storage`, :meth:`step` and :meth:`_read`; evicting methods override
-    :meth:`resident_after_step` and the flags.
+    A subclass that sets :attr:`method` (``Method.<ATTR>``, a registered
+    :class:`~hikv.method_spec.Method`: its name, label options and parameters are its
+    :class:`~hikv.method_spec.MethodInfo`) is that method's closed form in :data:`CLOSED_FORMS`.
+    Subclasses set :attr:`method` and implement :meth:`storage`, :meth:`step` and :meth:`_read`;
+    evicting methods override :meth:`resident_after_step` and the flags.
     ``layout`` may be ``None`` when only :meth:`step` (which takes its own geometry) is used.
     """
 

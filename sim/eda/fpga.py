@@ -55,7 +55,8 @@ FLOW_VERSION = "1"
 #: ``synth_ecp5`` after ``-top T -json F``; nextpnr-ecp5 after the device, ``--freq``, ``--seed``.
 #: ``-dff``: ABC9 maps the LUTs with the flip-flops in view (Yosys ``synth_lattice -dff``);
 #: ``--tmg-ripup``: the router rips up and reroutes nets by timing criticality. Chosen over
-#: the plain flow on the tiny sorter, 3 seeds each (docs/timing.md, "Flow options").
+#: the plain flow and other option sets on the tiny sorter (docs/timing.md, "FPGA place
+#: and route").
 SYNTH_OPTIONS: tuple[str, ...] = ("-dff",)
 PNR_OPTIONS: tuple[str, ...] = ("--tmg-ripup",)
 WRAPPER_TOP = "hikv_fpga_wrap"

@@ -19,11 +19,14 @@ the longest register-to-register path of the logic.
 
 **Node.** The critical path in sky130 is scaled to the configuration's node with the
 Stillmaker-Baas delay equations (``sim/data/delay_scaling.json``, the paper the energy and area
-factors of :mod:`hikv.sim.cost.energy` come from): :func:`node_delay_scale`.
+factors of :mod:`hikv.sim.tech` come from): :func:`node_delay_scale`.
 
 Public entry points: :func:`analyse` (a netlist), :func:`block_sta` (a registered block for a
-configuration; cached) and :func:`block_clock` (the estimated clock of a block at the preset's
-node, with its source and critical path: what the cost model can price phases with).
+configuration; cached), :func:`unit_sta` (a baseline unit) and :func:`block_clock` (the
+estimated clock of a block at the preset's node, with its source and critical path: what the
+cost model can price phases with). Results are found in the user cache, then in the shipped
+files (:mod:`hikv.sim.eda.shipped`), before the flow runs; each says where it came from
+(``origin``).
 """
 
 from __future__ import annotations
@@ -31,19 +34,31 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hikv.params import Config, ParamError
+from hikv.sim.eda.shipped import (
+    cache_origin,
+    forced,
+    made,
+    record_sta,
+    remember,
+    remembered,
+    rtl_key,
+    shipped_sta,
+)
+from hikv.sim.tech import load_data
 from hikv.toolchain import cache_dir, text_hash
 
-from hikv.sim.cost.energy import load_data
-
 __all__ = ["DelayTable", "PathStep", "TimingPath", "StaResult", "load_delays",
-           "node_delay_scale", "analyse", "block_sta", "block_clock", "STA_VERSION"]
+           "node_delay_scale", "analyse", "design_sta", "block_sta", "unit_sta", "block_clock",
+           "STA_VERSION"]
 
 #: bump when the analysis changes (part of the cache key)
 STA_VERSION = "2"
@@ -189,6 +204,8 @@ class StaResult:
     top_paths: tuple[TimingPath, ...] = ()   # longest path to each of the worst endpoints
     version: str = STA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    #: where this result came from (:data:`hikv.sim.eda.shipped.ORIGINS`); not stored
+    origin: str = field(default="", compare=False)
 
     @property
     def critical_ps(self) -> float:
@@ -210,15 +227,16 @@ class StaResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        del d["origin"]
         d["critical_ps"] = self.critical_ps
         d["node_period_s"] = self.node_period_s
         d["node_clock_hz"] = self.node_clock_hz
         return d
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> StaResult:
+    def from_dict(d: dict[str, Any], origin: str = "") -> StaResult:
         d = {k: v for k, v in d.items()
-             if k not in ("critical_ps", "node_period_s", "node_clock_hz")}
+             if k not in ("critical_ps", "node_period_s", "node_clock_hz", "origin")}
 
         def path(p: dict[str, Any] | None) -> TimingPath | None:
             if p is None:
@@ -230,7 +248,7 @@ class StaResult:
         d["critical"] = path(d["critical"])
         d["reg_to_reg"] = path(d["reg_to_reg"])
         d["top_paths"] = tuple(path(p) for p in d.get("top_paths", ()))
-        return StaResult(**d)
+        return StaResult(**d, origin=origin)
 
 
 _MEMREG = re.compile(r"^\$\\?(.+?)\$rdreg\[(\d+)\]\$q(\[\d+\])?$")
@@ -424,7 +442,23 @@ def _read_netlist(path: Path) -> dict[str, Any]:
 def design_sta(verilog: str, top: str, tech_nm: int, *, sram_min_bits: int | None = None,
                use_cache: bool = True) -> StaResult:
     """Synthesise (through the area flow's cache) and analyse ``verilog``; cached."""
-    from hikv.sim.eda.area import DEFAULT_SRAM_MIN_BITS, netlist_path, synth_key, synthesize
+    return _sta(lambda: verilog, None, top, tech_nm, sram_min_bits=sram_min_bits,
+                use_cache=use_cache)
+
+
+def _sta(verilog: Callable[[], str], rtl: str | None, top: str, tech_nm: int, *,
+         sram_min_bits: int | None = None, use_cache: bool = True, what: str = ""
+         ) -> StaResult:
+    """:func:`design_sta` of the Verilog ``verilog()`` generates; with the RTL key ``rtl``
+    (:func:`hikv.sim.eda.shipped.rtl_key`) a stored result is found without generating it.
+    Lookup: the user cache, then the shipped files, then the flow."""
+    from hikv.sim.eda.area import (
+        DEFAULT_SRAM_MIN_BITS,
+        netlist_path,
+        rtl_synth_key,
+        synth_key,
+        synthesize,
+    )
 
     smb = DEFAULT_SRAM_MIN_BITS if sram_min_bits is None else sram_min_bits
     delays = load_delays()
@@ -432,53 +466,92 @@ def design_sta(verilog: str, top: str, tech_nm: int, *, sram_min_bits: int | Non
     cache.mkdir(parents=True, exist_ok=True)
     scale = node_delay_scale(tech_nm)
 
-    def cached(synth: str) -> tuple[Path, StaResult | None]:
-        hit = cache / f"{top}-{text_hash(synth, delays.digest, STA_VERSION)}.json"
-        if not (use_cache and hit.exists()):
-            return hit, None
-        d = json.loads(hit.read_text())
-        d["tech_nm"], d["node_scale"] = tech_nm, scale
-        return hit, StaResult.from_dict(d)
+    def cached(synth: str) -> StaResult | None:
+        key = text_hash(synth, delays.digest, STA_VERSION)
+        hit = cache / f"{top}-{key}.json"
+        if not use_cache or forced(key):
+            return None
+        if hit.exists():
+            d, origin = json.loads(hit.read_text()), cache_origin(key)
+        elif (d := shipped_sta(key)) is not None:
+            origin = "shipped"
+        else:
+            return None
+        record_sta(key, d, origin)
+        return StaResult.from_dict({**d, "tech_nm": tech_nm, "node_scale": scale}, origin)
 
+    skey = None
+    if rtl is not None:
+        # an analysis known by the RTL key needs neither the Verilog nor the synthesis
+        skey = rtl_synth_key(rtl, top, sram_min_bits=smb)
+        known = remembered(top, skey, what)
+        if known is not None and (done := cached(known)) is not None:
+            return done
+    text = verilog()
+    k = synth_key(text, top, sram_min_bits=smb)
+    if skey is not None:
+        remember(top, skey, k, what)
     # an analysis cached under the synthesis key needs neither the synthesis nor its netlist
-    hit, done = cached(synth_key(verilog, top, sram_min_bits=smb))
-    if done is not None:
+    if (done := cached(k)) is not None:
         return done
-    res = synthesize(verilog, top, sram_min_bits=smb, netlist=True, use_cache=use_cache)
+    res = synthesize(text, top, sram_min_bits=smb, netlist=True, use_cache=use_cache)
     key = text_hash(res.key, delays.digest, STA_VERSION)
+    hit = cache / f"{top}-{key}.json"
     a = analyse(_read_netlist(netlist_path(res)), top, delays)
     out = StaResult(top=top, key=key, critical=a["critical"], reg_to_reg=a["reg_to_reg"],
                     flipflops=a["flipflops"], cells=a["cells"], tech_nm=tech_nm,
                     node_scale=scale, delays_source=delays.source, corner=delays.corner,
                     fo4_ps=delays.fo4_ps, top_paths=tuple(a["top_paths"]),
-                    extra={"sram_min_bits": smb, "synth_key": res.key})
-    tmp = hit.with_suffix(".tmp")
+                    extra={"sram_min_bits": smb, "synth_key": res.key}, origin="synthesised")
+    tmp = hit.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(out.to_dict(), indent=1) + "\n")
     tmp.replace(hit)
+    made(key)
+    record_sta(key, out.to_dict(), out.origin)
     return out
 
 
 def block_sta(block: Any, cfg: Config, *, use_cache: bool = True) -> StaResult:
     """Static timing of a registered block (name or :class:`hikv.hw.blocks.Block`) for ``cfg``
-    at ``cfg.accel.tech_nm``."""
+    at ``cfg.accel.tech_nm``; found by the block's RTL key where it is known."""
     if isinstance(block, str):
         from hikv.hw.blocks import get_block
 
         block = get_block(block)
-    return design_sta(block.verilog(cfg), block.toplevel, cfg.accel.tech_nm,
-                      use_cache=use_cache)
+    blk = block
+    return _sta(lambda: blk.verilog(cfg),
+                rtl_key(f"block:{blk.name}", blk.toplevel, cfg, blk.make), blk.toplevel,
+                cfg.accel.tech_nm, use_cache=use_cache, what=f"block:{blk.name}")
+
+
+def unit_sta(name: str, cfg: Config, *, use_cache: bool = True) -> StaResult:
+    """Static timing of the baseline unit ``name`` (:func:`hikv.sim.eda.area.baseline_units`)
+    of ``cfg`` at ``cfg.accel.tech_nm``."""
+    from hikv.sim.eda.area import baseline_units
+
+    make, top = baseline_units()[name]
+
+    def verilog() -> str:
+        from hikv.hw.verilog import to_verilog
+
+        return to_verilog(make(cfg), top)
+
+    what = f"unit:{name}"
+    return _sta(verilog, rtl_key(what, top, cfg, make), top, cfg.accel.tech_nm,
+                use_cache=use_cache, what=what)
 
 
 def block_clock(block: Any, cfg: Config) -> dict[str, Any]:
     """The estimated clock of ``block`` at the preset's node, with source and critical path.
 
-    ``{"clock_hz", "period_s", "tech_nm", "source", "critical_path", "sky130_ps"}``: the
-    sky130 critical path (ngspice-characterised cells, no wires) scaled by the Stillmaker-Baas
-    delay factor. Meant for the cost model (a block's phases timed at its own clock).
+    ``{"clock_hz", "period_s", "tech_nm", "source", "critical_path", "sky130_ps", "origin"}``:
+    the sky130 critical path (ngspice-characterised cells, no wires) scaled by the
+    Stillmaker-Baas delay factor, and where the analysis came from (``cache``, ``shipped``,
+    ``synthesised``). Meant for the cost model (a block's phases timed at its own clock).
     """
     r = block_sta(block, cfg)
     return {"clock_hz": r.node_clock_hz, "period_s": r.node_period_s, "tech_nm": r.tech_nm,
-            "sky130_ps": r.critical_ps, "node_scale": r.node_scale,
+            "sky130_ps": r.critical_ps, "node_scale": r.node_scale, "origin": r.origin,
             "source": f"hikv.sim.eda.sta: sky130_fd_sc_hd STA ({r.corner.get('process')}, "
                       f"{r.corner.get('vdd_v')} V; {r.delays_source}) x Stillmaker-Baas "
                       f"delay factor {r.node_scale:.3f} to {r.tech_nm} nm",

@@ -23,7 +23,6 @@ from hikv.params import (
     config_to_json,
     from_dict,
 )
-
 from hikv.sim.explore.report import MethodRow, Report
 
 __all__ = ["markdown", "rows_csv", "report_json", "save_figure", "plot_report", "write_report",
@@ -38,6 +37,18 @@ def _fmt_bytes(b: float) -> str:
     return f"{b:.0f} B"
 
 
+def _provenance_lines(rep: Report) -> list[str]:
+    """Where the areas and clocks came from: the results shipped with the kit for this RTL,
+    the user cache, or the flow run now."""
+    p = rep.provenance
+    parts = [f"{what} " + ", ".join(f"{k} {v}" for k, v in p[sec].items())
+             for sec, what in (("area", "area:"), ("clocks", "clocks:")) if p.get(sec)]
+    if not parts:
+        return []
+    return ["Synthesis and timing results (shipped: the kit's results for this RTL; cache: "
+            "$HIKV_CACHE; synthesised: run now): " + "; ".join(parts) + ".", ""]
+
+
 def markdown(rep: Report) -> str:
     """The report as Markdown."""
     c = rep.config
@@ -49,6 +60,7 @@ def markdown(rep: Report) -> str:
              f"{c['accel']['tech_nm']} nm.", "",
              f"Budgets: {rep.budgets}. Sorter/loader timing: `{rep.timing_model}` (the RTL's "
              "timing contracts, checked against cocotb).", "",
+             *_provenance_lines(rep),
              "All figures below are **model** results of this flow (per decode step, all "
              "layers and KV heads).", "",
              "| method | bytes/step | full KV bytes / this | time/step (us) | speedup vs full "

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from hikv.hw.blocks import loader_instances
 from hikv.hw.scorer_timing import SCORER_STAGES
 from hikv.params import (
     Config,
@@ -44,12 +45,11 @@ from hikv.params import (
     to_dict,
 )
 from hikv.presets import baseline_specs, method_specs
-
+from hikv.report_section import ReportSection, code_version, flatten
 from hikv.sim.cost.attention_model import AttentionCost, Overrides, attention_cost
 from hikv.sim.cost.clocks import Clocks, accelerator_clocks, assumed_clocks
-from hikv.report_section import ReportSection, code_version, flatten
-from hikv.sim.serving.report import report_section
 from hikv.sim.cost.timing import TimingModel, default_timing
+from hikv.sim.serving.report import report_section
 
 __all__ = [
     "REFERENCE_CLAIMS",
@@ -101,8 +101,8 @@ REPORT_SECTIONS: dict[str, Callable[..., ReportSection]] = {
 
 
 def _device_section(cfg: Config, rep: Any, **options: Any) -> ReportSection:
-    """Serving on a measured GPU (:func:`hikv.sim.serving.device_report.report_section`; that module builds
-    on the serving model, so it is imported when the section is asked for)."""
+    """Serving on a measured GPU (:func:`hikv.sim.serving.device_report.report_section`; that
+    module builds on the serving model, so it is imported when the section is asked for)."""
     from hikv.sim.serving.device_report import report_section as device_report_section
 
     return device_report_section(cfg, rep, **options)
@@ -259,6 +259,9 @@ class Report:
     #: with iso-accuracy budgets: the nominal-budget view beside them (``rows``: label and
     #: time / energy / bytes relative to full KV; ``context_curve``); empty otherwise
     nominal: dict[str, Any] = field(default_factory=dict)
+    #: where each synthesis (``area``) and timing estimate (``clocks``) came from: ``cache``,
+    #: ``shipped`` or ``synthesised`` (:mod:`hikv.sim.eda.shipped`)
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def row(self, method: Method) -> MethodRow:
         """The first row of ``method``; for HiKV the reference row (the last HiKV one: ThinK,
@@ -298,17 +301,33 @@ def _row(spec: MethodSpec, c: AttentionCost) -> MethodRow:
         bytes_bound_fraction=_f(c.bytes_bound_fraction))
 
 
-def _area_section(cfg: Config, fetch: bool, clocks: Clocks) -> dict[str, Any]:
-    from hikv.sim.eda.area import accelerator_area, loader_instances
+def _with_cells(run: Callable[[], Any], fetch: bool) -> Any:
+    """``run()``; when it needs the cell library and that is not fetched, fetch it (where
+    ``fetch``) and run again. Shipped and cached results need no library."""
     from hikv.sim.eda.cells import CellsUnavailable, fetch_cells
+
+    try:
+        return run()
+    except CellsUnavailable:
+        if not fetch:
+            raise
+        fetch_cells()
+        return run()
+
+
+def _area_section(cfg: Config, fetch: bool, clocks: Clocks,
+                  origins: dict[str, str] | None = None) -> dict[str, Any]:
+    """The area section; ``origins`` receives where each synthesis result came from."""
+    from hikv.sim.eda.area import accelerator_area
+    from hikv.sim.eda.cells import CellsUnavailable
 
     f_ld = clocks.hz("loader")
     try:
-        if fetch:
-            fetch_cells()
-        ar = accelerator_area(cfg, loader_clock_hz=f_ld)
+        ar = _with_cells(lambda: accelerator_area(cfg, loader_clock_hz=f_ld), fetch)
     except CellsUnavailable as e:
         return {"available": False, "reason": str(e)}
+    if origins is not None:
+        origins.update({k: v.origin for k, v in ar.synth.items()})
     items = [{"part": "baseline", "name": i.name, "count": i.count,
               "unit_area_m2": i.unit_area_m2, "area_m2": i.area_m2,
               "nand2_equivalents_per_unit": i.nand2_equivalents, "origin": i.origin}
@@ -319,7 +338,7 @@ def _area_section(cfg: Config, fetch: bool, clocks: Clocks) -> dict[str, Any]:
     return {"available": True, "tech_nm": ar.tech_nm, "items": items,
             "baseline_m2": ar.baseline_m2, "hikv_m2": ar.hikv_m2,
             "missing_blocks": list(ar.missing), "overhead_vs_baseline": ar.overhead,
-            "share_of_system": ar.share, "loader_instances": loader_instances(cfg, f_ld),
+            "share_of_system": ar.share, "loader_instances": loader_instances(cfg, clock_hz=f_ld),
             "loader_clock_hz": f_ld,
             "synthesis": {k: {"top": v.top, "cells": v.cell_count, "flipflops": v.flipflops,
                               "area_sky130_m2": v.area_m2,
@@ -332,15 +351,23 @@ def _area_section(cfg: Config, fetch: bool, clocks: Clocks) -> dict[str, Any]:
 def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = True,
                  fetch_cells: bool = True, timing: TimingModel | None = None,
                  sections: bool | tuple[str, ...] = False,
-                 section_options: dict[str, dict[str, Any]] | None = None) -> Report:
+                 section_options: dict[str, dict[str, Any]] | None = None,
+                 resynthesise: bool = False) -> Report:
     """Evaluate every method of the operating point and assemble the report (no file I/O
-    except the synthesis cache and, with ``fetch_cells``, the cell download).
+    except the synthesis cache and, with ``fetch_cells``, the cell download where a result is
+    neither cached nor shipped).
 
     ``sections``: True for every section of :data:`REPORT_SECTIONS` (the serving simulation
     takes a minute or more), or the names to add; ``section_options`` their keyword options.
+    ``resynthesise``: run the synthesis and timing flows even where the user cache or the
+    shipped results hold them (:func:`hikv.sim.eda.shipped.resynthesis`). The report's
+    ``provenance`` says where each area and clock came from.
     """
+    from hikv.sim.eda.shipped import resynthesis
+
     timing = timing or default_timing()
-    clocks = _clocks(cfg, area, fetch_cells)
+    with resynthesis(resynthesise):
+        clocks = _clocks(cfg, area, fetch_cells)
     specs = list(iso.specs) if iso else baseline_specs(cfg)
     with np.errstate(all="ignore"):           # a degenerate input is refused just below
         costs = [(s, attention_cost(s, cfg, timing=timing, clocks=clocks)) for s in specs]
@@ -362,8 +389,12 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
     rows = out
     _check_finite_rows(cfg, rows)
     hikv = _hikv_row(rows)
-    area_d = _area_section(cfg, fetch_cells, clocks) if area else {
-        "available": False, "reason": "not requested"}
+    origins: dict[str, str] = {}
+    with resynthesis(resynthesise):
+        area_d = _area_section(cfg, fetch_cells, clocks, origins) if area else {
+            "available": False, "reason": "not requested"}
+    provenance = {"area": origins,
+                  "clocks": {b: c.provenance for b, c in clocks.blocks.items() if c.provenance}}
     claims = _claims(rows, hikv, area_d, cfg, timing, iso)
     notes = _notes(cfg, rows, timing, iso, specs, clocks)
     curve = _context_curve(cfg, specs, timing, clocks)
@@ -373,7 +404,8 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
                           if iso else "nominal (every method at the preset's budget B)"),
                  rows=tuple(rows), area=area_d, claims=tuple(claims), notes=tuple(notes),
                  context_curve=curve, clocks=clocks.to_dict(),
-                 nominal=_nominal_view(cfg, timing, clocks) if iso else {})
+                 nominal=_nominal_view(cfg, timing, clocks) if iso else {},
+                 provenance=provenance)
     names = tuple(REPORT_SECTIONS) if sections is True else tuple(sections or ())
     if names:
         extra = []
@@ -420,12 +452,10 @@ def _clocks(cfg: Config, synthesis: bool, fetch: bool) -> Clocks:
     library is there), else assumed (:mod:`hikv.sim.cost.clocks`)."""
     if not synthesis:
         return accelerator_clocks(cfg, check=False)
-    from hikv.sim.eda.cells import CellsUnavailable, fetch_cells
+    from hikv.sim.eda.cells import CellsUnavailable
 
     try:
-        if fetch:
-            fetch_cells()
-        return accelerator_clocks(cfg)
+        return _with_cells(lambda: accelerator_clocks(cfg), fetch)
     except CellsUnavailable as e:
         return assumed_clocks(cfg, f"no cell library for the timing flow: {e}")
 
@@ -529,8 +559,6 @@ def _sorter_jobs_beyond_limits(cfg: Config, specs: list[MethodSpec]) -> list[str
 
 def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccuracy | None,
            specs: list[MethodSpec], clocks: Clocks | None = None) -> list[str]:
-    from hikv.sim.eda.area import loader_instances
-
     a = cfg.accel
     clocks = clocks or assumed_clocks(cfg)
     f_pe, f_ld = clocks.reference_hz, clocks.hz("loader")
@@ -557,8 +585,8 @@ def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccu
     notes.append(f"Sorter, loader and scoring-unit cycles: {timing.source}; scoring unit: "
                  f"hikv.hw.scorer_timing (ceil(n / L) + {SCORER_STAGES} per job, jobs back to "
                  "back). Loaders: "
-                 f"{loader_instances(cfg, f_ld)} instances at {f_ld / 1e6:.0f} MHz, enough "
-                 "that their steady rate (beat_bytes x min(1, outstanding x burst beats / "
+                 f"{loader_instances(cfg, clock_hz=f_ld)} instances at {f_ld / 1e6:.0f} MHz, "
+                 "enough that their steady rate (beat_bytes x min(1, outstanding x burst beats / "
                  "(latency + burst beats)) per loader cycle) takes the memory bandwidth.")
     if any(r.scorer_cycles_per_head > 0 for r in rows):
         notes.append(f"Query-aware HiKV's low-bit scores run on the scoring unit "

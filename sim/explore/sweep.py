@@ -16,8 +16,8 @@ blocks (``hikv sweep --clocks sta``): a sweep does not run the timing flow per p
 Area per design point comes from synthesis results (cached; one synthesis per distinct unit or
 block configuration): baseline = ``pe_lanes`` MAC lanes + ``softmax_lanes`` (exp + MAC) + SRAM;
 HiKV adds the sorter (per sorter-lane value), ``loader_instances`` loaders, the pipelined
-schedule's score and index buffers (:func:`hikv.sim.eda.area.pipeline_buffers`) and, where the preset
-scores Stage I from low-bit keys, the scoring unit (per scorer-lane value), once those blocks
+schedule's score and index buffers (:func:`hikv.sim.eda.area.pipeline_buffers`) and, where the
+preset scores Stage I from low-bit keys, the scoring unit (per scorer-lane value), once those blocks
 are registered (until then their area is NaN and the plots say so).
 """
 
@@ -34,15 +34,15 @@ from typing import Any
 
 import numpy as np
 
+from hikv.hw.blocks import loader_instances
 from hikv.io import atomic_open
 from hikv.params import Config, MemoryType, MethodSpec, ParamError, to_dict
 from hikv.presets import baseline_specs
-
+from hikv.report_section import code_version, flatten
 from hikv.sim.cost.attention_model import Overrides, attention_cost
 from hikv.sim.cost.clocks import Clocks
+from hikv.sim.cost.timing import TimingModel, default_timing
 from hikv.sim.explore.render import save_figure
-from hikv.report_section import code_version, flatten
-from hikv.sim.cost.timing import TimingModel, default_timing, loader_instances
 
 __all__ = ["AXES", "SweepResult", "grid", "sample", "evaluate", "area_columns", "write_csv",
            "plot_sweep", "bench", "pareto_mask"]
@@ -157,13 +157,15 @@ def evaluate(cfg: Config, points: dict[str, np.ndarray], specs: list[MethodSpec]
     return SweepResult(points=points, methods=out, timing=timing.name, seconds=dt)
 
 
-def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """Baseline and HiKV-block areas (m^2) per design point, from cached synthesis results.
+def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int,
+                 clocks: Clocks | None = None) -> dict[str, np.ndarray]:
+    """Baseline and HiKV-block areas (m^2) per design point, from cached synthesis results;
+    the loaders counted at the loader's clock in ``clocks`` (default ``accel.clock_hz``), as
+    the timing of the same sweep counts them.
 
     Raises :class:`~hikv.sim.eda.cells.CellsUnavailable` when the cell library is missing.
     """
     from hikv.hw.blocks import BLOCKS
-
     from hikv.sim.eda.area import block_synth, logic_area_m2, sram_area_m2, unit_synth
 
     a = cfg.accel
@@ -178,7 +180,7 @@ def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int) -> dict[str
         lanes = np.broadcast_to(points.get("sorter_lanes", np.asarray(cfg.sorter.lanes)), (n,))
         bw = np.broadcast_to(points.get("bandwidth",
                                         np.asarray(a.mem_bandwidth_bytes_per_s)), (n,))
-        inst = loader_instances(cfg, bw)
+        inst = loader_instances(cfg, bw, clock_hz=clocks.hz("loader") if clocks else None)
         ld = block_synth(BLOCKS["loader"], cfg)
         ld_area = logic_area_m2(ld.nand2_equivalents, tech) + sram_area_m2(ld.macro_bytes, tech)
         sorter_area = np.zeros(n)

@@ -1,4 +1,4 @@
-"""Area of HiKV's units against attention throughput (issue 13's trade-off curve).
+"""Area of HiKV's units against attention throughput: the trade-off curve.
 
 ``hikv sweep --tradeoff`` evaluates the query-aware HiKV of a preset over sorter lanes ``P`` x
 scoring-unit lanes ``L`` x loader instances ``I`` (every other parameter the preset's, every
@@ -37,7 +37,6 @@ import numpy as np
 
 from hikv.io import atomic_open
 from hikv.params import Config, Method, MethodSpec, ParamError
-
 from hikv.sim.cost.attention_model import Overrides, attention_cost
 from hikv.sim.cost.clocks import Clocks
 from hikv.sim.cost.timing import TimingModel, default_timing
@@ -48,7 +47,7 @@ __all__ = ["TARGET_SHARE", "ROOFLINE_TARGET", "BlockArea", "Tradeoff", "cached_s
 
 #: the seed paper's claim: HiKV's units about 8 % of the system area
 TARGET_SHARE = 0.08
-#: issue 13's done-when: >= 90 % of the bytes roofline
+#: the throughput target: >= 90 % of the bytes roofline
 ROOFLINE_TARGET = 0.90
 
 #: block -> the Config field whose ``lanes`` the trade-off varies
@@ -219,10 +218,10 @@ def tradeoff(cfg: Config, *, sorter_lanes: list[int], scorer_lanes: list[int],
 def _loader_rule(cfg: Config, clocks: Clocks | None) -> tuple[int, float]:
     """The instance rule's loader count at the preset's bandwidth and the loader's clock
     (``clocks``' loader clock, else ``accel.clock_hz``), with that clock."""
-    from hikv.sim.eda.area import loader_instances as at_clock
+    from hikv.hw.blocks import loader_instances
 
     hz = float(clocks.hz("loader")) if clocks is not None else float(cfg.accel.clock_hz)
-    return at_clock(cfg, hz), hz
+    return loader_instances(cfg, clock_hz=hz), hz
 
 
 def sorter_clocks(cfg: Config, lanes: list[int], clocks: Clocks | None, *,

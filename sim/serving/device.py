@@ -17,8 +17,8 @@ tensor-parallel all-reduce, CPU scheduling and sampling overheads.
 
 **Roofline with efficiencies** (:class:`EfficientRooflineStepCost`, ``--cost-model
 roofline-eff``; :class:`EfficientAttentionModelStepCost`, ``attention-model-eff``): the
-roofline of :mod:`hikv.sim.serving.step_cost` with achieved fractions of peak FLOP/s and bandwidth and
-the non-GEMM operators, all from :class:`hikv.params.RooflineEfficiency`, whose defaults are
+roofline of :mod:`hikv.sim.serving.step_cost` with achieved fractions of peak FLOP/s and bandwidth
+and the non-GEMM operators, all from :class:`hikv.params.RooflineEfficiency`, whose defaults are
 :func:`derive_efficiency` of the A100 Llama-3-8B profile (``tests/test_device.py`` checks).
 """
 
@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from hikv.params import Config, MethodSpec, ModelShape, ParamError, RooflineEfficiency
-
 from hikv.sim.cost.closed_form import closed_form
 from hikv.sim.cost.closed_form_base import ClosedForm
 from hikv.sim.serving.gpu_attention import A100_ATTENTION, GpuAttention

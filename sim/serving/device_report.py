@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from hikv.params import Config, ParamError
-
 from hikv.sim.serving.device import (
     PROFILE_MODELS,
     DeviceCost,
@@ -110,8 +109,8 @@ def device_section(cfg: Config, workload: Any, cost: DeviceCost, *,
         f"{sv.workspace_bytes / 2**30:g} GiB workspace (modelled).",
         "",
         measured_vs_modelled(cost) + ". A KV method changes only the decode kernel's bytes "
-        "(:mod:`hikv.sim.cost.closed_form`), i.e. how a GPU kernel reading that method's layout would "
-        "run, not the HiKV accelerator.",
+        "(:mod:`hikv.sim.cost.closed_form`), i.e. how a GPU kernel reading that method's layout "
+        "would run, not the HiKV accelerator.",
         "",
         "```", format_table(rows), "```"])
 
@@ -125,7 +124,6 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
     :data:`PROFILE_MODELS` is replaced by ``paper`` (Llama-3-8B). Skipped with the reason
     when the trace or profile is missing or does not match."""
     from hikv.presets import get_preset
-
     from hikv.report_section import ReportSection
     from hikv.sim.serving.workload import find_azure_trace, read_azure_trace
 

@@ -31,11 +31,11 @@ it against the iteration-by-iteration engine) and is what makes a 19k-request tr
 seconds.
 
 Cluster hooks. :mod:`hikv.sim.cluster.engine` drives several engines one event at a time
-(:meth:`_Engine.step`), injects routed requests (:meth:`_Engine.inject`), bounds batched decode
+(:meth:`Engine.step`), injects routed requests (:meth:`Engine.inject`), bounds batched decode
 runs by the earliest possible injection (``next_external``), hears completions
 (``on_finish``) and hands a decode instance sequences that arrive with their KV (``done ==
 kv_prompt``: admitted on their next decode step's blocks, decoded at once). A lone engine
-leaves these unused and behaves as before.
+leaves these unused.
 
 Little's law. At every event the engine integrates ``L(t) = |waiting| + |running|`` of its
 own queues over a steady-state window (the arrival span without ``steady_trim`` of it at each
@@ -56,10 +56,8 @@ from typing import Any
 import numpy as np
 
 from hikv.params import Config, MethodSpec, ParamError
-
 from hikv.sim.cost.closed_form import closed_form
 from hikv.sim.cost.closed_form_base import ClosedForm
-from hikv.sim.serving.scheduler import Policy, get_policy
 from hikv.sim.serving.result import (
     LittleCheck,
     RequestTimes,
@@ -67,11 +65,18 @@ from hikv.sim.serving.result import (
     little_check,
     nan_percentile,
 )
-from hikv.sim.serving.step_cost import DEFAULT_STEP_COST, IterationBatch, StepCostModel, make_step_cost
+from hikv.sim.serving.scheduler import Policy, get_policy
+from hikv.sim.serving.step_cost import (
+    DEFAULT_STEP_COST,
+    IterationBatch,
+    StepCostModel,
+    make_step_cost,
+)
 from hikv.sim.serving.workload import Workload
 
 __all__ = ["LittleCheck", "RequestTimes", "ServingResult", "nan_percentile", "simulate",
-           "little_check", "kv_capacity_blocks", "block_bytes"]
+           "little_check", "kv_capacity_blocks", "block_bytes", "Engine", "SeqState",
+           "engine_result"]
 
 _ARRIVAL, _ITERATION = 0, 1
 
@@ -90,7 +95,9 @@ def kv_capacity_blocks(cfg: Config) -> int:
 
 
 # =========================================================================== engine
-class _Seq:
+class SeqState:
+    """One request's state in an :class:`Engine`: its sizes (tokens), progress and times (s)."""
+
     __slots__ = ("rid", "arrival", "prompt", "output", "generated", "kv_prompt", "base", "done",
                  "step", "blocks", "first_sched", "first_token", "finish", "preemptions",
                  "prefilled", "completions", "reserve")
@@ -115,8 +122,10 @@ class _Seq:
         self.reserve = 0             # blocks reserved for the whole prompt ("prompt" admission)
 
 
-class _Engine:
-    """State of one run (no global state; built and used by :func:`simulate` only)."""
+class Engine:
+    """The iteration-level engine of one replica: its event heap, queues and KV blocks (no
+    global state). :func:`simulate` runs one alone; :mod:`hikv.sim.cluster.engine` drives
+    several through the cluster hooks (module docstring)."""
 
     def __init__(self, cfg: Config, spec: MethodSpec, workload: Workload, cost: StepCostModel,
                  policy: Policy, fast_forward: bool, preload: bool = True) -> None:
@@ -143,13 +152,13 @@ class _Engine:
         self.peak_blk = self.blk[self.kv.step_peak(kp, ks)]
         self.after_blk = self.blk[self.kv.resident_after_step(kp, ks)]
         self.canonical = self.kv.canonical_prompt
-        self.seqs = [_Seq(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(
+        self.seqs = [SeqState(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(
             zip(workload.arrival_s, workload.prompt_tokens, workload.output_tokens,
                 strict=True))] if preload else []
         if int(self.blk[1]) > self.capacity:
             raise ParamError(f"KV capacity of {self.capacity} blocks cannot hold one token")
         self.waiting = policy.new_queue()
-        self.running: list[_Seq] = []
+        self.running: list[SeqState] = []
         self.used = 0
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq_no = 0
@@ -173,14 +182,14 @@ class _Engine:
         self.busy = False
         self.t_last = float(a[0])
         self.next_external: Callable[[], float] | None = None   # earliest possible inject()
-        self.on_finish: Callable[[_Seq, float], None] | None = None
+        self.on_finish: Callable[[SeqState, float], None] | None = None
 
     # ----------------------------------------------------------------- events
     def _push(self, t: float, kind: int, payload: Any) -> None:
         heapq.heappush(self.heap, (t, self.seq_no, kind, payload))
         self.seq_no += 1
 
-    def inject(self, s: _Seq, order: int) -> None:
+    def inject(self, s: SeqState, order: int) -> None:
         """Queue the arrival of ``s`` at ``s.arrival`` (a cluster routes requests one by one;
         ``order`` < 0 ranks it before every iteration event of the same time, as preloaded
         arrivals are)."""
@@ -217,7 +226,8 @@ class _Engine:
         self.kv_u.append(self.used)
 
     # ----------------------------------------------------------------- scheduling
-    def _preempt(self, victim: _Seq, dec: list[_Seq], pre: list[tuple[_Seq, int]]) -> int:
+    def _preempt(self, victim: SeqState, dec: list[SeqState],
+                 pre: list[tuple[SeqState, int]]) -> int:
         """Preempt ``victim`` (recompute); returns the batched tokens it gave back."""
         self.running.remove(victim)
         self.used -= victim.blocks
@@ -239,7 +249,7 @@ class _Engine:
                 break
         return back
 
-    def _allocate(self, s: _Seq, peak: int, dec: list[_Seq], pre: list[tuple[_Seq, int]]
+    def _allocate(self, s: SeqState, peak: int, dec: list[SeqState], pre: list[tuple[SeqState, int]]
                   ) -> tuple[bool, int, bool]:
         """Grow ``s`` to ``peak`` blocks, preempting from the tail of ``running`` as needed.
         Returns (allocated, batched tokens given back by victims, anything preempted)."""
@@ -260,7 +270,7 @@ class _Engine:
         s.blocks = peak
         return True, back, preempted
 
-    def _admit_blocks(self, s: _Seq, chunk: int) -> int:
+    def _admit_blocks(self, s: SeqState, chunk: int) -> int:
         """Free blocks the admission of waiting ``s`` with a first chunk of ``chunk`` tokens
         needs: that chunk's peak, or the whole remaining prompt's peak plus the watermark.
         A sequence that arrives with its KV (``done == kv_prompt``: the decode side of a P/D
@@ -288,8 +298,8 @@ class _Engine:
     def _schedule_once(self, t: float) -> tuple | None:
         kv, blk = self.kv, self.blk
         tokens_left = self.max_batched
-        dec: list[_Seq] = []
-        pre: list[tuple[_Seq, int]] = []
+        dec: list[SeqState] = []
+        pre: list[tuple[SeqState, int]] = []
         preempted = False
         # 1. running decodes, in admission order
         decoding = [s for s in self.running if s.done == s.kv_prompt]
@@ -374,7 +384,7 @@ class _Engine:
         self.kv_block_seconds += self.used * dt
         return (dt, 1, dec, pre)
 
-    def _decode_run(self, t: float, dec: list[_Seq]) -> tuple | None:
+    def _decode_run(self, t: float, dec: list[SeqState]) -> tuple | None:
         """Several pure-decode iterations as one event, or None if only one is certain."""
         k = min(s.output - s.generated for s in dec)   # the last one completes a sequence
         if k < 2:
@@ -436,7 +446,7 @@ class _Engine:
         kv, blk = self.kv, self.blk
         self.iterations += k
         self.busy_s += plan[0]
-        finished: list[_Seq] = []
+        finished: list[SeqState] = []
         for s, chunk in pre:
             s.done += chunk
             self.prefill_tokens += chunk
@@ -485,14 +495,14 @@ def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str |
     """Serve ``workload`` with KV method ``spec`` on ``cfg``'s accelerator and model.
 
     ``policy`` (a name of :data:`hikv.sim.serving.scheduler.POLICIES`, or a
-    :class:`~hikv.sim.serving.scheduler.Policy`) defaults to ``cfg.serving.policy``; ``admission``
-    (``"chunk"`` or ``"prompt"``, :mod:`hikv.sim.serving.scheduler`) overrides the policy's admission
-    rule;
-    ``cost_model`` names a step-cost model of :data:`hikv.sim.serving.step_cost.STEP_COST_MODELS`, or
-    is a factory ``(cfg, spec) -> StepCostModel`` (its ``name`` attribute, if any, is
-    recorded; e.g. :class:`hikv.sim.serving.device.DeviceCost`); ``method`` is the display name
-    (default the spec's label). ``fast_forward=False`` simulates every iteration as its own
-    event (slower, the same result). Pure: nothing is written, no global state is touched.
+    :class:`~hikv.sim.serving.scheduler.Policy`) defaults to ``cfg.serving.policy``;
+    ``admission`` (``"chunk"`` or ``"prompt"``, :mod:`hikv.sim.serving.scheduler`) overrides the
+    policy's admission rule; ``cost_model`` names a step-cost model of
+    :data:`hikv.sim.serving.step_cost.STEP_COST_MODELS`, or is a factory
+    ``(cfg, spec) -> StepCostModel`` (its ``name`` attribute, if any, is recorded; e.g.
+    :class:`hikv.sim.serving.device.DeviceCost`); ``method`` is the display name (default the
+    spec's label). ``fast_forward=False`` simulates every iteration as its own event (slower,
+    the same result). Pure: nothing is written, no global state is touched.
     """
     pol = policy if isinstance(policy, Policy) else get_policy(policy or cfg.serving.policy)
     if admission is not None and admission != pol.admission:
@@ -504,15 +514,15 @@ def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str |
         cost = make_step_cost(cost_model, cfg, spec)
         cost_name = cost_model
     t0 = time.perf_counter()
-    eng = _Engine(cfg, spec, workload, cost, pol, fast_forward)
+    eng = Engine(cfg, spec, workload, cost, pol, fast_forward)
     eng.run()
     wall = time.perf_counter() - t0
-    return _result(eng, method=method or spec.label, cost_name=cost_name,
-                   workload=workload.source, wall_s=wall)
+    return engine_result(eng, method=method or spec.label, cost_name=cost_name,
+                         workload=workload.source, wall_s=wall)
 
 
-def _result(eng: _Engine, *, method: str, cost_name: str, workload: str, wall_s: float
-            ) -> ServingResult:
+def engine_result(eng: Engine, *, method: str, cost_name: str, workload: str, wall_s: float
+                  ) -> ServingResult:
     """The :class:`ServingResult` of a finished engine (its sequences in ``eng.seqs`` order)."""
     seqs = eng.seqs
     cfg, spec, pol, wall = eng.cfg, eng.kv.spec, eng.policy, wall_s

@@ -20,7 +20,6 @@ import numpy as np
 import hikv.io as _io
 from hikv.params import Config, MethodSpec, ParamError, to_dict
 from hikv.presets import BASELINES, resolve_methods
-
 from hikv.report_section import ReportSection, code_version, flatten
 from hikv.sim.serving.engine import ServingResult, simulate
 from hikv.sim.serving.step_cost import DEFAULT_STEP_COST
@@ -30,6 +29,7 @@ __all__ = [
     "Goodput",
     "goodput",
     "goodput_bound",
+    "goodput_cell",
     "steady_state",
     "STEADY_STATE_TOL",
     "MISSING_OK",
@@ -373,8 +373,8 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
     baseline (by goodput) on the Azure conversation trace (first ``max_requests`` requests;
     None for all 19,366): throughput, TTFT and TPOT P99, goodput under the preset's SLOs.
 
-    The trace is ``trace`` or found by :func:`hikv.sim.serving.workload.find_azure_trace`; without it
-    the section says so and how to provide it.
+    The trace is ``trace`` or found by :func:`hikv.sim.serving.workload.find_azure_trace`; without
+    it the section says so and how to provide it.
     """
     from hikv.sim.serving.workload import find_azure_trace
 
@@ -432,7 +432,7 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
             little += "*"
         lines.append(f"| {r['method']} ({role}) | {r['throughput_req_per_s']:.3f} | "
                      f"{r['throughput_tok_per_s']:.0f} | {r['ttft_p99_s'] * 1e3:.2f} | "
-                     f"{r['tpot_p99_s'] * 1e3:.3f} | {_goodput_cell(r)} | "
+                     f"{r['tpot_p99_s'] * 1e3:.3f} | {goodput_cell(r)} | "
                      f"{g} | {little} |")
         out.append({**{k: r.get(k) for k in keys}, "role": role, "requests": n,
                     "trace": str(path)})
@@ -449,7 +449,7 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
     return ReportSection(title, "\n".join(lines), out)
 
 
-def _goodput_cell(r: dict[str, Any]) -> str:
+def goodput_cell(r: dict[str, Any]) -> str:
     """A goodput table cell: the rate, or the bound it is (``>=x`` / ``<y``)."""
     bound = r.get("goodput_bound", "measured")
     if bound == "lower bound":

@@ -1,8 +1,8 @@
 """Result types of the serving simulator (:mod:`hikv.sim.serving.engine`): the per-request latency
 mix-in :class:`RequestTimes`, one replica's :class:`ServingResult`, the Little's-law check
 :class:`LittleCheck` (:func:`little_check`) and :func:`nan_percentile`. Split out of
-``sim/serving/engine.py`` so that the engine module holds the engine only; ``hikv.sim.serving.engine``
-re-exports every name here.
+``sim/serving/engine.py`` so that the engine module holds the engine only;
+``hikv.sim.serving.engine`` re-exports every name here.
 """
 
 from __future__ import annotations

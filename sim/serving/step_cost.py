@@ -44,7 +44,6 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from hikv.params import Config, MethodSpec, ModelShape, ParamError, RooflineEfficiency
-
 from hikv.sim.cost.attention_model import Overrides, attention_cost
 from hikv.sim.cost.closed_form import closed_form
 from hikv.sim.cost.closed_form_base import ClosedForm
@@ -82,7 +81,8 @@ class IterationBatch:
 
     Decodes (one entry per decoding sequence): ``decode_prompt`` ``P`` tokens prefilled at the
     sequence's last (re)admission and ``decode_step`` ``j >= 1``, the decode step this
-    iteration runs; the context attended is ``P + j`` tokens (see :mod:`hikv.sim.cost.closed_form_base`).
+    iteration runs; the context attended is ``P + j`` tokens (see
+    :mod:`hikv.sim.cost.closed_form_base`).
     """
 
     prefill_done: np.ndarray = field(default_factory=lambda: np.zeros(0, _I64))
