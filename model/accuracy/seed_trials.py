@@ -339,7 +339,8 @@ def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
     module docstring and :func:`_fork_generate`), each with its own bookkeeping, so each
     cell's rows are :func:`run_cell`'s (the follow-up state is forked from the prompt pass:
     causal attention makes it that of a pass over the context, float for float where the
-    BLAS kernels do not depend on the row count; ``docs/accuracy.md``, harness cost).
+    BLAS kernels do not depend on the row count; ``docs/accuracy.md``, "Exactness of the shared
+    prompt pass").
     Anything else runs cell by cell. ``have``, ``skipped``: per cell key; ``partial_dir``,
     ``log``, ``resumed``: the trial journals, as in :func:`run_cell` (a pair whose journals
     end at different trials lets the one behind catch up alone, then shares again)."""

@@ -1,4 +1,4 @@
-"""A perplexity cell of seed-gemma with every method family (the suite's, the six new baselines
+"""A perplexity cell of seed-gemma with every method family (the suite's, the six extra baselines
 and ThinK alone): ``python run_ppl_families.py OUT [CACHE] [--length N] [--per-pass K]``
 (N: 8192, the default, or 16384).
 

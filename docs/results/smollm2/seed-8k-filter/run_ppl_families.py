@@ -1,7 +1,7 @@
-"""The 8k perplexity cell of seed-smollm2 with every method family, the six new baselines and
-ThinK alone included (issue 15), on the two tasks the filter decided (so it starts no other task
+"""The 8k perplexity cell of seed-smollm2 with every method family, the six extra baselines and
+ThinK alone included, on the two tasks the filter decided (so it starts no other task
 filter): ``python run_ppl_families.py OUT [CACHE]`` with this folder's ``cells/`` copied into
-``OUT/cells`` (docs/RESULTS.md, "8k: perplexity alone")."""
+``OUT/cells`` (docs/RESULTS.md, "Every model and length")."""
 import dataclasses
 import sys
 from pathlib import Path
