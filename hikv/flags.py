@@ -49,6 +49,7 @@ FLAG_RANGES: dict[str, tuple[float, float]] = {
     # FPGA target clock, fractions and tolerances
     "fpga_mhz": (1e-3, 1e4), "depths": (0.0, 1.0),
     "acc_tol": (0.0, 100.0), "ppl_tol": (0.0, 100.0), "passkey_tol": (0.0, 1.0),
+    "budget_step": (1.0, 2.0),
 }
 #: Range of an integer flag not in :data:`FLAG_RANGES`.
 DEFAULT_INT_RANGE = (-INT_MAX, INT_MAX)

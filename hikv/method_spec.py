@@ -96,6 +96,9 @@ class HiKVPolicy:
     lowbit_bits: int = 4
     k_rule: Stage2Rule = field(default_factory=Stage2Rule)
     v_rule: Stage2Rule = field(default_factory=Stage2Rule)
+    # channels the low-bit scorer keys hold (0: every one of head_dim); fewer are chosen per
+    # KV head once, at the end of prefill, as Double Sparsity calibrates its label channels
+    lowbit_channels: int = 0
 
     def __post_init__(self) -> None:
         o = "HiKVPolicy"
@@ -110,6 +113,7 @@ class HiKVPolicy:
         check_enum(o, "stage1", self.stage1, Stage1Variant)
         check_enum(o, "scorer", self.scorer, Stage1Scorer)
         check_int(o, "lowbit_bits", self.lowbit_bits, 1, 8)
+        check_int(o, "lowbit_channels", self.lowbit_channels, 0, 1024)
         if not isinstance(self.k_rule, Stage2Rule) or not isinstance(self.v_rule, Stage2Rule):
             raise ParamError(f"{o}.k_rule and {o}.v_rule must be Stage2Rule instances")
         if self.v_rule.kind not in (Stage2Kind.NONE, Stage2Kind.STATIC):
@@ -137,7 +141,12 @@ class HiKVPolicy:
         """:meth:`important_tokens` at the policy's budget."""
         return int(self.important_tokens())
 
+    def scored_channels(self, head_dim: Any) -> Any:
+        """Channels of each low-bit scorer key: ``lowbit_channels``, or ``head_dim`` when 0."""
+        return self.lowbit_channels or head_dim
+
     def check_head_dim(self, head_dim: int) -> None:
+        check_int("HiKVPolicy", "lowbit_channels", self.lowbit_channels, 0, head_dim)
         for name, rule in (("k_rule", self.k_rule), ("v_rule", self.v_rule)):
             if rule.kind is not Stage2Kind.NONE:
                 check_int(f"HiKVPolicy.{name}", "keep", rule.keep, 1, head_dim)
@@ -221,7 +230,8 @@ class MethodSpec:
         """Short name that :meth:`from_label` (:func:`parse_method`) turns back into this spec,
         e.g. ``full``, ``h2o@256``, ``quest@256/p4`` (pages of 4 tokens; 16 unnamed),
         ``ds@256/r16/b4`` (16 label channels of 4 bits; 16 bits unnamed),
-        ``hikv-query_aware@256/lowbit4`` (query-aware Stage I scored by 4-bit keys),
+        ``hikv-query_aware@256/lowbit4`` (query-aware Stage I scored by 4-bit keys;
+        ``lowbit4c32``: keys of 32 calibrated channels),
         ``.../k:channel_groups32g8`` (32 channels kept in groups of 8), ``h2o@256/avg``
         (H2O's averaged score), ``streamingllm@256``, ``tova@256``, ``adakv@256``,
         ``gadakv@256``, ``pyramidkv@256``: ``name@B`` and the options of the method's
@@ -267,7 +277,8 @@ def _hikv_label(spec: MethodSpec) -> str:
     assert p is not None
     parts = [f"hikv-{p.stage1.value}@{p.budget}"]
     if p.stage1 is Stage1Variant.QUERY_AWARE and p.scorer is Stage1Scorer.LOWBIT_KEYS:
-        parts.append(f"lowbit{p.lowbit_bits}")
+        parts.append(f"lowbit{p.lowbit_bits}" + (f"c{p.lowbit_channels}"
+                                                 if p.lowbit_channels else ""))
     for n, r in (("k", p.k_rule), ("v", p.v_rule)):
         if r.kind is not Stage2Kind.NONE:
             g = f"g{r.group}" if r.kind is Stage2Kind.CHANNEL_GROUPS else ""
@@ -275,7 +286,8 @@ def _hikv_label(spec: MethodSpec) -> str:
     return "/".join(parts)
 
 
-_HIKV_RE = re.compile(r"^hikv-(?P<s1>[a-z_]+)(?:@(?P<b>\d+))?(?:/lowbit(?P<lb>\d+))?"
+_HIKV_RE = re.compile(r"^hikv-(?P<s1>[a-z_]+)(?:@(?P<b>\d+))?"
+                      r"(?:/lowbit(?P<lb>\d+)(?:c(?P<lc>\d+))?)?"
                       r"(?P<rest>(?:/[kv]:[a-z_]+\d+(?:g\d+)?)*)$")
 _RULE_RE = re.compile(r"/(?P<t>[kv]):(?P<kind>[a-z_]+?)(?P<keep>\d+)(?:g(?P<g>\d+))?")
 #: Stage I names in HiKV labels; ``qa`` and ``query`` are old spellings of ``query_aware``
@@ -317,9 +329,11 @@ def _parse_hikv(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec | No
     else:
         scorer = policy.scorer
     bits = int(m["lb"]) if m["lb"] else policy.lowbit_bits
+    chans = int(m["lc"]) if m["lc"] else 0 if m["lb"] else policy.lowbit_channels
     pol = dataclasses.replace(policy, budget=budget, recent=recent,
                               stage1=Stage1Variant(s1), k_rule=rules["k"],
-                              v_rule=rules["v"], scorer=scorer, lowbit_bits=bits)
+                              v_rule=rules["v"], scorer=scorer, lowbit_bits=bits,
+                              lowbit_channels=chans)
     pol.check_head_dim(head_dim)
     return MethodSpec.for_hikv(pol)
 
@@ -327,7 +341,7 @@ def _parse_hikv(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec | No
 #: HiKV's label grammar (HiKV's :class:`MethodInfo` in :data:`BUILTIN_METHODS`)
 HIKV_GRAMMAR = LabelGrammar(
     label=_hikv_label, parse=_parse_hikv,
-    usage="hikv-{evict,query_aware,none}@B[/lowbitN]"
+    usage="hikv-{evict,query_aware,none}@B[/lowbitN[cC]]"
           "[/k:{static,query_channels,channel_groups,think}N[gG]][/v:staticN], think[@B][/rR]")
 
 _BASE_RE = re.compile(r"^(?P<m>[a-z][a-z0-9]*)@(?P<b>\d+)(?P<rest>(?:/[a-z]+\d*)*)$")
@@ -377,7 +391,8 @@ def parse_method(text: str, policy: HiKVPolicy, head_dim: int) -> MethodSpec:
     ``quest@256/p4``, ``streamingllm@256``, ``tova@256``, ``adakv@256``, ``gadakv@256``,
     ``pyramidkv@256``,
     ``hikv-evict@256``, ``hikv-qa@256/v:static48``, ``hikv-query_aware@256/lowbit4``
-    (query-aware Stage I scored by 4-bit keys instead of page bounds) or
+    (query-aware Stage I scored by 4-bit keys instead of page bounds; ``/lowbit4c32``: keys of
+    32 channels per KV head, chosen at the end of prefill) or
     ``hikv-none/k:channel_groups32g8``. ThinK (key channels chosen once after prefill,
     docs/accuracy.md) is the Stage II kind ``think``: ``hikv-none/k:think32`` (ThinK alone),
     ``hikv-evict@256/k:think32`` (on the SnapKV-seeded evicting Stage I), which the alias

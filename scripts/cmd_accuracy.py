@@ -13,7 +13,8 @@ version, into --out; progress goes to stdout):
   fidelity    per-layer relative error and cosine of attention outputs vs full KV
   capture     save real q, k, v and attention probabilities of chosen layers (a .pt file)
   table       the iso-accuracy table from perplexity and passkey/tasks JSON files, per
-              --protocol and --length
+              --protocol and --length (with --tasks also the non-inferiority test: one-sided
+              95 % bounds, margins 1 % perplexity and 5 points per task)
   run         the whole study (Stage I and baselines, Stage II, layout, fidelity, iso table,
               plots) as one resumable run; --suite seed-smollm2 / seed-gemma: the protocol x
               length x task grid of cells (resumable per cell, --workers N, --executor ray)
@@ -96,7 +97,9 @@ OWNED = {"perplexity": ("perplexity.csv", "perplexity.json"),
          "passkey": ("passkey.csv", "passkey.json"),
          "tasks": ("tasks.csv", "tasks.json"),
          "fidelity": ("fidelity.csv", "fidelity.json", "fidelity.png"),
-         "table": ("iso_table.csv", "iso_table.json", "reductions.csv", "reductions.json")}
+         "table": ("iso_table.csv", "iso_table.json", "reductions.csv", "reductions.json",
+                   "noninf_table.csv", "noninf_table.json", "noninf_families.csv",
+                   "noninf_families.json")}
 
 
 def _methods(p: argparse.ArgumentParser, default: list[str]) -> None:
@@ -212,6 +215,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--add-families", nargs="+", default=(), metavar="LABEL",
                    help="seed suites: extra families (e.g. hikv-evict/v:static48/k:think32); "
                         "cells on disk run only the new methods")
+    f.add_argument("--variants", action="store_true",
+                   help="seed suites: add the methods at their authors' settings and HiKV's "
+                        "bit and channel variants (DS r=d/8 4-bit and r=d/2 2-bit labels, "
+                        "SparQ r = d/16, d/8, d/2, HiKV query-aware from 2/3-bit keys and a "
+                        "calibrated half of the channels, the seed HiKV's Stage II on it)")
+    f.add_argument("--budget-step", type=float, default=None, metavar="X",
+                   help="seed suites: insert budgets in geometric steps of X between the "
+                        "suite's at each length (1.4142 = sqrt(2) halves the factor-of-2 "
+                        "grid; (1, 2]); cells on disk run only the new budgets")
+    f.add_argument("--windows", type=int, default=None,
+                   help="seed suites: perplexity windows per length (default: the suite's); "
+                        "rows measured over other windows are measured again")
+    f.add_argument("--trials", type=int, default=None,
+                   help="seed suites: trials per task cell (default: the suite's); rows "
+                        "planned with other trials are measured again")
+    f.add_argument("--suite-protocols", nargs="+", default=None, metavar="PROTOCOL",
+                   choices=("prompt", "follow-up"),
+                   help="seed suites: run only these protocols (default: the suite's)")
+    f.add_argument("--prune-for", choices=("point", "noninferiority"), default=None,
+                   help="seed suites: what the adaptive task cells keep running for: the "
+                        "point rule (default) or the non-inferiority test (a method stops "
+                        "only once it can no longer be non-inferior: perplexity bound >= 1 "
+                        "%%, best-case task score below full KV's - 5 points)")
 
 
 def _seed_suite(suite: Any, args: argparse.Namespace) -> Any:
@@ -227,12 +253,31 @@ def _seed_suite(suite: Any, args: argparse.Namespace) -> Any:
                              f"allowed {list(suite.lengths)}")
         suite = dataclasses.replace(suite, lengths=tuple(args.suite_lengths))
     fams = tuple(args.families) if args.families else suite.families
-    fams += tuple(f for f in args.add_families if f not in fams)
+    extra = tuple(args.add_families)
+    if args.variants:
+        from hikv.model.accuracy.seed_spec import variant_families
+        from hikv.presets import get_model_shape
+
+        if not suite.model:
+            raise ParamError(f"--variants: suite {suite.name!r} has no model to size them for")
+        extra += variant_families(get_model_shape(suite.model).head_dim)
+    fams += tuple(f for f in dict.fromkeys(extra) if f not in fams)
     for f in fams:
         if "@" in f or f == "full":
             raise ParamError(f"--families {f!r}: a family is a method label without @B "
                              "(e.g. snapkv, hikv-qa/lowbit4), not 'full'")
-    return dataclasses.replace(suite, families=fams)
+    more: dict[str, Any] = {}
+    if args.budget_step is not None:
+        more["budget_step"] = args.budget_step
+    if args.windows is not None:
+        more["ppl_windows"] = args.windows
+    if args.trials is not None:
+        more["trials"] = args.trials
+    if args.suite_protocols:
+        more["protocols"] = tuple(dict.fromkeys(args.suite_protocols))
+    if args.prune_for is not None:
+        more["prune"] = args.prune_for
+    return dataclasses.replace(suite, families=fams, **more)
 
 
 def _expand(labels: list[str], budgets: list[int]) -> list[str]:
@@ -285,8 +330,14 @@ def run(args: argparse.Namespace) -> int:
                            redo=args.redo, tables_only=args.tables_only, argv=sys.argv)
             return 0
         args.model = args.model or _MODEL
-        if args.workers != 1 or args.executor != "local":
-            raise ParamError("--workers and --executor apply to the seed suites "
+        seed_only = {"--workers": args.workers != 1, "--executor": args.executor != "local",
+                     "--variants": args.variants, "--budget-step": args.budget_step is not None,
+                     "--windows": args.windows is not None, "--trials": args.trials is not None,
+                     "--suite-protocols": bool(args.suite_protocols),
+                     "--prune-for": args.prune_for is not None}
+        given = [k for k, v in seed_only.items() if v]
+        if given:
+            raise ParamError(f"{', '.join(given)} apply to the seed suites "
                              f"({sorted(SEED_SUITES)}), not to --suite {args.suite}")
         if args.suite not in SUITES:
             raise ParamError(f"--suite = {args.suite!r} is not one of "
@@ -392,8 +443,15 @@ def _as_param_error(errors: tuple[type[Exception], ...],
 def _table(args: argparse.Namespace) -> int:
     from hikv.model.accuracy import experiments as A
     from hikv.model.accuracy.io import markdown_table, read_rows, write_rows
+    from hikv.model.accuracy.iso import (
+        NI_LEVEL,
+        PPL_MARGIN,
+        TASK_MARGIN,
+        noninferiority_table,
+    )
     from hikv.params import ParamError
 
+    ni: tuple[list, list] = ([], [])
     loaded = [read_rows(p) for p in args.perplexity]
     with _as_param_error((KeyError, TypeError, ValueError, AttributeError), lambda e: (
             f"--perplexity/--passkey/--tasks: the rows are not those of `hikv accuracy "
@@ -413,6 +471,7 @@ def _table(args: argparse.Namespace) -> int:
             tk = [r for p in args.tasks for r in read_rows(p)[0]]
             iso = A.iso_table_tasks(ppl, tk, protocol=args.protocol, length=args.length,
                                     ppl_tol=args.ppl_tol, acc_tol=args.acc_tol)
+            ni = noninferiority_table(ppl, tk, length=args.length, protocol=args.protocol)
         else:
             both = {r.get("protocol") or A.QUESTION_ALIASES.get(r.get("question") or "", "")
                     for r in pk} - {""}
@@ -425,7 +484,14 @@ def _table(args: argparse.Namespace) -> int:
     meta = {"command": " ".join(sys.argv), "perplexity": [str(p) for p in args.perplexity],
             "passkey": [str(p) for p in args.passkey], "tasks": [str(p) for p in args.tasks],
             "protocol": args.protocol, "length": args.length}
-    write_rows(args.out, "iso_table", iso, meta)
+    write_rows(args.out, "iso_table", iso, {**meta, "test": (
+        f"point rule: perplexity within {args.ppl_tol:g} of full KV's and task/passkey "
+        f"accuracy at least full KV's minus {args.acc_tol if args.tasks else args.passkey_tol:g}"
+    )})
+    if args.tasks:
+        test = {"level": NI_LEVEL, "ppl_margin": PPL_MARGIN, "task_margin": TASK_MARGIN}
+        write_rows(args.out, "noninf_table", ni[0], {**meta, **test})
+        write_rows(args.out, "noninf_families", ni[1], {**meta, **test})
     fam = args.hikv
     if fam is None:
         hk = [r for r in iso if r["family"].startswith("hikv-") and r["reached"]]
@@ -444,6 +510,13 @@ def _table(args: argparse.Namespace) -> int:
         print()
         print(markdown_table(red, [("baseline", "baseline", ""), ("hikv", "HiKV", ""),
                                    ("x_ideal", "x ideal", ".2f"), ("x_burst", "x burst", ".2f")]))
+    if args.tasks:
+        print(f"\nNon-inferiority (one-sided {100 * NI_LEVEL:.0f} %; margins "
+              f"{100 * PPL_MARGIN:g} % perplexity, {100 * TASK_MARGIN:g} points per task):")
+        print(markdown_table(ni[1], [("family", "method", ""), ("verdict", "verdict", ""),
+                                     ("iso_budget_low", "iso low", ""),
+                                     ("iso_budget", "iso budget", ""),
+                                     ("verdicts", "per budget", "")]))
     return 0
 
 

@@ -325,3 +325,35 @@ def test_each_batch_is_freed_before_the_next_runs(tiny_model) -> None:
         case = make_case(lm, "passkey", 400, random.Random(SEED), words=essay_words(text))
         seed_trials._fork_generate(lm, specs, specs, cfg, case, batch=1)
         assert len(seen) >= 8 and not leaked, (len(seen), leaked)
+
+
+def test_noninferiority_grid_and_frontier_on_the_tiny_model(tiny_model, tmp_path) -> None:
+    """The chain a long run takes, on the tiny model: a seed suite with the finer budget grid,
+    more windows and trials and the non-inferiority pruning writes cells with per-block NLLs
+    and the non-inferiority tables; `hikv frontier` reads them."""
+    from hikv.model.accuracy.io import read_rows
+
+    model, cache = tiny_model
+    out = tmp_path / "seed"
+    assert _run(["run", "--suite", "seed-smoke", "--model", str(model), "--cache", str(cache),
+                 "--preset", "tiny", "--out", str(out), "--budget-step", "1.4142",
+                 "--windows", "2", "--trials", "2", "--suite-protocols", "prompt",
+                 "--prune-for", "noninferiority"]) == 0
+    rows, meta = read_rows(out / "cells" / "ppl_1024.json")
+    assert {r["budget"] for r in rows if r["label"].startswith("snapkv")} == {64, 91, 128}
+    assert all(len(r["nll_blocks"]) == 2 for r in rows)
+    assert meta["suite_key"][-2:] == ["noninferiority", "step 1.4142"]
+    ni, nmeta = read_rows(out / "noninf_prompt_1024.json")
+    assert {r["verdict"] for r in ni} <= {"yes", "no", "undecided"}
+    assert nmeta["level"] == 0.95 and nmeta["task_margin"] == 0.05
+    assert "## Non-inferiority: protocol `prompt`, N = 1024" in \
+        (out / "seed_table.md").read_text()
+    assert not (out / "iso_follow-up_1024.json").exists()
+    name = meta["shape"]["name"]
+    fr = tmp_path / "frontier"
+    rc = main(["frontier", "--model", name, "--length", "1024", "--cells", str(out),
+               "--preset", "tiny", "--no-area", "--out", str(fr)])
+    assert rc == 0 and list(fr.glob("frontier_*.png"))
+    # seed suites' options are refused elsewhere
+    assert _run(["run", "--suite", "smoke", "--model", str(model), "--cache", str(cache),
+                 "--out", str(tmp_path / "x"), "--variants"]) == 2

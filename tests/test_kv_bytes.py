@@ -304,3 +304,47 @@ def test_packed_evicting_query_channels_are_bounded() -> None:
     p = dataclasses.replace(cfg.policy, k_rule=Stage2Rule(Stage2Kind.QUERY_CHANNELS, 24))
     cfg = cfg.replace(policy=p)
     check_closed_form("packed query channels", MethodSpec.for_hikv(p), cfg, 90, seed=6100)
+
+
+def _variant_specs() -> dict[str, MethodSpec]:
+    """The variants a seed suite adds with ``--variants`` (:func:`variant_families`), at the
+    small configuration's budget."""
+    from hikv.model.accuracy.seed_spec import variant_families
+    from hikv.params import parse_method
+
+    cfg = small_cfg()
+    out = {}
+    for fam in variant_families(cfg.layout.head_dim):
+        head, _, rest = fam.partition("/")
+        out[fam] = parse_method(f"{head}@{cfg.policy.budget}/{rest}", cfg.policy,
+                                cfg.layout.head_dim)
+    return out
+
+
+@pytest.mark.parametrize("n_prompt", [5, 90])
+@pytest.mark.parametrize("name", sorted(_variant_specs()))
+def test_variants_match_golden(name: str, n_prompt: int) -> None:
+    """Double Sparsity at r = d/8 4-bit and r = d/2 2-bit labels, SparQ's r sweep, HiKV's
+    query-aware Stage I from 2/3-bit keys and from keys of a calibrated channel subset, and the
+    seed HiKV's Stage II on it: the closed form equals the golden byte accounts."""
+    cfg = small_cfg()
+    spec = _variant_specs()[name]
+    family = spec.label.replace(f"@{cfg.policy.budget}", "")
+    assert family.replace("hikv-query_aware", "hikv-qa") == name
+    check_closed_form(name, spec, cfg, n_prompt, seed=3000 + n_prompt)
+
+
+def test_lowbit_channel_subset_reads_fewer_metadata_bytes() -> None:
+    """Keys of c channels: c b / 8 + 2 elements of metadata per token instead of d b / 8 + 2."""
+    from hikv.params import parse_method
+
+    cfg = small_cfg()
+    lay = cfg.layout
+    n = 90
+    whole = closed_form(parse_method("hikv-qa@48/lowbit4", cfg.policy, lay.head_dim), lay)
+    half = closed_form(parse_method("hikv-qa@48/lowbit4c32", cfg.policy, lay.head_dim), lay)
+    a = whole.decode_read(np.array([n]), np.array([1]))
+    b = half.decode_read(np.array([n]), np.array([1]))
+    assert float(a.meta_ideal[0]) == n * (64 * 4 // 8 + 2 * lay.elem_bytes)
+    assert float(b.meta_ideal[0]) == n * (32 * 4 // 8 + 2 * lay.elem_bytes)
+    assert float(a.k_ideal[0]) == float(b.k_ideal[0])

@@ -109,3 +109,86 @@ def test_ties_classify_and_options() -> None:
         o[0] for o in kc.INT_OPTIONS]
     with pytest.raises(SystemExit):
         kc.main(["--out", "/nonexistent", "--decode", "-1"])
+
+
+def test_tie_aware_counts_only_exactly_tied_swaps() -> None:
+    """A set differing only among tokens of one exactly equal score is an agreement (the two
+    sides broke a plateau of max-pooled scores differently); anything else is not."""
+    scores = {(0, 0, 0): [0.9, 0.5, 0.5, 0.5, 0.1], (0, 0, 1): [0.9, 0.5, 0.5, 0.4, 0.1],
+              (0, 0, 2): [0.9, 0.5, 0.5, 0.5, 0.1]}
+    ours = {(0, 0, 0): [0, 1], (0, 0, 1): [0, 1], (0, 0, 2): [0, 1]}
+    theirs = {(0, 0, 0): [0, 3],          # 1 <-> 3: both 0.5, a tie
+              (0, 0, 1): [0, 3],          # 1 (0.5) <-> 3 (0.4): a real difference
+              (0, 0, 2): [0, 1]}
+    got = kc.tie_aware(ours, theirs, scores)
+    assert got["jaccard_mean"] == pytest.approx((1 / 3 + 1 / 3 + 1) / 3)
+    assert got["tie_mean"] == pytest.approx((1 + 1 / 3 + 1) / 3)
+    assert (got["sets"], got["sets_differing"], got["sets_tied"], got["tokens_tied"]) == \
+        (3, 2, 1, 1)
+    # without our scores nothing counts as a tie; sets of different sizes never do
+    assert kc.tie_aware(ours, theirs)["tie_mean"] == got["jaccard_mean"]
+    assert kc.tie_aware({(0,): [0, 1]}, {(0,): [0, 1, 2]},
+                        {(0,): [0.5, 0.5, 0.5]})["sets_tied"] == 0
+    rng = random.Random(11)
+    for case in range(100):
+        s = [rng.choice([0.1, 0.2, 0.3]) for _ in range(30)]
+        order = sorted(range(30), key=lambda i: (-s[i], rng.random()))
+        other = sorted(range(30), key=lambda i: (-s[i], rng.random()))
+        k = rng.randint(1, 29)
+        t = kc.tie_aware({0: order[:k]}, {0: other[:k]}, {0: s})
+        assert t["tie_mean"] == 1.0, f"seed=11 case={case}: two top-{k} of one scoring"
+
+
+def test_the_cross_check_is_a_gate() -> None:
+    ok = {"rows": [{"name": "a", "passed": True}, {"name": "b", "passed": None}]}
+    bad = {"rows": [*ok["rows"], {"name": "c", "passed": False}]}
+    assert kc.exit_status(ok) == 0 and kc.exit_status(bad) == 1
+    text = kc.render({"model": "m", "windows": 1, "tokens": 8, "decode": 1, "budget": 2,
+                      "skipped": [], "rows": [{
+                          "name": "c", "kvpress": "X", "variant": "", "matched": True,
+                          "settings": {"ours": {}, "kvpress": {}}, "jaccard_mean": 0.98,
+                          "jaccard_min": 0.9, "tie_mean": 0.985, "tie_min": 0.95, "sets": 90,
+                          "sets_differing": 10, "sets_tied": 4, "tokens_tied": 5,
+                          "passed": False}]})
+    assert "4 only among exactly tied scores (5 tokens)" in text
+    assert "Gate: FAILED, missed by c" in text
+
+
+@pytest.mark.parametrize("budget,uniform", [(256, True), (639, True), (640, False),
+                                            (1024, False)])
+def test_kvpress_pyramid_falls_back_to_uniform_below_beta_window(budget: int,
+                                                                  uniform: bool) -> None:
+    """kvpress's PyramidKVPress keeps one budget in every layer when its lowest layer budget
+    B / beta is below the 32-token window: B < 640 at beta = 20."""
+    got = kc.kvpress_pyramid_budgets(budget, 4096, 30, window=32)
+    assert (len(set(got)) == 1) == uniform, (budget, got[:3], got[-3:])
+    if uniform:
+        assert abs(got[0] - budget) <= 1
+    else:
+        assert got[0] > budget > got[-1]
+    note = next(p.note for p in kc.pairs(budget, 4096, window=32, layers=30)
+                if p.name == "PyramidKV")
+    assert ("uniform SnapKV" in note) == uniform, note
+
+
+def test_our_side_records_the_scores_it_chose_from() -> None:
+    """run_ours keeps, per (window, layer, KV head), the prefix scores SnapKV and PyramidKV
+    chose from: our kept prefix positions are a top-k of them (what the tie check needs)."""
+    pytest.importorskip("transformers")
+    from test_lm_route import random_ids, tiny_lm
+
+    lm, _ = tiny_lm("llama")
+    tokens, budget = 48, 24
+    todo = [p for p in kc.pairs(budget, tokens, window=8, layers=lm.shape.layers)
+            if p.name in ("SnapKV, matched", "PyramidKV, our layer budgets")]
+    assert len(todo) == 2
+    got = kc.run_ours(lm, [random_ids(tokens + 2, 97, 7)], todo, tokens=tokens, decode=2)
+    for p in todo:
+        kept, scores = got["kept"][p.name], got["scores"][p.name]
+        assert set(kept) == set(scores), p.name
+        for key, pos in kept.items():
+            s = scores[key]
+            prefix = [i for i in pos if i < len(s)]
+            worst = min(s[i] for i in prefix)
+            assert all(s[i] <= worst for i in range(len(s)) if i not in prefix), (p.name, key)
+        assert kc.tie_aware(kept, kept, scores)["tie_mean"] == 1.0

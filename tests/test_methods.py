@@ -333,7 +333,7 @@ def test_lowbit_keys_kept_incrementally_equal_a_full_requantisation(label, monke
 
     def checked(self, bits):
         got = incremental(self, bits)
-        assert torch.equal(got, hikv_cache._lowbit(self.k, bits)), self.resident_tokens
+        assert torch.equal(got, hikv_cache.lowbit_keys(self.k, bits)), self.resident_tokens
         seen.append(self.resident_tokens)
         return got
 
@@ -341,6 +341,6 @@ def test_lowbit_keys_kept_incrementally_equal_a_full_requantisation(label, monke
     out, _, cache = _run(spec, q, k, v, 40)
     assert seen == list(range(41, 201))         # every step, through three capacity buffers
     monkeypatch.setattr(hikv_cache.HiKV, "_lowbit_keys",
-                        lambda self, bits: hikv_cache._lowbit(self.k, bits))
+                        lambda self, bits: hikv_cache.lowbit_keys(self.k, bits))
     again, _, _ = _run(spec, q, k, v, 40)
     assert torch.equal(out, again)

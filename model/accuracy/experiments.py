@@ -44,6 +44,7 @@ import torch
 from hikv.model.accuracy import tasks as T
 from hikv.model.accuracy.iso import (
     ALL_TOKENS,
+    NLL_BLOCK,
     PPL_PROTOCOL,
     PROTOCOLS,
     QUESTION_ALIASES,
@@ -53,6 +54,7 @@ from hikv.model.accuracy.iso import (
     iso_table,
     iso_table_tasks,
     keeps_every_token,
+    nll_block_sums,
     protocol_name,
     reductions,
     select_rows,
@@ -248,7 +250,10 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
     """Teacher-forced perplexity of each spec over ``windows`` (see the module docstring).
 
     Returns one row per spec: ``ppl``, ``nll`` (mean, nats), ``tokens``, ``ppl_w<i>`` per
-    window, and ``bytes_*`` per decode step per (layer, KV head) (ideal, burst, k/v/meta,
+    window, ``nll_blocks`` (per window, the NLL sums of consecutive blocks of
+    ``nll_block_tokens`` = :data:`~hikv.model.accuracy.iso.NLL_BLOCK` predictions: the paired
+    non-inferiority test's data, :func:`~hikv.model.accuracy.iso.ppl_increase_bound`), and
+    ``bytes_*`` per decode step per (layer, KV head) (ideal, burst, k/v/meta,
     resident, tokens), plus ``units`` (layer, KV head pairs counted), ``length`` (the window)
     and ``protocol`` = :data:`PPL_PROTOCOL` (no question: the rows serve both protocols).
     """
@@ -261,6 +266,7 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
                              f"for windows of {len(w)} tokens")
     nll = [[0.0] * len(windows) for _ in specs]
     cnt = [[0] * len(windows) for _ in specs]
+    tok: list[list[list[float]]] = [[[] for _ in windows] for _ in specs]
     acc = [ByteAccount() for _ in specs]
     steps = [0] * len(specs)
     units = 0
@@ -278,6 +284,7 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
                 lp = torch.log_softmax(lg, -1)[:, ids[t + 1]]
                 for b, i in enumerate(chunk):
                     nll[i][wi] -= float(lp[b])
+                    tok[i][wi].append(-float(lp[b]))
                     cnt[i][wi] += 1
                 done += len(chunk)
                 k = t - prefix + 1
@@ -299,6 +306,9 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
                "window": len(windows[0]), "length": len(windows[0]),
                "protocol": PPL_PROTOCOL, "units": units,
                **{f"ppl_w{w}": math.exp(nll[i][w] / cnt[i][w]) for w in range(len(windows))},
+               # the paired test's data (hikv.model.accuracy.iso.ppl_increase_bound)
+               "nll_block_tokens": NLL_BLOCK,
+               "nll_blocks": [[round(x, 6) for x in nll_block_sums(t)] for t in tok[i]],
                **_bytes_row(acc[i], steps[i], units)}
         rows.append(row)
     return rows

@@ -11,6 +11,13 @@
 * :func:`family`: a method's family label (its label without the budget), the key of the iso
   table's rows and of the operating-point file's points; :func:`is_think` tells ThinK (a HiKV
   Stage II kind compared as a baseline) from HiKV's own families.
+* Non-inferiority (:func:`noninferiority_table`): per method and budget a one-sided
+  :data:`NI_LEVEL` confidence bound of the perplexity increase over full KV (a paired block
+  bootstrap of the per-block NLL sums the perplexity rows record, :func:`ppl_increase_bound`)
+  against :data:`PPL_MARGIN`, and of each task's score difference (paired over the same
+  trials, :func:`task_difference_bound`) against :data:`TASK_MARGIN`; verdicts ``yes`` /
+  ``no`` / ``undecided``; :func:`noninferiority_reductions` HiKV's byte reduction with its
+  interval; :func:`split_self_check` full KV against itself on disjoint halves of the windows.
 
 The rows come from the measurements of :mod:`hikv.model.accuracy.experiments` (which re-exports
 these names); this module needs no model and no torch.
@@ -21,7 +28,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
+
+import numpy as np
 
 from hikv.params import (
     Config,
@@ -52,6 +63,19 @@ __all__ = [
     "is_think",
     "keeps_every_token",
     "ALL_TOKENS",
+    "NI_LEVEL",
+    "PPL_MARGIN",
+    "TASK_MARGIN",
+    "NLL_BLOCK",
+    "BOOTSTRAP_RESAMPLES",
+    "VERDICTS",
+    "PairedBound",
+    "nll_block_sums",
+    "ppl_increase_bound",
+    "task_difference_bound",
+    "split_self_check",
+    "noninferiority_table",
+    "noninferiority_reductions",
 ]
 
 
@@ -369,3 +393,319 @@ def iso_table_tasks(ppl_rows: Seq[dict[str, Any]], task_rows: Seq[dict[str, Any]
                   "ci_low": lo, "ci_high": hi})
     return table
 
+
+
+# =========================================================================== non-inferiority
+#: one-sided confidence level of every non-inferiority bound
+NI_LEVEL = 0.95
+#: perplexity margin: a method is non-inferior when the upper bound of its perplexity increase
+#: over full KV (relative) is below this
+PPL_MARGIN = 0.01
+#: task margin: ... and the lower bound of each kept task's mean-score difference to full KV
+#: (same trials) is above minus this (5 points)
+TASK_MARGIN = 0.05
+#: tokens per NLL block sum in the perplexity rows (``nll_blocks``): the bootstrap's unit
+NLL_BLOCK = 16
+#: resamples of the perplexity bootstrap (:func:`ppl_increase_bound`)
+BOOTSTRAP_RESAMPLES = 2000
+#: the verdicts of the test, per method and budget and per family
+VERDICTS = ("yes", "no", "undecided")
+#: the half-width full KV against itself on disjoint halves of the windows must stay within
+#: (:func:`split_self_check`) for the perplexity cells to be sized for :data:`PPL_MARGIN`
+SELF_CHECK_HALF_WIDTH = 0.003
+
+
+@dataclass(frozen=True)
+class PairedBound:
+    """An estimate and its one-sided ``level`` bounds ``low`` and ``high`` (together the
+    two-sided ``2 level - 1`` interval) over ``units`` paired units (NLL blocks or trials),
+    and the ``test`` that gave them."""
+
+    estimate: float
+    low: float
+    high: float
+    level: float
+    units: int
+    test: str
+
+
+def nll_block_sums(nll: Seq[float], block: int = NLL_BLOCK) -> list[float]:
+    """Sums of ``block`` consecutive per-token NLLs (the last block holds what is left): the
+    ``nll_blocks`` of one perplexity window."""
+    if block < 1:
+        raise ParamError(f"block = {block} is out of range: allowed >= 1")
+    return [float(sum(nll[i: i + block])) for i in range(0, len(nll), block)]
+
+
+def _blocks(row: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
+    """(block sums, tokens per block, blocks per window) of a perplexity row, its windows
+    concatenated; None for a row without ``nll_blocks``."""
+    wins = row.get("nll_blocks")
+    if not wins:
+        return None
+    size = int(row.get("nll_block_tokens") or NLL_BLOCK)
+    per, rest = divmod(int(row["tokens"]), len(wins))
+    if rest:
+        raise ParamError(f"{row['label']}: {row['tokens']} tokens do not split evenly over "
+                         f"{len(wins)} windows")
+    counts = [min(size, per - i) for i in range(0, per, size)]
+    if any(len(w) != len(counts) for w in wins):
+        raise ParamError(f"{row['label']}: nll_blocks do not hold {per} tokens per window in "
+                         f"blocks of {size}")
+    sums = np.asarray([x for w in wins for x in w], dtype=float)
+    return sums, np.asarray(counts * len(wins), dtype=float), [len(w) for w in wins]
+
+
+def _boot_means(rng: np.random.Generator, sums: np.ndarray, counts: np.ndarray,
+                resamples: int) -> np.ndarray:
+    """Token-weighted means ``sum / count`` of ``resamples`` resamples of the blocks (with
+    replacement), in chunks that bound memory."""
+    m = len(sums)
+    out = []
+    chunk = max(1, 2_000_000 // max(1, m))
+    for a in range(0, resamples, chunk):
+        idx = rng.integers(0, m, size=(min(chunk, resamples - a), m))
+        out.append(sums[idx].sum(1) / counts[idx].sum(1))
+    return np.concatenate(out)
+
+
+def ppl_increase_bound(row: dict[str, Any], full: dict[str, Any], *, level: float = NI_LEVEL,
+                       resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+                       ) -> PairedBound | None:
+    """The relative perplexity increase of ``row`` over ``full`` (``ppl / ppl_full - 1``) with
+    its one-sided ``level`` bounds: a paired block bootstrap (the blocks of :data:`NLL_BLOCK`
+    consecutive predictions of every window, resampled with replacement ``resamples`` times by
+    ``numpy.random.default_rng(seed)``; each block's NLL difference to full KV's over the same
+    tokens; percentile bounds). None when either row has no ``nll_blocks``."""
+    a, b = _blocks(row), _blocks(full)
+    if a is None or b is None:
+        return None
+    if a[2] != b[2] or not np.array_equal(a[1], b[1]):
+        raise ParamError(f"{row['label']} and {full['label']}: the perplexity rows are not "
+                         "over the same tokens (different windows or blocks)")
+    d, n = a[0] - b[0], a[1]
+    est = math.expm1(float(d.sum() / n.sum()))
+    boot = np.expm1(_boot_means(np.random.default_rng(seed), d, n, resamples))
+    lo, hi = np.quantile(boot, [1 - level, level])
+    size = int(row.get("nll_block_tokens") or NLL_BLOCK)
+    return PairedBound(est, float(lo), float(hi), level, len(d),
+                       f"paired block bootstrap: {len(d)} blocks of {size} tokens, "
+                       f"{resamples} resamples, seed {seed}")
+
+
+def task_difference_bound(scores: Seq[float], full_scores: Seq[float], *,
+                          level: float = NI_LEVEL) -> PairedBound:
+    """The mean score difference ``scores - full_scores`` over the trials both ran (the first
+    ``min`` of the two; a row stopped early has its first trials), with one-sided ``level``
+    bounds: Newcombe's hybrid score interval for paired proportions (his method 10: Wilson
+    limits of each mean, combined with the correlation of the paired scores, continuity
+    corrected as his ``phi``), which takes scores in [0, 1] (a fraction of the references
+    matched) through their sums. Unlike a bootstrap it does not collapse to a point when every
+    trial agrees: equal perfect scores on ``n`` trials bound the difference at
+    ``-(1 - wilson_low(n, n))`` (-0.051 at ``n = 50``, 95 %)."""
+    k = min(len(scores), len(full_scores))
+    if k < 1:
+        raise ParamError("task_difference_bound needs at least one trial of each")
+    a = np.asarray(scores[:k], dtype=float)
+    b = np.asarray(full_scores[:k], dtype=float)
+    if ((a < 0) | (a > 1) | (b < 0) | (b > 1)).any():
+        raise ParamError("task scores must lie in [0, 1]")
+    z = NormalDist().inv_cdf(level)
+    p1, p2 = float(a.mean()), float(b.mean())
+    l1, u1 = wilson(float(a.sum()), k, z)
+    l2, u2 = wilson(float(b.sum()), k, z)
+    sa, sb = float(a.std()), float(b.std())
+    phi = 0.0
+    if sa > 0 and sb > 0:
+        cov = float(((a - p1) * (b - p2)).mean())
+        phi = min(1.0, (max(cov - 1 / (2 * k), 0.0) if cov > 0 else cov) / (sa * sb))
+    dl = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    du = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    t = p1 - p2
+    return PairedBound(t, max(-1.0, t - dl), min(1.0, t + du), level, k,
+                       "paired score interval (Newcombe's hybrid score method for paired data)")
+
+
+def split_self_check(full: dict[str, Any], *, level: float = NI_LEVEL,
+                     resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+                     ) -> dict[str, Any] | None:
+    """Full KV against itself on disjoint text: the relative perplexity of the even windows
+    over the odd ones with one-sided ``level`` bounds (each half's blocks resampled on its
+    own). Its half-width says how far apart two disjoint samples of this many windows fall;
+    ``within``: the half-width is at most :data:`SELF_CHECK_HALF_WIDTH`, the size the
+    perplexity cells need for the 1 % margin to decide; ``covers_zero``: the interval holds 0
+    (two halves of one text should not differ). None without ``nll_blocks`` or with fewer
+    than two windows."""
+    got = _blocks(full)
+    if got is None or len(got[2]) < 2:
+        return None
+    sums, counts, per = got
+    win = np.repeat(np.arange(len(per)), per)
+    even = win % 2 == 0
+    rng = np.random.default_rng(seed)
+    ma = _boot_means(rng, sums[even], counts[even], resamples)
+    mb = _boot_means(rng, sums[~even], counts[~even], resamples)
+    boot = np.expm1(ma - mb)
+    lo, hi = (float(x) for x in np.quantile(boot, [1 - level, level]))
+    est = math.expm1(float(sums[even].sum() / counts[even].sum()
+                           - sums[~even].sum() / counts[~even].sum()))
+    return {"estimate": est, "low": lo, "high": hi, "half_width": (hi - lo) / 2,
+            "level": level, "windows": len(per), "blocks": len(sums),
+            "within": (hi - lo) / 2 <= SELF_CHECK_HALF_WIDTH, "covers_zero": lo <= 0 <= hi,
+            "limit": SELF_CHECK_HALF_WIDTH}
+
+
+def _verdict(parts: Seq[str]) -> str:
+    """``no`` when a part is ``no``, ``yes`` when every part is ``yes``, else ``undecided``."""
+    if "no" in parts:
+        return "no"
+    return "yes" if parts and all(p == "yes" for p in parts) else "undecided"
+
+
+def noninferiority_table(ppl_rows: Seq[dict[str, Any]], task_rows: Seq[dict[str, Any]] = (),
+                         *, length: int, protocol: str | None = None,
+                         level: float = NI_LEVEL, ppl_margin: float = PPL_MARGIN,
+                         task_margin: float = TASK_MARGIN,
+                         resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Iso-accuracy as a non-inferiority test at ``length`` (and ``protocol``'s task rows):
+    ``(points, families)``.
+
+    ``points``: one row per method and budget. Perplexity: :func:`ppl_increase_bound` against
+    ``ppl_margin`` (``yes`` when the upper bound is below it, ``no`` when the lower bound is
+    above it, else ``undecided``); rows without ``nll_blocks`` (cells measured without them)
+    are decided by the point rule (the estimate against the margin) and say so in
+    ``ppl_test``. Tasks: per task full KV ran (``task_rows``: give the kept ones),
+    :func:`task_difference_bound` against ``-task_margin`` (``yes`` when the lower bound is
+    above it, ``no`` when the upper bound is below it); a task the method did not run is
+    ``undecided``. ``verdict``: ``no`` if a part is ``no``, ``yes`` if every part is ``yes``,
+    else ``undecided``. Every row states ``level``, ``ppl_margin``, ``task_margin``.
+
+    ``families``: per family, ``iso_budget`` the smallest budget whose verdict and every
+    larger budget's are ``yes`` (:data:`ALL_TOKENS` for a family without a token budget),
+    ``iso_budget_low`` the smallest budget with no ``no`` at it or above (the iso point lies
+    in ``[iso_budget_low, iso_budget]``, the finer the budget grid the narrower), their
+    bytes per step per (layer, KV head), and ``verdict`` ``yes`` (an iso budget), ``no``
+    (every budget ``no``) or ``undecided``."""
+    ppl = select_rows(ppl_rows, length=length)
+    full = [r for r in ppl if r["label"] == "full"]
+    if not full:
+        raise ParamError(f"no full-KV perplexity row at length {length}")
+    f = full[0]
+    p = protocol_name(protocol) if protocol is not None else None
+    tasks = select_rows([r for r in task_rows if p is None or r.get("protocol") == p],
+                        length=length)
+    ref = {r["task"]: r for r in tasks if r["label"] == "full"}
+    mine: dict[tuple[str, str], dict[str, Any]] = {(r["label"], r["task"]): r for r in tasks}
+    common = {"level": level, "ppl_margin": ppl_margin, "task_margin": task_margin,
+              "length": length, "protocol": p}
+    points = []
+    for r in ppl:
+        if r["label"] == "full":
+            continue
+        b = ppl_increase_bound(r, f, level=level, resamples=resamples, seed=seed)
+        rel = r["ppl"] / f["ppl"] - 1
+        if b is None:
+            pv = "yes" if rel <= ppl_margin + 1e-12 else "no"
+            pt = {"ppl_low": None, "ppl_high": None, "ppl_verdict": pv,
+                  "ppl_test": "no paired data: decided by the point rule"}
+        else:
+            pv = "yes" if b.high < ppl_margin else "no" if b.low > ppl_margin else "undecided"
+            pt = {"ppl_low": b.low, "ppl_high": b.high, "ppl_verdict": pv, "ppl_test": b.test}
+        tv, worst, names, trials = [], None, [], []
+        for task, fr in sorted(ref.items()):
+            row = mine.get((r["label"], task))
+            if row is None:
+                tv.append("undecided")
+                names.append(f"{task}: not run")
+                continue
+            if row.get("scores") is None or fr.get("scores") is None:
+                diff = row["score_sum"] / row["trials"] - fr["score_sum"] / fr["trials"]
+                v = "yes" if diff >= -task_margin - 1e-12 else "no"
+                tb = PairedBound(diff, diff, diff, level, int(row["trials"]),
+                                 "no per-trial scores: decided by the point rule")
+            else:
+                tb = task_difference_bound(row["scores"], fr["scores"], level=level)
+                v = ("yes" if tb.low > -task_margin else "no" if tb.high < -task_margin
+                     else "undecided")
+            tv.append(v)
+            trials.append(tb.units)
+            names.append(f"{task}: {v} [{tb.low:+.3f}, {tb.high:+.3f}]")
+            if worst is None or tb.low < worst.low:
+                worst = tb
+        spec_budget = r.get("budget")
+        points.append({
+            "label": r["label"], "family": r["family"], "method": r["method"],
+            "budget": spec_budget, "every_token": _every(r), "ppl": r["ppl"], "ppl_rel": rel,
+            **pt, "task_diff": None if worst is None else worst.estimate,
+            "task_low": None if worst is None else worst.low,
+            "task_high": None if worst is None else worst.high,
+            "task_trials": min(trials) if trials else None, "tasks": "; ".join(names),
+            "task_test": "" if worst is None else worst.test,
+            "task_verdict": _verdict(tv) if tv else "yes",
+            "verdict": _verdict([pv, *tv]),
+            "bytes_ideal": r.get("bytes_ideal"), "bytes_burst": r.get("bytes_burst"),
+            "units": r.get("units"),
+            "step_bytes_burst": (r.get("bytes_burst") or 0) * (r.get("units") or 0),
+            **common})
+    return points, _ni_families(points, common)
+
+
+def _every(r: dict[str, Any]) -> bool:
+    """A perplexity row of a family without a token budget (HiKV with Stage I ``none``)."""
+    return r["method"] == Method.HIKV.value and r.get("hikv_stage1") == Stage1Variant.NONE.value
+
+
+def _ni_families(points: list[dict[str, Any]], common: dict[str, Any]) -> list[dict[str, Any]]:
+    fams: dict[str, list[dict[str, Any]]] = {}
+    for r in points:
+        fams.setdefault(r["family"], []).append(r)
+    out = []
+    for fam, rows in fams.items():
+        rows = sorted(rows, key=lambda r: r["budget"])
+        v = [r["verdict"] for r in rows]
+        hi = next((i for i in range(len(rows)) if all(x == "yes" for x in v[i:])), None)
+        lo = next((i for i in range(len(rows)) if "no" not in v[i:]), None)
+        every = rows[0]["every_token"]
+        chosen = rows[hi] if hi is not None else rows[-1]
+        out.append({
+            "family": fam, "method": rows[0]["method"], "label": chosen["label"],
+            "verdict": "yes" if hi is not None else "undecided" if lo is not None else "no",
+            "every_token": every,
+            "iso_budget": (ALL_TOKENS if every else rows[hi]["budget"]) if hi is not None
+            else None,
+            "iso_budget_low": (ALL_TOKENS if every else rows[lo]["budget"]) if lo is not None
+            else None,
+            "budgets_tested": [r["budget"] for r in rows],
+            "verdicts": " ".join(f"{r['budget']}:{r['verdict']}" for r in rows),
+            "ppl_rel": chosen["ppl_rel"], "ppl_high": chosen["ppl_high"],
+            "task_low": chosen["task_low"],
+            "bytes_burst": rows[hi]["bytes_burst"] if hi is not None else None,
+            "bytes_burst_low": rows[lo]["bytes_burst"] if lo is not None else None,
+            "bytes_ideal": rows[hi]["bytes_ideal"] if hi is not None else None,
+            "units": chosen["units"], **common})
+    return out
+
+
+def noninferiority_reductions(families: Seq[dict[str, Any]], hikv_family: str
+                              ) -> list[dict[str, Any]]:
+    """Each family's burst bytes at its iso point over ``hikv_family``'s
+    (:func:`noninferiority_table`'s families), with the interval the iso budgets' intervals
+    give: ``x_burst_low`` = the baseline at ``iso_budget_low`` over HiKV at ``iso_budget``,
+    ``x_burst_high`` = the baseline at ``iso_budget`` over HiKV at ``iso_budget_low`` (None
+    where an end is not established)."""
+    h = next((r for r in families if r["family"] == hikv_family), None)
+    if h is None:
+        raise ParamError(f"no non-inferiority row of family {hikv_family!r}")
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    return [{"baseline": r["family"], "baseline_verdict": r["verdict"], "hikv": hikv_family,
+             "hikv_verdict": h["verdict"],
+             "x_burst": ratio(r["bytes_burst"], h["bytes_burst"]),
+             "x_burst_low": ratio(r["bytes_burst_low"], h["bytes_burst"]),
+             "x_burst_high": ratio(r["bytes_burst"], h["bytes_burst_low"]),
+             "level": r["level"], "ppl_margin": r["ppl_margin"],
+             "task_margin": r["task_margin"]}
+            for r in families if r["family"] != hikv_family]

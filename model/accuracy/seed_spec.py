@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from hikv.model.accuracy import experiments as A
+from hikv.model.accuracy import iso as NI
 from hikv.params import Config, MethodSpec, ParamError
 
 __all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "EXTRA_BASELINES_GEMMA",
-           "THINK_ALONE", "ALL_TOKENS_RULE", "Cell", "suite_cells", "suite_specs", "suite_key"]
+           "THINK_ALONE", "ALL_TOKENS_RULE", "PRUNE_RULES", "Cell", "suite_cells",
+           "suite_specs", "suite_key", "finer_budgets", "budget_grid", "variant_families"]
 
 
 #: the seed's HiKV as a family (:func:`hikv.presets.seed_hikv`'s policy):
@@ -34,6 +36,45 @@ EXTRA_BASELINES = ("streamingllm", "tova", "adakv", "gadakv", "pyramidkv", "h2o/
                    THINK_ALONE["smollm2-135m"])
 #: the same for ``seed-gemma`` (ThinK alone at Gemma-3's d = 256)
 EXTRA_BASELINES_GEMMA = EXTRA_BASELINES[:-1] + (THINK_ALONE["gemma3-270m"],)
+#: what a task cell's adaptive pruning serves (:attr:`SeedSuite.prune`): ``point`` (skip or stop
+#: what cannot pass the point rule of :func:`hikv.model.accuracy.iso.iso_table_tasks`) or
+#: ``noninferiority`` (only what cannot pass the non-inferiority test of
+#: :func:`hikv.model.accuracy.iso.noninferiority_table`)
+PRUNE_RULES = ("point", "noninferiority")
+
+
+def variant_families(head_dim: int) -> tuple[str, ...]:
+    """The methods at their authors' settings and HiKV's bit and channel variants, as families
+    for a model of head dimension ``d`` = ``head_dim`` (``hikv accuracy run --variants``):
+    Double Sparsity with ``r = d/8`` 4-bit labels (its code's default) and ``r = d/2`` 2-bit
+    labels (its LongBench script), SparQ's ``r`` over its paper's range (``d/16``, ``d/8``,
+    ``d/2`` beside the suites' ``d/4``), HiKV's query-aware Stage I scored from 2- and 3-bit keys
+    (4 bits is in the suites) and from 4- and 2-bit keys of a calibrated half of the channels,
+    and the seed HiKV's Stage II (ThinK K channels, static V records, 3/4 of ``d``) on the
+    query-aware Stage I."""
+    d = head_dim
+    r34 = 3 * d // 4
+    return (f"ds/r{d // 8}/b4", f"ds/r{d // 2}/b2",
+            f"sparq/r{d // 16}", f"sparq/r{d // 8}", f"sparq/r{d // 2}",
+            "hikv-qa/lowbit2", "hikv-qa/lowbit3", f"hikv-qa/lowbit4c{d // 2}",
+            f"hikv-qa/lowbit2c{d // 2}", f"hikv-qa/lowbit4/k:think{r34}/v:static{r34}")
+
+
+def finer_budgets(budgets: list[int] | tuple[int, ...], step: float) -> list[int]:
+    """``budgets`` with budgets inserted in geometric steps of ``step`` between neighbours
+    (``round(b step^j)`` below the next one; ``2 ** 0.5`` halves the suites' factor-of-2
+    grid), sorted; ``step`` in (1, 2]."""
+    if not 1.0 < step <= 2.0:
+        raise ParamError(f"budget step = {step} is out of range: allowed (1, 2] (1.4142 = "
+                         "sqrt(2))")
+    got = sorted(set(budgets))
+    out = set(got)
+    for lo, hi in zip(got, got[1:], strict=False):
+        x = lo * step
+        while round(x) < hi and x < hi / step ** 0.5:
+            out.add(round(x))
+            x *= step
+    return sorted(out)
 
 
 @dataclass(frozen=True)
@@ -64,6 +105,15 @@ class SeedSuite:
     acc_tol: float = 0.01        # iso: task accuracy at least full KV's minus one point
     ppl_tol: float = 0.01        # iso: perplexity within 1 % of full KV's
     adaptive: bool = True        # prune task work the iso decision cannot use (see run_cell)
+    prune: str = "point"         # the decision the pruning serves (PRUNE_RULES)
+    budget_step: float = 0.0     # > 1: budgets in geometric steps between the rules' (a grid)
+
+    @property
+    def task_tol(self) -> float:
+        """The score drop a task cell's pruning allows (``acc_tol``, or the non-inferiority
+        margin :data:`hikv.model.accuracy.iso.TASK_MARGIN`: a method whose best case falls
+        below it can never be non-inferior)."""
+        return self.acc_tol if self.prune == "point" else NI.TASK_MARGIN
 
     def __post_init__(self) -> None:
         from hikv.model.accuracy.tasks import TASKS
@@ -76,6 +126,14 @@ class SeedSuite:
         if self.trials < 1:
             raise ParamError(f"suite {self.name!r}: trials = {self.trials} is out of range: "
                              "allowed >= 1")
+        if self.ppl_windows < 1:
+            raise ParamError(f"suite {self.name!r}: ppl_windows = {self.ppl_windows} is out of "
+                             "range: allowed >= 1")
+        if self.budget_step:
+            finer_budgets([1, 2], self.budget_step)
+        if self.prune not in PRUNE_RULES:
+            raise ParamError(f"suite {self.name!r}: prune = {self.prune!r} is not one of "
+                             f"{list(PRUNE_RULES)}")
         for n in self.lengths:
             for b in self.budgets:
                 A.resolve_budget(b, n)
@@ -102,8 +160,12 @@ def suite_key(suite: SeedSuite) -> list[Any]:
     """What a cell's methods and trials depend on (a cell file's ``suite_key``): a cell file
     written under another key (e.g. before a family was added) is resumed, running only its
     missing methods."""
-    return [list(suite.families), list(suite.budgets), suite.trials, suite.ppl_windows,
-            suite.ppl_decode, suite.adaptive, suite.keep_min, suite.acc_tol, suite.ppl_tol]
+    key = [list(suite.families), list(suite.budgets), suite.trials, suite.ppl_windows,
+           suite.ppl_decode, suite.adaptive, suite.keep_min, suite.acc_tol, suite.ppl_tol]
+    # the later fields only where set, so the cells of suites without them keep their keys
+    extra = ([suite.prune] if suite.prune != "point" else []) \
+        + ([f"step {suite.budget_step:g}"] if suite.budget_step else [])
+    return [*key, *extra]
 
 
 @dataclass(frozen=True)
@@ -144,6 +206,7 @@ def suite_specs(suite: SeedSuite, cfg: Config, length: int
     one spec per length, labelled at ``B = N`` (every token of the context resident and read; the
     budget changes none of its decisions) with the rule :data:`ALL_TOKENS_RULE`."""
     out: dict[str, tuple[MethodSpec, list[str]]] = {"full": (MethodSpec(), ["full"])}
+    grid = budget_grid(suite, length)
     for fam in suite.families:
         head, rest = fam.split("/", 1) if "/" in fam else (fam, "")
         every = A.parse_method(f"{head}@{length}" + (f"/{rest}" if rest else ""), cfg.policy,
@@ -151,10 +214,21 @@ def suite_specs(suite: SeedSuite, cfg: Config, length: int
         if A.keeps_every_token(every):
             out.setdefault(every.label, (every, []))[1].append(ALL_TOKENS_RULE)
             continue
-        for rule in suite.budgets:
-            b = A.resolve_budget(rule, length)
+        for b, rule in grid:
             lab = f"{head}@{b}" + (f"/{rest}" if rest else "")
             spec = A.parse_method(lab, cfg.policy, cfg.layout.head_dim)
             got = out.setdefault(spec.label, (spec, []))
-            got[1].append(A.budget_rule_name(rule))
+            got[1].append(rule)
     return [(sp, ",".join(rules)) for sp, rules in out.values()]
+
+
+def budget_grid(suite: SeedSuite, length: int) -> list[tuple[int, str]]:
+    """``(budget, rule name)`` of every budget rule of ``suite`` at ``length``, then, with
+    ``suite.budget_step``, the budgets :func:`finer_budgets` inserts between them (rule
+    ``B=<b> (grid)``)."""
+    out = [(A.resolve_budget(r, length), A.budget_rule_name(r)) for r in suite.budgets]
+    if suite.budget_step:
+        have = {b for b, _ in out}
+        out += [(b, f"B={b} (grid)") for b in finer_budgets(sorted(have), suite.budget_step)
+                if b not in have]
+    return out

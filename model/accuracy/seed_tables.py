@@ -12,11 +12,12 @@ from typing import Any
 
 from hikv.io import atomic_write_text
 from hikv.model.accuracy import experiments as A
+from hikv.model.accuracy import iso as NI
 from hikv.model.accuracy.io import markdown_table, write_rows
 from hikv.model.accuracy.seed_spec import SeedSuite
 from hikv.params import ParamError
 
-__all__ = ["task_filter", "seed_tables"]
+__all__ = ["task_filter", "seed_tables", "noninf_files"]
 
 Log = Callable[[str], None]
 
@@ -86,7 +87,9 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
                           ("label", "method", ""), ("budget_rule", "rule", ""),
                           ("ppl", "ppl", ".3f"), ("rel", "Δppl", "+.4f"),
                           ("bytes_burst", "bytes burst", ".0f")])]
-    summary: dict[str, Any] = {"suite": suite.name, "iso": {}, "missing": missing}
+            lines += ["", _self_check_line(next(r for r in pr if r["label"] == "full"))]
+    summary: dict[str, Any] = {"suite": suite.name, "iso": {}, "missing": missing,
+                               "noninferiority": {}}
     for n in suite.lengths:
         for p in suite.protocols:
             p = A.protocol_name(p)
@@ -98,7 +101,7 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
                           "and length is missing, so there is no iso table."]
                 for stale in (f"iso_{p}_{n}.json", f"iso_{p}_{n}.csv",
                               f"iso_points_{p}_{n}.json", f"reductions_{p}_{n}.json",
-                              f"reductions_{p}_{n}.csv"):
+                              f"reductions_{p}_{n}.csv", *noninf_files(p, n)):
                     (out / stale).unlink(missing_ok=True)
                 continue
             use = [r for r in tasks if (r["protocol"], r["length"], r["task"]) in kept]
@@ -149,6 +152,9 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
                               ("baseline", "baseline", ""),
                               ("baseline_reached", "baseline reached", ""),
                               ("x_ideal", "x ideal", ".2f"), ("x_burst", "x burst", ".2f")])]
+            ni_lines, summary["noninferiority"][f"{p}_{n}"] = _noninferiority(
+                ppl, use, p, n, meta, cfg, out)
+            lines += ni_lines
     atomic_write_text(out / "seed_table.md", "\n".join(lines) + "\n")
     atomic_write_text(out / "seed_summary.json", json.dumps(summary, indent=1, default=str))
     log(f"tables -> {out / 'seed_table.md'}")
@@ -183,3 +189,79 @@ def _acc_cell(r: dict[str, Any]) -> str:
     if r.get("task_acc") is None:
         return "-"
     return f"{r['task_acc']:.3f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+
+
+def noninf_files(protocol: str, length: int) -> tuple[str, ...]:
+    """The files :func:`seed_tables` writes for the non-inferiority test of one protocol and
+    length (``noninf_<protocol>_<N>``: per method and budget; ``noninf_families_...``: per
+    family; ``noninf_reductions_...``: HiKV's byte reduction with its interval)."""
+    return tuple(f"{stem}_{protocol}_{length}.{ext}"
+                 for stem in ("noninf", "noninf_families", "noninf_reductions")
+                 for ext in ("json", "csv"))
+
+
+def _self_check_line(full: dict[str, Any]) -> str:
+    """The full-KV-vs-itself check of one perplexity cell, as a sentence."""
+    c = NI.split_self_check(full)
+    if c is None:
+        return ("Full KV against itself on disjoint halves of the windows: no per-block NLLs "
+                "in this cell (measured without them), so no check.")
+    return (f"Full KV against itself on disjoint halves of the windows ({c['windows']} "
+            f"windows, {c['blocks']} blocks): {100 * c['estimate']:+.2f} % "
+            f"[{100 * c['low']:+.2f} %, {100 * c['high']:+.2f} %] ({100 * c['level']:.0f} % "
+            f"one-sided bounds), half-width {100 * c['half_width']:.2f} %: "
+            f"{'within' if c['within'] else 'not within'} the {100 * c['limit']:.1f} % the "
+            f"{100 * NI.PPL_MARGIN:.0f} % margin needs.")
+
+
+def _noninferiority(ppl: list[dict[str, Any]], tasks: list[dict[str, Any]], p: str, n: int,
+                    meta: dict[str, Any], cfg: Any, out: Path
+                    ) -> tuple[list[str], dict[str, Any]]:
+    """The non-inferiority table of protocol ``p`` and length ``n`` (kept ``tasks``): its
+    files and its section of ``seed_table.md``."""
+    test = {"level": NI.NI_LEVEL, "ppl_margin": NI.PPL_MARGIN, "task_margin": NI.TASK_MARGIN,
+            "protocol": p, "length": n}
+    pts, fams = NI.noninferiority_table(ppl, tasks, length=n, protocol=p)
+    write_rows(out, f"noninf_{p}_{n}", pts, {**meta, "phase": f"noninf_{p}_{n}", **test})
+    write_rows(out, f"noninf_families_{p}_{n}", fams,
+               {**meta, "phase": f"noninf_families_{p}_{n}", **test})
+    own = [r for r in fams if r["family"].startswith("hikv-") and r["verdict"] == "yes"
+           and not _baseline_hikv(r["label"], cfg)]
+    best = min(own, key=lambda r: r["bytes_burst"])["family"] if own else None
+    red = NI.noninferiority_reductions(fams, best) if best else []
+    write_rows(out, f"noninf_reductions_{p}_{n}", red,
+               {**meta, "phase": f"noninf_reductions_{p}_{n}", **test})
+    unpaired = sorted({r["family"] for r in pts if r["ppl_low"] is None})
+    lines = ["", f"## Non-inferiority: protocol `{p}`, N = {n}", "",
+             f"Test: one-sided {100 * NI.NI_LEVEL:.0f} % bounds; iso-accuracy when the upper "
+             "bound of the perplexity increase over full KV (paired block bootstrap over "
+             f"{NI.NLL_BLOCK}-token blocks) is below {100 * NI.PPL_MARGIN:.0f} % and, on every "
+             "kept task, the lower bound of the score difference to full KV (same trials, "
+             f"Newcombe's paired interval) is above -{100 * NI.TASK_MARGIN:.0f} points; "
+             "`undecided` where an interval straddles a margin. Iso budget: the smallest "
+             "budget passing with every larger one; the iso point lies in [low, iso].", ""]
+    widths = sorted((r["ppl_high"] - r["ppl_low"]) / 2 for r in pts if r["ppl_low"] is not None)
+    if widths:
+        lines += [f"Paired perplexity half-width ({100 * NI.NI_LEVEL:.0f} % one-sided "
+                  "bounds), median over the methods and budgets: "
+                  f"{100 * widths[len(widths) // 2]:.2f} %: a method passes the "
+                  f"{100 * NI.PPL_MARGIN:.0f} % margin only with an estimate about that much "
+                  "below it.", ""]
+    if unpaired:
+        lines += [f"No paired perplexity data (cells measured without per-block NLLs): "
+                  f"{', '.join(unpaired)}: their perplexity part is decided by the point rule "
+                  "(the estimate against the margin).", ""]
+    lines.append(markdown_table(fams, [
+        ("family", "method", ""), ("verdict", "verdict", ""),
+        ("iso_budget_low", "iso low", ""), ("iso_budget", "iso budget", ""),
+        ("bytes_burst_low", "bytes at low", ".0f"), ("bytes_burst", "bytes at iso", ".0f"),
+        ("verdicts", "per budget", "")]))
+    if red:
+        lines += ["", f"HiKV ({best}) at iso-accuracy: each family's burst bytes / HiKV's, "
+                  "with the interval the iso budgets' intervals give", "",
+                  markdown_table(red, [("baseline", "family", ""),
+                                       ("baseline_verdict", "verdict", ""),
+                                       ("x_burst", "x burst", ".2f"),
+                                       ("x_burst_low", "low", ".2f"),
+                                       ("x_burst_high", "high", ".2f")])]
+    return lines, {"best_hikv": best, "families": len(fams), "reductions": red}

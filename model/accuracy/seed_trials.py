@@ -17,25 +17,54 @@ from pathlib import Path
 from typing import Any
 
 from hikv.model.accuracy import experiments as A
+from hikv.model.accuracy import iso as NI
 from hikv.model.accuracy import tasks as T
 from hikv.model.accuracy.journal import Journal, partial_path
 from hikv.model.accuracy.seed_spec import Cell, SeedSuite, suite_key, suite_specs
 from hikv.params import Config, MethodSpec
 
-__all__ = ["run_cell", "run_cells", "cell_units"]
+__all__ = ["run_cell", "run_cells", "cell_units", "reusable"]
 
 Progress = Callable[[int], None]
 
 
 def _ppl_fail(suite: SeedSuite, ppl_rows: list[dict[str, Any]]) -> dict[str, str]:
-    """Labels whose perplexity is more than ``suite.ppl_tol`` above full KV's, with why."""
+    """Labels whose perplexity is more than ``suite.ppl_tol`` above full KV's, with why; with
+    ``suite.prune`` ``noninferiority``, those whose perplexity cannot pass the non-inferiority
+    test (the upper bound of the increase at or above :data:`~hikv.model.accuracy.iso.PPL_MARGIN`;
+    the estimate where a row has no per-block NLLs)."""
     full = [r for r in ppl_rows if r["label"] == "full"]
     if not full:
         return {}
     ref = full[0]["ppl"]
-    return {r["label"]: f"perplexity {100 * (r['ppl'] / ref - 1):+.2f} % > "
-            f"{100 * suite.ppl_tol:g} % of full KV's"
-            for r in ppl_rows if r["label"] != "full" and r["ppl"] > ref * (1 + suite.ppl_tol)}
+    if suite.prune == "point":
+        return {r["label"]: f"perplexity {100 * (r['ppl'] / ref - 1):+.2f} % > "
+                f"{100 * suite.ppl_tol:g} % of full KV's"
+                for r in ppl_rows
+                if r["label"] != "full" and r["ppl"] > ref * (1 + suite.ppl_tol)}
+    out = {}
+    for r in ppl_rows:
+        if r["label"] == "full":
+            continue
+        b = NI.ppl_increase_bound(r, full[0])
+        hi = r["ppl"] / ref - 1 if b is None else b.high
+        if hi >= NI.PPL_MARGIN:
+            out[r["label"]] = (f"perplexity increase bound {100 * hi:+.2f} % >= "
+                               f"{100 * NI.PPL_MARGIN:g} %: cannot be non-inferior")
+    return out
+
+
+def reusable(row: dict[str, Any], cell: Cell, suite: SeedSuite) -> bool:
+    """Whether a row of ``cell`` on disk was measured as ``suite`` measures it now, so a
+    resumed run keeps it: perplexity over ``suite.ppl_windows`` windows decoding the last
+    ``suite.ppl_decode`` tokens (with per-block NLLs when the pruning serves the
+    non-inferiority test), a task over ``suite.trials`` planned trials. A row measured
+    otherwise (a suite given more windows or trials) is measured again."""
+    if cell.kind == "ppl":
+        return (int(row.get("windows") or 0) == suite.ppl_windows
+                and int(row.get("prefix") or 0) == cell.length - suite.ppl_decode
+                and (suite.prune == "point" or bool(row.get("nll_blocks"))))
+    return int(row.get("trials_planned") or row.get("trials") or 0) == suite.trials
 
 
 def _ladder(specs: list[MethodSpec]) -> dict[str, list[MethodSpec]]:
@@ -97,7 +126,7 @@ class _TaskCell:
                 elif r is not None:
                     if r.get("status") == "stopped" or (
                             f is not None
-                            and r["score_sum"] < f["score_sum"] - suite.acc_tol * suite.trials):
+                            and r["score_sum"] < f["score_sum"] - suite.task_tol * suite.trials):
                         why = f"larger budget {sp.label} fails the task criterion"
                 else:
                     active.append(sp)
@@ -163,7 +192,7 @@ class _TaskCell:
             self.active = []
             return
         target = (self.f["score_sum"] if self.f is not None else sum(sc["full"])) \
-            - suite.acc_tol * T_ - 1e-9
+            - suite.task_tol * T_ - 1e-9
         dead: set[str] = set()
         for sp in self.active:
             if sp is full or sp.label in dead:
@@ -205,7 +234,7 @@ def _adaptive_task(cell: Cell, suite: SeedSuite, env: dict[str, Any],
     (:func:`hikv.model.accuracy.experiments._generate`). Full KV stops once it cannot reach
     ``suite.keep_min`` (``status: stopped``): the task filter drops the cell, the methods
     stop with it. A method stops (``status: stopped``, its trials so far) once even perfect
-    scores on the remaining trials cannot bring it within ``suite.acc_tol`` of full KV's
+    scores on the remaining trials cannot bring it within ``suite.task_tol`` of full KV's
     total (full KV's score so far, a lower bound of its total, or its total when its row is on
     disk); the family's smaller budgets then stop too (``skipped``), and budgets whose
     perplexity, or a larger budget's, is over ``suite.ppl_tol`` are not run: the iso budget
@@ -298,7 +327,8 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
     lm, cfg = env["lm"], env["cfg"]
     pairs = suite_specs(suite, cfg, cell.length)
     rules = {sp.label: r for sp, r in pairs}
-    done = {r["label"]: r for r in (have or []) if r["label"] in rules}
+    done = {r["label"]: r for r in (have or [])
+            if r["label"] in rules and reusable(r, cell, suite)}
     specs = [p[0] for p in pairs]
     need = [sp for sp in specs if sp.label not in done]
     if cell.kind == "ppl":
@@ -361,7 +391,8 @@ def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
     specs = [p[0] for p in pairs]
     st: dict[str, _TaskCell] = {}
     for c in pair:
-        done = {r["label"]: r for r in have.get(c.key, []) if r["label"] in rules}
+        done = {r["label"]: r for r in have.get(c.key, [])
+                if r["label"] in rules and reusable(r, c, suite)}
         st[c.protocol] = _TaskCell(c, suite, specs, done, ppl_rows or [], seed=seed,
                                    progress=progress, skipped=skipped[c.key],
                                    partial_dir=partial_dir, log=log, resumed=resumed)

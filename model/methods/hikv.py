@@ -67,7 +67,10 @@ class HiKV(Evicting):
 
     Stage I, query-aware: nothing is evicted. Each step, sinks and the recent window are kept
     and the other ``B-S-R`` are chosen by an approximate score from stored metadata: per-page
-    key bounds (Quest-style, whole pages) or keys quantised to ``lowbit_bits``.
+    key bounds (Quest-style, whole pages) or keys quantised to ``lowbit_bits``, of every
+    channel or of ``lowbit_channels`` per KV head chosen once at the end of prefill (the
+    largest mean ``|q_c| |k_c|`` over the prompt, Double Sparsity's calibration; the query's
+    same channels score them).
 
     Stage II: K and V rules (:class:`~hikv.params.Stage2Rule`). ``static``: top-``r`` of |x| per
     vector at write time, stored as masked records. ``query_channels``: per step and KV head the
@@ -90,6 +93,7 @@ class HiKV(Evicting):
         self.policy.check_head_dim(layout.head_dim)
         self.imp: torch.Tensor | None = None   # [Hkv, n] importance (evicting)
         self.think_mask: torch.Tensor | None = None   # [Hkv, d] ThinK's kept K channels
+        self.scored: torch.Tensor | None = None   # [Hkv, c] the low-bit keys' channels
 
     # ----------------------------------------------------------------- keys
     def _keys(self, x: torch.Tensor, signed: bool = False) -> torch.Tensor:
@@ -128,8 +132,26 @@ class HiKV(Evicting):
     def _obs_window(self) -> int:  # type: ignore[override]
         return self.policy.obs_window if self.policy.stage1 is Stage1Variant.EVICT else 0
 
+    def _choose_scored(self, qg: torch.Tensor, k: torch.Tensor) -> None:
+        """The low-bit keys' channels (``lowbit_channels`` of ``d`` per KV head), chosen once as
+        Double Sparsity calibrates its label channels: the largest mean ``|q_c| |k_c|`` over
+        the grouped queries ``qg`` [Hkv, M, d] and the keys ``k`` [Hkv, n, d] (one sorter job
+        of ``d`` per head)."""
+        c = self.policy.lowbit_channels
+        contrib = qg.float().abs().mean(1) * k.float().abs().mean(1)
+        self.scored = self._topk(contrib, c)
+
+    def _scored_part(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [Hkv, m, d] on the low-bit keys' channels (all when none were chosen)."""
+        if self.scored is None:
+            return x
+        return torch.gather(x, 2, self.scored.unsqueeze(1).expand(-1, x.shape[1], -1))
+
     def _after_prefill(self, q, k, sums, obs) -> None:
         p = self.policy
+        if (p.stage1 is Stage1Variant.QUERY_AWARE and p.scorer is Stage1Scorer.LOWBIT_KEYS
+                and p.lowbit_channels and q.shape[1]):
+            self._choose_scored(group_queries(q, self.kv_heads), k)
         if p.stage1 is Stage1Variant.EVICT:
             assert obs is not None
             n = self.resident_tokens
@@ -175,11 +197,11 @@ class HiKV(Evicting):
         n = self.resident_tokens
         c = getattr(self, "_lbkeys", None)
         if c is None or c[0] != bits or not self._grown_since(c[1], c[3]):
-            kq = lowbit_keys(self.k, bits)
+            kq = lowbit_keys(self._scored_part(self.k), bits)
         elif c[1] == n:
             kq = c[2]
         else:
-            kq = torch.cat([c[2], lowbit_keys(self.k[:, c[1]:], bits)], 1)
+            kq = torch.cat([c[2], lowbit_keys(self._scored_part(self.k[:, c[1]:]), bits)], 1)
         self._lbkeys = (bits, n, kq, self._kv_buffer())
         return kq
 
@@ -204,8 +226,11 @@ class HiKV(Evicting):
             chosen = cand_pages[top]                                     # [Hkv, n_pages]
             sel |= (page_of[None, :, None] == chosen[:, None, :]).any(-1)
         else:
+            if p.lowbit_channels and self.scored is None:
+                self._choose_scored(qg, self.k)     # no prompt: the first query calibrates
             kq = self._lowbit_keys(p.lowbit_bits)
-            s_hat = torch.softmax((qg @ kq.transpose(-1, -2) * self.scale).float(), -1).sum(1)
+            q_s = self._scored_part(qg)
+            s_hat = torch.softmax((q_s @ kq.transpose(-1, -2) * self.scale).float(), -1).sum(1)
             cand = torch.nonzero(~forced).squeeze(1)
             top = self._topk(s_hat[:, cand], n_imp)
             sel.scatter_(1, cand[top], True)
@@ -290,7 +315,7 @@ class HiKV(Evicting):
             return SCORE_BYTES
         if p.scorer is Stage1Scorer.PAGE_BOUNDS:
             return bounds_row_bytes(lay)
-        return lowbit_row_bytes(lay.head_dim, p.lowbit_bits, lay.elem_bytes)
+        return lowbit_row_bytes(p.scored_channels(lay.head_dim), p.lowbit_bits, lay.elem_bytes)
 
     def _meta_read(self, n: int) -> Ranges:
         p = self.policy

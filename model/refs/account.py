@@ -87,7 +87,8 @@ def label_row_bytes(channels: Num, bits: int) -> Num:
 
 
 def lowbit_row_bytes(head_dim: Num, bits: int, elem_bytes: Num) -> Num:
-    """HiKV's low-bit key scorer: one key at ``bits`` bits per channel plus its min and step."""
+    """HiKV's low-bit key scorer: one key at ``bits`` bits per channel plus its min and step
+    (``head_dim``: the channels the key holds, ``HiKVPolicy.scored_channels``)."""
     return _cdiv(head_dim * bits, 8) + 2 * elem_bytes
 
 
@@ -103,7 +104,8 @@ def stage1_meta_bytes(p: HiKVPolicy, layout: KVLayout, n: int) -> int:
     if p.stage1 is Stage1Variant.QUERY_AWARE:
         if p.scorer is Stage1Scorer.PAGE_BOUNDS:
             return _cdiv(n, layout.page_tokens) * bounds_row_bytes(layout)
-        return n * lowbit_row_bytes(layout.head_dim, p.lowbit_bits, layout.elem_bytes)
+        return n * lowbit_row_bytes(p.scored_channels(layout.head_dim), p.lowbit_bits,
+                                    layout.elem_bytes)
     return 0
 
 

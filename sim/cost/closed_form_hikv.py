@@ -212,7 +212,8 @@ class HiKVBytes(ClosedForm):
             touched = cand_pages * (1.0 - (1.0 - np.minimum(n_imp / cand, 1.0)) ** pt)
             pieces = [("run", 0, S), ("run", recent_s0, recent_c), ("scat", n_imp, cand)]
             k, v = kv_pieces(pieces, sink_pages + recent_pages + touched)
-            meta_len = (n_res - 1) * lowbit_row_bytes(g.head_dim, p.lowbit_bits, eb)
+            meta_len = (n_res - 1) * lowbit_row_bytes(p.scored_channels(g.head_dim),
+                                                      p.lowbit_bits, eb)
         meta = contiguous(g, meta_len)
         # everything fits the budget: all tokens read, no scoring
         k_all, v_all = kv_pieces([("run", 0, n)], cdiv(n, pt))
@@ -256,7 +257,7 @@ class HiKVBytes(ClosedForm):
                 sorts.append(SortJob("stage1", n=pages, k=n_imp // g.page_tokens,
                                      per_step=np.where(over, 1, 0)))
             else:
-                score_macs = np.where(over, group * n * d, 0.0)
+                score_macs = np.where(over, group * n * p.scored_channels(d), 0.0)
                 score_exps = np.where(over, group * (n + 1), 0.0)
                 sorts.append(SortJob("stage1", n=n + 1 - p.forced, k=n_imp,
                                      per_step=np.where(over, 1, 0)))
@@ -334,8 +335,8 @@ class HiKVBytes(ClosedForm):
         elif p.scorer is Stage1Scorer.PAGE_BOUNDS:
             meta = np.where(few, 0, cdiv(n, pt) * bounds_row_bytes(lay))
         else:
-            meta = np.where(few, 0, (n - 1) * lowbit_row_bytes(lay.head_dim, p.lowbit_bits,
-                                                               lay.elem_bytes))
+            meta = np.where(few, 0, (n - 1) * lowbit_row_bytes(
+                p.scored_channels(lay.head_dim), p.lowbit_bits, lay.elem_bytes))
         # ThinK's channel mask: its own region, read whole every step
         mask = stage2_meta_bytes(p, lay.head_dim)
         return read_account(k_ideal, v_ideal, meta + mask, k_burst, v_burst,
@@ -349,4 +350,4 @@ class HiKVBytes(ClosedForm):
         d = self.layout.head_dim
         if p.scorer is Stage1Scorer.PAGE_BOUNDS:
             return np.where(few, 0, group * 2 * d * cdiv(n, self.layout.page_tokens))
-        return np.where(few, 0, group * d * n)
+        return np.where(few, 0, group * p.scored_channels(d) * n)
