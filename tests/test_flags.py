@@ -27,7 +27,8 @@ def test_parse_int_and_float_accept_ascii():
 def test_every_count_flag_has_a_range_and_every_range_is_ordered():
     for dest, (lo, hi) in FLAG_RANGES.items():
         assert lo <= hi, dest
-    with pytest.raises(ParamError, match=r"--trials = 1e\+20 is out of range: allowed \[1, 100,000\]"):
+    with pytest.raises(ParamError,
+                       match=r"--trials = 1e\+20 is out of range: allowed \[1, 100,000\]"):
         check_flag("trials", "--trials", 10**20)
 
 
