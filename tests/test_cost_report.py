@@ -37,7 +37,7 @@ def test_table_rows_and_ratios():
 def test_claims_mark_references_and_ours():
     rep = R.build_report(get_preset("paper"), area=False)
     claims = {c["claim"]: c for c in rep.claims}
-    assert len(claims) == 4
+    assert len(claims) == 5
     sp = claims["attention speedup vs full KV"]
     assert "7.95x" in sp["reference"] and sp["origin"] == "model"
     assert sp["ours_value"] == pytest.approx(rep.row(Method.HIKV).speedup_vs_full)
@@ -45,6 +45,7 @@ def test_claims_mark_references_and_ours():
     assert "1.82x to 4.87x" in claims["external bytes vs importance-based baselines"][
         "reference"]
     assert claims["HiKV units' area"]["origin"] == "unavailable"
+    assert claims["attention energy vs full KV, static included"]["origin"] == "unavailable"
     md = RR.markdown(rep)
     assert "reference (seed paper, not measured here)" in md and "PROVISIONAL" not in md
     # SparQ's and Double Sparsity's Stage I over N + 1 = 32,769 tokens exceeds max_n = 32,768

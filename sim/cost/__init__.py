@@ -16,7 +16,10 @@ Cycles, clocks, energy and the step cost:
 * :mod:`~hikv.sim.cost.validate`         the timing models against cycles measured on the RTL
 * :mod:`~hikv.sim.cost.clocks`           each block's clock: the timing flow's estimate, or the
   preset's
-* :mod:`~hikv.sim.cost.energy`           energy per action and per component
+* :mod:`~hikv.sim.cost.energy`           energy per action and per component; leakage per area
+  and per SRAM bit
+* :mod:`~hikv.sim.cost.static_power`     leakage of the accelerator's parts, static energy per
+  step
 * :mod:`~hikv.sim.cost.attention_model`  time and energy of one decode step per method
 * :mod:`~hikv.sim.cost.blocks`           one record per RTL block: its cycles, area, clock,
   energy per action and instances (:class:`BlockCost`)
@@ -38,6 +41,7 @@ __all__, __getattr__, __dir__ = lazy_api(__name__, {
     "validate": (),
     "clocks": ("Clocks", "BlockClock", "accelerator_clocks", "assumed_clocks"),
     "energy": (),
+    "static_power": ("LeakagePower", "accelerator_leakage"),
     "attention_model": ("AttentionCost", "Overrides", "StepWork", "attention_cost",
                         "step_work"),
     "blocks": ("BlockCost", "block_cost", "block_costs"),

@@ -9,10 +9,18 @@ and technology node:
 * ``node_scaling.json``: energy (and area) multipliers from 45 nm to 28 / 16 / 7 nm
   (Stillmaker and Baas 2017, as used by Accelergy's hwcomponents; :mod:`hikv.sim.tech`).
 
-All energies are joules, all capacities bytes (SI without prefixes). Every function accepts
-numpy arrays as well as scalars (they broadcast), so the sweep evaluates many design points at
-once. On-chip energies scale with the node; DRAM energy does not (it is an off-chip interface).
-Dynamic energy only: leakage and clock-tree energy are not modelled.
+* ``leakage.json``: static power, leakage per square metre of logic (Aladdin's 40 nm
+  functional units, the table Accelergy uses) and per bit of SRAM (CACTI 7 with Accelergy's SRAM
+  configuration), each with its source, node and corner.
+
+All energies are joules, powers watts, capacities bytes, areas square metres (SI without
+prefixes). Every function accepts numpy arrays as well as scalars (they broadcast), so the sweep
+evaluates many design points at once. On-chip energies scale with the node; DRAM energy does not
+(it is an off-chip interface). Energy per action is dynamic; static energy is leakage power x
+time (:func:`logic_leakage_w`, :func:`sram_leakage_w`, :func:`static_energy_j`): a
+component's leakage scales with the node like its energy per action (hwcomponents'
+``tech_node_leak``), so leakage per square metre of logic scales by the node's energy factor over
+its area factor. Clock-tree energy is not modelled.
 """
 
 from __future__ import annotations
@@ -24,7 +32,13 @@ from typing import Any
 import numpy as np
 
 from hikv.params import MemoryType, ParamError
-from hikv.sim.tech import REFERENCE_NM, load_data, node_energy_scale, node_scaling
+from hikv.sim.tech import (
+    REFERENCE_NM,
+    load_data,
+    node_area_scale,
+    node_energy_scale,
+    node_scaling,
+)
 
 __all__ = [
     "EnergyTables",
@@ -43,6 +57,13 @@ __all__ = [
     "SCORER_TOKEN_ACTIONS",
     "scorer_energy_j",
     "scorer_mac_energy_j",
+    "LeakageTables",
+    "load_leakage",
+    "logic_leakage_w_per_m2",
+    "logic_leakage_w",
+    "sram_leakage_w_per_bit",
+    "sram_leakage_w",
+    "static_energy_j",
 ]
 
 ArrayLike = Any  # int, float or numpy array
@@ -216,3 +237,83 @@ def scorer_energy_j(macs: ArrayLike, tokens: ArrayLike, key_bits: ArrayLike,
     return (np.asarray(macs, dtype=float)
             * scorer_mac_energy_j(key_bits, query_bits, head_dim, tech_nm)
             + np.asarray(tokens, dtype=float) * _actions_j(SCORER_TOKEN_ACTIONS, tech_nm))
+
+
+# --------------------------------------------------------------------------- static power
+@dataclass(frozen=True)
+class LeakageTables:
+    """``leakage.json``, parsed: leakage at the reference node (45 nm)."""
+
+    logic_w_per_m2: float                             # per square metre of logic
+    sram_points: tuple[tuple[float, float], ...]      # (capacity_bytes, watts per bit)
+    sources: dict[str, str]
+
+
+@lru_cache(maxsize=1)
+def load_leakage() -> LeakageTables:
+    """Parse ``leakage.json`` (cached). Logic: the components' summed leakage over their summed
+    area at the table's node, brought to the reference node by the table's own leakage and area
+    factors; SRAM: watts per bit by capacity at the reference node."""
+    tab = load_data("leakage.json")
+    lo, sr = tab["logic"], tab["sram"]
+    ref = lo["to_reference"]
+    if ref["tech_nm"] != REFERENCE_NM or sr["tech_nm"] != REFERENCE_NM:
+        raise ParamError(f"leakage tables must be referenced to {REFERENCE_NM} nm")
+    comps = lo["components"].values()
+    density = (sum(float(c["leakage_w"]) for c in comps)
+               / sum(float(c["area_m2"]) for c in comps))
+    pts = tuple(sorted((float(p["capacity_bytes"]), float(p["leakage_w_per_bit"]))
+                       for p in sr["points"]))
+    return LeakageTables(logic_w_per_m2=density * float(ref["leakage"]) / float(ref["area"]),
+                         sram_points=pts,
+                         sources={"logic": lo["source"], "sram": sr["source"],
+                                  "sram_corner": sr["corner"], "node": tab["node_scaling"]})
+
+
+def logic_leakage_w_per_m2(tech_nm: ArrayLike = 45) -> ArrayLike:
+    """Leakage power per square metre of logic at ``tech_nm``: the reference value x the node's
+    energy factor / its area factor (a component leaks like its energy scales, its area shrinks
+    by the area factor)."""
+    return (load_leakage().logic_w_per_m2 * node_energy_scale(tech_nm)
+            / node_area_scale(tech_nm))
+
+
+def logic_leakage_w(area_m2: ArrayLike, tech_nm: ArrayLike) -> ArrayLike:
+    """Leakage power of ``area_m2`` of logic (its area at ``tech_nm``)."""
+    area = np.asarray(area_m2, dtype=float)
+    if (area < 0).any():
+        raise ParamError("logic area_m2 must be >= 0")
+    out = area * logic_leakage_w_per_m2(tech_nm)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def sram_leakage_w_per_bit(capacity_bytes: ArrayLike, tech_nm: ArrayLike = 45) -> ArrayLike:
+    """Leakage power per bit of an SRAM of ``capacity_bytes`` at ``tech_nm``: piecewise linear
+    in log(capacity) between the table's points (the end values beyond them), x the node's
+    energy factor."""
+    cap = np.asarray(capacity_bytes, dtype=float)
+    if (cap <= 0).any():
+        raise ParamError("SRAM capacity_bytes must be > 0")
+    pts = load_leakage().sram_points
+    w = np.interp(np.log(cap), np.log([p[0] for p in pts]), [p[1] for p in pts])
+    out = w * node_energy_scale(tech_nm)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def sram_leakage_w(capacity_bytes: ArrayLike, tech_nm: ArrayLike) -> ArrayLike:
+    """Leakage power of an SRAM of ``capacity_bytes`` (0 bytes leak 0 W)."""
+    cap = np.asarray(capacity_bytes, dtype=float)
+    if (cap < 0).any():
+        raise ParamError("SRAM capacity_bytes must be >= 0")
+    per_bit = sram_leakage_w_per_bit(np.where(cap > 0, cap, 1.0), tech_nm)
+    out = 8 * cap * per_bit
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def static_energy_j(leakage_w: ArrayLike, time_s: ArrayLike) -> ArrayLike:
+    """Static energy: leakage power x the time it leaks."""
+    p, t = np.asarray(leakage_w, dtype=float), np.asarray(time_s, dtype=float)
+    if (p < 0).any() or (t < 0).any():
+        raise ParamError("leakage_w and time_s must be >= 0")
+    out = p * t
+    return float(out) if np.ndim(out) == 0 else out

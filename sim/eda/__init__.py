@@ -9,6 +9,7 @@ the technology data it scales by is :mod:`hikv.sim.tech`.
   node
 * :mod:`~hikv.sim.eda.fpga`     FPGA place and route (ECP5, ``hikv timing --backend fpga``)
 * :mod:`~hikv.sim.eda.shipped`  synthesis and timing results shipped with the package
+* :mod:`~hikv.sim.eda.published`  our per-unit areas against published figures
 
 Names are imported from their module on first use (:mod:`hikv.lazy`).
 """
@@ -24,4 +25,5 @@ __all__, __getattr__, __dir__ = lazy_api(__name__, {
     "fpga": ("FpgaResult", "FpgaError", "FpgaToolMissing", "fpga_timing", "block_fpga",
              "block_fpga_seeds"),
     "shipped": (),
+    "published": ("UnitComparison", "unit_comparisons"),
 })

@@ -90,6 +90,7 @@ def markdown(rep: Report) -> str:
                      f"{r.scorer_cycles_per_head:.0f} | "
                      f"{r.sort_cycles_per_head:.0f} | {r.attend_cycles_per_head:.0f} | "
                      f"{r.layer_cycles:.0f} | {100 * r.bytes_bound_fraction:.0f}% | {split} |")
+    lines += ["", "## Static energy (leakage x step time)", "", *_static_lines(rep)]
     lines += ["", "## Clocks", "", *_clock_lines(rep)]
     lines += ["", "## Area (synthesised from our RTL)", ""]
     a = rep.area
@@ -116,6 +117,7 @@ def markdown(rep: Report) -> str:
             lines.append(f"Overhead: {100 * a['overhead_vs_baseline']:.2f}% of the baseline, "
                          f"{100 * a['share_of_system']:.2f}% of the system.")
             lines += ["", *_area_breakdown(a)]
+        lines += ["", *_published_lines(a)]
     lines += ["", "## Reference claims against ours", "",
               "| claim | reference (seed paper, not measured here) | ours | origin of ours |",
               "|---|---|---|---|"]
@@ -152,6 +154,60 @@ def _area_breakdown(a: dict[str, Any]) -> list[str]:
         rest = sum(v for k, v in per.items() if k != "loader")
         out.append(f"- with one loader instead of {count['loader']:g}: "
                    f"{100 * (rest + one) / base:.1f}% of the baseline")
+    return out
+
+
+def _static_lines(rep: Report) -> list[str]:
+    """Every method's energy per step as dynamic + static, both ratios against full KV; or why
+    there is no static number."""
+    sp = rep.area.get("static_power") if rep.area.get("available") else None
+    if not sp:
+        why = rep.area.get("reason", "")
+        return [f"Not available: static energy is leakage power x step time, and leakage needs "
+                f"the synthesised areas, which this report does not have ({why}; run without "
+                "--no-area). No static number is given without them."]
+    src = sp["sources"]
+    out = [f"Leakage at {sp['tech_nm']} nm: baseline system {sp['baseline_w'] * 1e3:.3f} mW "
+           f"(logic {sp['baseline_logic_w'] * 1e3:.3f} mW, SRAM "
+           f"{sp['baseline_sram_w'] * 1e6:.3g} uW); HiKV's units {sp['hikv_w'] * 1e3:.3f} mW "
+           f"(logic {sp['hikv_logic_w'] * 1e3:.3f} mW, SRAM {sp['hikv_sram_w'] * 1e6:.3g} uW). "
+           "Every method is charged the baseline system for its step time; HiKV also its units "
+           "(sorter, loaders, scoring unit where used, pipeline SRAMs). Logic: "
+           f"{sp['logic_w_per_m2'] * 1e-3:.1f} mW/mm^2 ({src['logic'].split(':')[0]}); SRAM: "
+           f"CACTI 7, {src['sram_corner']}; node scaling: leakage like energy "
+           "(hikv/sim/data/leakage.json).", "",
+           "| method | dynamic (uJ) | static (uJ) | dynamic + static (uJ) | static share | "
+           "energy vs full: dynamic | energy vs full: with static |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rep.rows:
+        tot = r.energy_with_static_j
+        out.append(f"| {r.label} | {r.energy_j * 1e6:.4g} | {r.static_energy_j * 1e6:.4g} | "
+                   f"{tot * 1e6:.4g} | {100 * r.static_energy_j / tot:.1f}% | "
+                   f"{-100 * r.energy_reduction_vs_full:+.1f}% | "
+                   f"{-100 * r.energy_with_static_reduction_vs_full:+.1f}% |")
+    return out
+
+
+def _published_lines(a: dict[str, Any]) -> list[str]:
+    """The HiKV units over a published denominator (or why there is none) and our per-unit
+    areas against published ones, each cited."""
+    pub = a.get("published")
+    if not pub:
+        return []
+    den = pub["denominator"]
+    out = ["### Over a published accelerator", ""]
+    if den.get("available"):
+        out.append(f"{den.get('text', '')}")
+    else:
+        out.append(f"Not available: {den['reason']} Searched: " + "; ".join(den["searched"])
+                   + ".")
+    out += ["", f"### Per-unit areas against published figures ({a['tech_nm']} nm)", "",
+            "| unit | ours (um^2) | published (um^2) | ours / published | published unit | "
+            "source |", "|---|---|---|---|---|---|"]
+    for u in pub["units"]:
+        out.append(f"| {u['unit']} | {u['ours_m2'] * 1e12:,.1f} | "
+                   f"{u['published_m2'] * 1e12:,.1f} | {u['ours_over_published']:.2f} | "
+                   f"{u['published_what']} | {u['source']} |")
     return out
 
 
