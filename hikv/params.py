@@ -28,6 +28,7 @@ __all__ = [
     "Stage2Kind",
     "Stage2Rule",
     "HiKVPolicy",
+    "SorterKind",
     "SorterParams",
     "LoaderParams",
     "loader_needs_channel_pages",
@@ -86,6 +87,14 @@ class RecordLayout(enum.Enum):
     DENSE = "dense"                 # token-major rows of d elements
     MASKED_RECORD = "masked"        # per token: d-bit mask, then r compacted elements
     CHANNEL_PAGES = "channel_pages"  # pages of page_tokens tokens stored channel-major
+
+
+class SorterKind(enum.Enum):
+    """The engine named for Stage I's top-k (docs/topk.md: the cost model, the area flow and
+    the report price the merge sorter for either)."""
+
+    MERGE = "merge"   # the reconfigurable merge sorter (hikv.hw.sorter): Stage I and Stage II
+    RADIX = "radix"   # radix select (hikv.hw.topk): Stage I only, beside the sorter
 
 
 class MemoryType(enum.Enum):
@@ -161,6 +170,8 @@ class SorterParams:
     max_n: int = 4096       # longest Stage I stream
     max_k: int = 512        # largest Stage I k
     max_vec: int = 128      # longest Stage II vector (d)
+    kind: SorterKind = SorterKind.MERGE   # Stage I engine: merge sorter or radix select
+    digit_bits: int = 4     # b: radix-select digit (2^b - 1 counters; min(b, W) is used)
 
     def __post_init__(self) -> None:
         o = "SorterParams"
@@ -170,6 +181,8 @@ class SorterParams:
         check_int(o, "max_n", self.max_n, 2, 1 << 20)
         check_int(o, "max_k", self.max_k, 1, self.max_n)
         check_int(o, "max_vec", self.max_vec, 2, 4096)
+        check_enum(o, "kind", self.kind, SorterKind)
+        check_int(o, "digit_bits", self.digit_bits, 1, 8)
 
     @property
     def index_width(self) -> int:

@@ -112,6 +112,12 @@ def _sorter(cfg: Config) -> Any:
     return make_sorter(cfg)
 
 
+def _topk(cfg: Config) -> Any:
+    from hikv.hw.topk import make_topk
+
+    return make_topk(cfg)
+
+
 def _loader(cfg: Config) -> Any:
     from hikv.hw.loader import make_loader
 
@@ -145,6 +151,13 @@ BLOCKS: dict[str, Block] = {
                     "Stage II top-r of each short vector (docs/sorter.md)",
         toplevel="hikv_sorter",
         make=_sorter,
+    ),
+    "topk": Block(
+        name="topk",
+        description="radix-select top-k engine: the sorter's Stage I contract, one histogram "
+                    "pass per key digit over an SRAM (docs/topk.md)",
+        toplevel="hikv_topk",
+        make=_topk,
     ),
     "loader": Block(
         name="loader",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hikv.io import unique_dir
-from hikv.params import Config, ParamError, config_to_json
+from hikv.params import Config, ParamError, config_to_json, to_dict
 from hikv.toolchain import cache_dir, run_cocotb, text_hash
 
 from .report import RtlReport
@@ -36,11 +36,9 @@ def default_jobs(cfg: Config) -> int:
 
 def sorter_verilog(cfg: Config) -> str:
     """Verilog of the sorter of ``cfg`` (module ``hikv_sorter``), cached on disk."""
-    import dataclasses
-
     import amaranth
 
-    key = text_hash(json.dumps(dataclasses.asdict(cfg.sorter), sort_keys=True),
+    key = text_hash(json.dumps(to_dict(cfg.sorter), sort_keys=True),
                     amaranth.__version__, *[(_HW / f).read_text() for f in _SOURCES])
     path = cache_dir() / "verilog" / f"sorter-{key}.v"
     if path.exists():

@@ -16,6 +16,7 @@ asked for (``area="cached"`` or ``"synthesise"``).
 block           cycles (in the block's own clock)           actions         instances
 ==============  ==========================================  ==============  ====================
 sorter          ``cycles(mode, n=, k=, d=, count=)``        compare         1
+topk            ``cycles("stage1", n=, k=)``                compare, digit  1
 loader          ``cycles(bytes=, requests=, ...)``          request, beat   bandwidth rule
 scorer          ``cycles(tokens=, jobs=1, lanes=None)``     mac, token      1
 sorter_loader   none of its own (its parts' contracts)      its parts'      1, never counted
@@ -23,7 +24,9 @@ scorer_sorter   ``cycles(n=, k=)`` (its chain contract)     its parts'      1, n
 ==============  ==========================================  ==============  ====================
 
 Units are SI: m^2, Hz, J, cycles. A chained block (:attr:`hikv.hw.blocks.Block.parts`) runs at
-the slower of its parts' clocks and its actions are its parts', named ``part.action``.
+the slower of its parts' clocks and its actions are its parts', named ``part.action``. The
+top-k engine (``topk``, :mod:`hikv.hw.topk`) takes Stage I jobs in the sorter's place and runs
+at the sorter's clock.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 
 from hikv.hw.blocks import BLOCKS, Block, get_block
 from hikv.hw.sorter_timing import SorterTiming
+from hikv.hw.topk_timing import TopKTiming, topk_cycles
 from hikv.params import Config, ParamError
 from hikv.sim.cost import energy as E
 from hikv.sim.cost.attention_model import scorer_cycles
@@ -115,6 +119,15 @@ def _sorter_energy(cfg: Config, tech: int) -> tuple[dict[str, float], str]:
             f"add of the {w}-bit compared item")
 
 
+def _topk_energy(cfg: Config, tech: int) -> tuple[dict[str, float], str]:
+    w, b = cfg.sorter.key_width, TopKTiming.from_params(cfg.sorter).digit_bits
+    return ({"compare": float(E.sorter_energy_j(1, w, tech)),
+             "digit_compare": float(E.sorter_energy_j(1, b, tech))},
+            f"hikv.sim.cost.energy.sorter_energy_j: a key comparison "
+            f"(TopKTiming.stage1_compares) is one integer add of the {w}-bit key, a digit "
+            f"comparison (stage1_digit_compares) one of the {b}-bit digit")
+
+
 def _loader_energy(cfg: Config, tech: int) -> tuple[dict[str, float], str]:
     return ({"request": float(E.loader_energy_j(1, 0, tech)),
              "beat": float(E.loader_energy_j(0, 1, tech))},
@@ -134,6 +147,7 @@ def _scorer_energy(cfg: Config, tech: int) -> tuple[dict[str, float], str]:
 #: block -> energy per action of its own (chained blocks take their parts')
 _ENERGY: dict[str, Callable[[Config, int], tuple[dict[str, float], str]]] = {
     "sorter": _sorter_energy,
+    "topk": _topk_energy,
     "loader": _loader_energy,
     "scorer": _scorer_energy,
 }
@@ -146,6 +160,15 @@ def _sorter_cycles(cfg: Config, timing: TimingModel, clock_hz: float
         return timing.sorter_cycles(cfg.sorter, mode, n=n, k=k, d=d, count=count)
 
     return cycles, f"timing model {timing.name!r} (sorter_cycles): {timing.source}"
+
+
+def _topk_cycles(cfg: Config, timing: TimingModel, clock_hz: float
+                 ) -> tuple[Callable[..., ArrayLike], str]:
+    def cycles(mode: str, *, n: ArrayLike = 0, k: ArrayLike = 0) -> ArrayLike:
+        return unique_apply(lambda a, b: float(topk_cycles(cfg.sorter, mode, n=a, k=b)), n, k)
+
+    return cycles, ("hikv.hw.topk_timing.topk_cycles: the radix-select engine's Stage I "
+                    "contract, asserted in cocotb")
 
 
 def _loader_cycles(cfg: Config, timing: TimingModel, clock_hz: float
@@ -189,6 +212,7 @@ def _scorer_sorter_cycles(cfg: Config, timing: TimingModel, clock_hz: float
 _CYCLES: dict[str, Callable[[Config, TimingModel, float],
                             tuple[Callable[..., ArrayLike], str]]] = {
     "sorter": _sorter_cycles,
+    "topk": _topk_cycles,
     "loader": _loader_cycles,
     "scorer": _scorer_cycles,
     "scorer_sorter": _scorer_sorter_cycles,
@@ -200,9 +224,17 @@ _NO_CYCLES: dict[str, str] = {
 }
 
 
+#: blocks that run at another block's clock (no clock of their own in
+#: :mod:`hikv.sim.cost.clocks`): the top-k engine takes the sorter's Stage I jobs
+_CLOCK_OF: dict[str, str] = {"topk": "sorter"}
+
+
 # --------------------------------------------------------------------------- records
 def _clock(block: Block, clocks: Clocks) -> tuple[float, str, str]:
     """(Hz it runs at, origin, source) of ``block`` under ``clocks``."""
+    if block.name in _CLOCK_OF:
+        hz, origin, src = _clock(get_block(_CLOCK_OF[block.name]), clocks)
+        return hz, origin, f"the {_CLOCK_OF[block.name]}'s clock, in whose place it runs: {src}"
     if block.parts:
         parts = {p: _clock(get_block(p), clocks) for p in block.parts}
         slow = min(parts, key=lambda p: parts[p][0])

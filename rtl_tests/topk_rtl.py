@@ -1,0 +1,127 @@
+"""Build and run the top-k engine's cocotb regression: the machinery behind
+``hikv rtl --block topk`` and the pytest launcher (rtl_tests/test_topk_rtl.py).
+
+The Verilog of a preset is generated once and cached under ``$HIKV_CACHE/verilog`` (keyed by
+the sorter parameters, the RTL sources and the Amaranth version); Verilator builds are cached by
+:func:`hikv.toolchain.run_cocotb`, one build directory per preset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from hikv.io import unique_dir
+from hikv.params import Config, ParamError, config_to_json, to_dict
+from hikv.toolchain import cache_dir, run_cocotb, text_hash
+
+from .report import RtlReport
+
+__all__ = ["TOPLEVEL", "default_jobs", "topk_verilog", "run_regression"]
+
+TOPLEVEL = "hikv_topk"
+TB_MODULE = "hikv.rtl_tests.tb_topk"
+ENV = "HIKV_TB_CONFIG"
+_HW = Path(__file__).resolve().parent.parent / "hw"
+_SOURCES = ("topk.py", "topk_timing.py", "sorter.py", "sorter_net.py", "sorter_compact.py",
+            "sorter_timing.py", "uops.py", "verilog.py")
+
+
+def default_jobs(cfg: Config) -> int:
+    """Random jobs when none are asked for: 10^4 on ``tiny`` (about 40 s of simulation), 100
+    otherwise (the longest jobs of ``default`` and ``paper`` take thousands of cycles)."""
+    return 10_000 if cfg.name == "tiny" else 100
+
+
+def topk_verilog(cfg: Config) -> str:
+    """Verilog of the top-k engine of ``cfg`` (module ``hikv_topk``), cached on disk."""
+    import amaranth
+
+    key = text_hash(json.dumps(to_dict(cfg.sorter), sort_keys=True),
+                    amaranth.__version__, *[(_HW / f).read_text() for f in _SOURCES])
+    path = cache_dir() / "verilog" / f"topk-{key}.v"
+    if path.exists():
+        return path.read_text()
+    from hikv.hw.topk import make_topk
+    from hikv.hw.verilog import to_verilog
+
+    text = to_verilog(make_topk(cfg), TOPLEVEL)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return text
+
+
+def _summary(data: dict[str, Any], passed: bool) -> list[str]:
+    lines = []
+    st = data.get("stats")
+    if st:
+        lines.append(f"stage1: {st['jobs']} jobs ({st['random']} random, {st['directed']} "
+                     f"directed), {st['items_out']} items out; cycles == formula for "
+                     f"{st['cycle_checks']} jobs without backpressure")
+        lines.append(f"refused configurations (error, cleared by reset): "
+                     f"{', '.join(data.get('refused', []))}")
+    for ex in data.get("examples", []):
+        lines.append(f"  stage1 n={ex['n']} k={ex['k']}: {ex['cycles']} cycles measured, "
+                     f"formula {ex['formula']}")
+    if st:
+        lines.append(f"resets in the middle of a job: {st['resets']}, each followed by a "
+                     "clean job")
+    lines.append(f"mismatches: {data.get('n_failures', '?')}, cycle mismatches: "
+                 f"{data.get('n_cycle_failures', '?')}; {data.get('sim_cycles', 0)} simulated "
+                 f"cycles in {data.get('wall_s', 0):.1f} s")
+    for f in data.get("failures", [])[:3] + data.get("cycle_failures", [])[:3]:
+        lines.append(f"  FAIL {f[:400]}")
+    if not data:
+        lines.append("the testbench wrote no summary (see the cocotb log above)")
+    elif not passed:
+        lines.append("FAILED")
+    return lines
+
+
+def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bool = False,
+                   simulator: str = "verilator") -> RtlReport:
+    """Randomized regression of the top-k engine of ``cfg`` against the golden model.
+
+    ``jobs`` random Stage I jobs (default :func:`default_jobs`) after the refused
+    configurations and the directed corner cases; every output compared with
+    :func:`hikv.model.refs.sorter.stage1_topk`, every job without backpressure timed against
+    :meth:`hikv.hw.topk_timing.TopKTiming.stage1_cycles`.
+    """
+    jobs = default_jobs(cfg) if jobs is None else jobs
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ParamError(f"jobs = {jobs!r} is out of range: allowed an integer >= 0")
+    if simulator not in ("verilator", "icarus"):
+        raise ParamError(f"simulator = {simulator!r}: allowed 'verilator' or 'icarus'")
+    run_dir = unique_dir(cache_dir() / "runs", f"topk-{cfg.name}-regression-s{seed}")
+    result = run_dir / "result.json"
+    env = {ENV: json.dumps({"config": config_to_json(cfg, indent=None), "result": str(result),
+                            "seed": seed, "jobs": jobs})}
+    run = run_cocotb(verilog=topk_verilog(cfg), toplevel=TOPLEVEL, test_module=TB_MODULE,
+                     build_key=f"topk-{cfg.name}", extra_env=env, seed=seed,
+                     testcase="regression", waves=waves, simulator=simulator,
+                     test_dir=run_dir,
+                     rewrite_files=[str(Path(__file__).with_name("tb_topk.py"))])
+    data: dict[str, Any] = json.loads(result.read_text()) if result.exists() else {}
+    passed = bool(run.passed and data and data["n_failures"] == 0
+                  and data["n_cycle_failures"] == 0)
+    cycles_file = None
+    if data.get("measurements"):
+        cycles_file = run.results_xml.parent / "rtl_cycles.json"
+        cycles_file.write_text(json.dumps({
+            "schema": "hikv.rtl_cycles/1",
+            "source": f"hikv rtl --block topk --preset {cfg.name} --seed {seed} --jobs {jobs}",
+            "measurements": data["measurements"]}, indent=1))
+    metrics = {"stats": data.get("stats", {}), "examples": data.get("examples", []),
+               "latency": data.get("latency"), "sim_cycles": data.get("sim_cycles"),
+               "wall_s": data.get("wall_s"), "build_dir": str(run.build_dir),
+               "rtl_cycles": str(cycles_file) if cycles_file else None}
+    lines = _summary(data, passed)
+    if cycles_file:
+        lines.append(f"cycle measurements ({len(data['measurements'])} distinct jobs, "
+                     f"hikv.rtl_cycles/1): {cycles_file}")
+    return RtlReport(block="topk", preset=cfg.name, seed=seed, jobs=jobs, passed=passed,
+                     lines=tuple(lines), metrics=metrics, waves=run.waves)
