@@ -21,6 +21,8 @@ Modules:
   :mod:`~hikv.hw.scorer_timing` (cycle contract), :mod:`~hikv.hw.scorer_sorter` (chained into
   the sorter's Stage I).
 * :mod:`~hikv.hw.baseline_pe` -- the baseline accelerator's processing-element units (area).
+* :mod:`~hikv.hw.formal` -- formal property harnesses of the sorter, loader and scoring unit
+  and their mutants (``hikv prove``).
 
 Each block's bit-exact reference is in :mod:`hikv.model.refs` (``sorter``, ``loader``,
 ``lowbit``, ``baseline_pe``), the only package above the ground (:mod:`hikv.params`) this one
@@ -34,4 +36,4 @@ __all__, __getattr__, __dir__ = lazy_api(__name__, {m: () for m in (
     "blocks", "verilog", "uops", "sorter", "sorter_net", "sorter_merge", "sorter_compact",
     "sorter_queue", "sorter_timing", "loader", "loader_ports", "loader_addr", "loader_coalesce",
     "loader_pack", "loader_timing", "sorter_loader", "scorer", "scorer_timing", "scorer_sorter",
-    "baseline_pe")})
+    "baseline_pe", "formal")})

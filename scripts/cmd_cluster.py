@@ -74,12 +74,12 @@ def run_cluster(args: argparse.Namespace) -> int:
         write_rows,
     )
     from hikv.sim.cluster.sched import split_workload
-    from hikv.sim.serving.step_cost import DEFAULT_STEP_COST
 
     from .serving_flags import (
         SERVE_ONLY,
         check_workload_flags,
         require_rescalable,
+        resolve_system,
         serving_config,
         workload_from_flags,
     )
@@ -87,12 +87,10 @@ def run_cluster(args: argparse.Namespace) -> int:
     check_workload_flags(args)
     given = [f"--{f.replace('_', '-')}" for f in SERVE_ONLY
              if getattr(args, f, None) not in (None, False)]
-    if getattr(args, "tp", 1) != 1:
-        given.append("--tp")
     if given:
         raise ParamError(f"{', '.join(given)}: not available in a cluster run (a cluster flag "
                          "was given); the cluster's instances serve with the preset's policy "
-                         "on the modelled accelerator")
+                         "on the system of --system")
     if args.replicas is not None and not 1 <= args.replicas <= 1024:
         raise ParamError(f"--replicas = {args.replicas} is out of range: allowed [1, 1024]")
     pre = get_cluster_preset(args.cluster) if args.cluster else None
@@ -136,6 +134,8 @@ def run_cluster(args: argparse.Namespace) -> int:
               for lay in layouts for r in routers for s in scheds]
     out = prepare_out_dir(args.out, OWNED, force=args.force) if args.out else None
     cfg = serving_config(with_overrides(get_preset(args.preset or "paper"), args.set), args)
+    sc = resolve_system(args, cfg)             # the served system, its configuration and cost
+    cfg = sc.cfg
     methods = list(resolve_methods(cfg, args.method or "full,hikv-evict"))
     wl, seed = workload_from_flags(args, cfg)
     predictor, served = split_workload(wl, base.train_fraction, q=base.quantile)
@@ -145,6 +145,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     ev = predictor.evaluate(served.prompt_tokens, served.output_tokens)
     print(f"preset {cfg.name}: model {cfg.model.name}; SLOs TTFT {cfg.serving.ttft_slo_s} s, "
           f"TPOT {cfg.serving.tpot_slo_s} s; policy {cfg.serving.policy}")
+    print(sc.description)
     print(f"workload {served.source}: {len(served)} requests served at "
           f"{served.rate_per_s:.4g}/s; predictor trained on {predictor.trained_on}")
     print(f"output-length predictor on the served requests: MAE {ev.mae_tokens:.1f} tokens "
@@ -157,10 +158,11 @@ def run_cluster(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     points = [GridPoint(p, m) for p in params for m in methods]
     runs = run_grid(cfg, served, points, predictor=predictor, predictor_eval=ev,
-                    cost_model=args.cost_model or DEFAULT_STEP_COST,
+                    cost_model=sc.cost_model,
                     with_goodput=args.goodput, seed=seed,
                     progress=lambda s: print(f"  ... {s} done", file=sys.stderr, flush=True))
-    rows = [row for _, row in runs]
+    rows = [{"system": sc.system, **row} for _, row in runs]
+    print(f"system {sc.system}:")
     print(format_table(rows))
     if out is not None:
         written = [write_rows(out / "summary.csv", rows)]

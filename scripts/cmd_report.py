@@ -50,6 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the serving section (HiKV vs full KV and the best baseline on "
                    "the Azure conversation trace, found via HIKV_DATA or "
                    "shared/data/azure-llm-2023)")
+    p.add_argument("--system", default="hikv", metavar="NAME",
+                   help="the system of the serving section: hikv (the accelerator alone, "
+                   "default), gpu (an A100, measured) or gpu+hikv (the A100 with decode "
+                   "attention on a HiKV accelerator beside it); gpu systems serve the paper "
+                   "preset when this preset's model has no measured profile")
     p.add_argument("--device-section", action="store_true",
                    help="add the serving section on a measured GPU (A100 operator profiles, "
                    "fitted attention; the first --serving-requests requests of the trace)")
@@ -66,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     iso = load_iso_accuracy(args.iso, cfg) if args.iso else None
     from hikv.params import ParamError
     from hikv.sim.serving.report import DEFAULT_REPORT_REQUESTS
+    from hikv.sim.serving.systems import check_system
 
+    check_system(args.system)
     n = DEFAULT_REPORT_REQUESTS if args.serving_requests is None else args.serving_requests
     if n < 0:
         raise ParamError(f"--serving-requests = {n} is out of range: allowed >= 0 (0: the "
@@ -76,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
                        resynthesise=args.resynthesise,
                        sections=((() if args.no_serving else ("serving",))
                                  + (("serving-device",) if args.device_section else ())),
-                       section_options={"serving": {"max_requests": n or None},
+                       section_options={"serving": {"max_requests": n or None,
+                                                    "system": args.system},
                                         "serving-device": {"max_requests": n or None}})
     files = write_report(rep, out, plots=not args.no_plots)
     if not args.quiet:

@@ -63,28 +63,24 @@ def run(args: argparse.Namespace) -> int:
         run_methods,
         write_csv,
     )
-    from hikv.sim.serving.step_cost import DEFAULT_STEP_COST
+
+    from .serving_flags import gpu_system, resolve_system
 
     check_workload_flags(args)
     out = (prepare_out_dir(args.out, OWNED, force=args.force) if args.out else None)
-    cfg = with_overrides(get_preset(args.preset or ("paper" if args.device else "default")),
+    cfg = with_overrides(get_preset(args.preset or ("paper" if gpu_system(args) else "default")),
                          args.set)
     if args.model:
         from hikv.presets import get_model_shape
 
         cfg = cfg.replace(model=get_model_shape(args.model))
-    device_cost = None
-    if args.device:
-        from hikv.sim.serving.device import device_cost_for
-
-        cfg, device_cost = device_cost_for(cfg, args.device, profile=args.profile,
-                                           tensor_parallel=args.tp,
-                                           memory_gib=args.device_memory)
-    elif (args.profile or args.breakdown or args.section or args.tp != 1
-          or args.device_memory is not None):
-        raise ParamError("--profile, --tp, --device-memory, --breakdown and --section need "
-                         "--device")
-    args.cost_model = args.cost_model or device_cost or DEFAULT_STEP_COST
+    if (args.breakdown or args.section) and not gpu_system(args):
+        raise ParamError("--breakdown and --section need --device (or --system gpu or "
+                         "gpu+hikv)")
+    sc = resolve_system(args, cfg)             # the served system, its configuration and cost
+    cfg = sc.cfg
+    device_cost = sc.cost_model if callable(sc.cost_model) else None
+    args.cost_model = sc.cost_model
     if args.admission:
         args.policy = f"{args.policy or cfg.serving.policy}:{args.admission}"
     cfg = serving_config(cfg, args, model=False)
@@ -124,14 +120,14 @@ def run(args: argparse.Namespace) -> int:
           f"max running {cfg.serving.max_running}; SLOs TTFT {cfg.serving.ttft_slo_s} s, "
           f"TPOT {cfg.serving.tpot_slo_s} s; cost model "
           f"{getattr(args.cost_model, 'name', args.cost_model)}")
-    if device_cost is not None:
-        print(device_cost.describe())
+    print(sc.description)
     sys.stdout.flush()
     runs = run_methods(cfg, wl, args.method, cost_model=args.cost_model, policy=args.policy,
                        with_goodput=args.goodput, seed=seed,
                        progress=lambda name: print(f"  ... {name} done", file=sys.stderr,
                                                    flush=True))
-    rows = [row for _, _, row in runs]
+    rows = [{"system": sc.system, **row} for _, _, row in runs]
+    print(f"system {sc.system}:")
     print(format_table(rows))
     for res, _, _ in runs:
         lc = res.little

@@ -11,16 +11,16 @@ import argparse
 import dataclasses
 from typing import Any
 
-__all__ = ["add_arguments", "add_cluster_arguments", "CLUSTER_FLAGS", "SERVE_ONLY",
-           "is_cluster_run", "serving_config", "workload_from_flags", "check_workload_flags"]
+__all__ = ["add_arguments", "add_cluster_arguments", "add_system_arguments", "CLUSTER_FLAGS",
+           "SERVE_ONLY", "is_cluster_run", "serving_config", "workload_from_flags",
+           "check_workload_flags", "resolve_system", "gpu_system"]
 
 #: The flags that make ``hikv serve`` a cluster run (their ``args`` names).
 CLUSTER_FLAGS = ("cluster", "replicas", "pd", "dynamic_ratio", "reconfig_s", "router",
                  "decode_router", "link", "scheduler", "quantile", "train_fraction")
 
-#: ``hikv serve`` flags a cluster run does not take (per-replica device and policy options).
-SERVE_ONLY = ("device", "profile", "device_memory", "breakdown", "section", "export_vidur",
-              "policy", "admission")
+#: ``hikv serve`` flags a cluster run does not take (per-replica tables and policy options).
+SERVE_ONLY = ("breakdown", "section", "export_vidur", "policy", "admission")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,6 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", metavar="NAME",
                    help="serve on a measured GPU: a100 (operators from a Vidur mlp.csv "
                         "profile, attention fitted to published kernel times)")
+    add_system_arguments(p)
     p.add_argument("--model", metavar="NAME",
                    help="model shape (hikv presets --list; default: the preset's)")
     p.add_argument("--profile", metavar="FILE",
@@ -98,6 +99,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace the files of an earlier run in --out (they are deleted first)")
     add_cluster_arguments(p)
+
+
+def add_system_arguments(p: argparse.ArgumentParser, *, fleet: bool = False) -> None:
+    """``--system``, ``--host-link`` and ``--assumed-clocks`` (`hikv serve`, `hikv cluster`,
+    `hikv plan` with ``fleet``): which system a serving number belongs to
+    (:mod:`hikv.sim.serving.systems`)."""
+    p.add_argument("--system", metavar="NAME",
+                   help="the served system: gpu (everything on the --device GPU), gpu+hikv "
+                        "(the GPU, with decode attention on a HiKV accelerator beside it)"
+                        + (", or both comma-separated (default: gpu; --device defaults to "
+                           "a100)" if fleet else
+                           " or hikv (the accelerator alone, the attention-level model) "
+                           "(default: gpu with --device, hikv otherwise; gpu and gpu+hikv "
+                           "default to --device a100)"))
+    p.add_argument("--host-link", metavar="NAME",
+                   help="with --system gpu+hikv: the GPU-accelerator link: nvlink-c2c, nvlink3, "
+                        "pcie5 (default: nvlink-c2c)")
+    p.add_argument("--assumed-clocks", action="store_true",
+                   help="with --system gpu+hikv: time the accelerator at the assumed clocks "
+                        "(accel.clock_hz) instead of the timing flow's estimate")
+
+
+def resolve_system(args: argparse.Namespace, cfg):
+    """The system of ``args`` for preset ``cfg`` (:func:`hikv.sim.serving.systems.system_cost`):
+    ``--system`` or its default, the GPU flags, the link; returns its
+    :class:`~hikv.sim.serving.systems.SystemCost`."""
+    from hikv.params import ParamError
+    from hikv.sim.serving.systems import check_system, default_system, system_cost
+
+    system = check_system(args.system) if args.system else default_system(args.device)
+    if system != "gpu+hikv" and (args.host_link or args.assumed_clocks):
+        raise ParamError("--host-link and --assumed-clocks need --system gpu+hikv")
+    if system == "hikv":
+        return system_cost(cfg, "hikv", device=args.device, profile=args.profile,
+                           tensor_parallel=args.tp, memory_gib=args.device_memory,
+                           cost_model=args.cost_model)
+    return system_cost(cfg, system, device=args.device, profile=args.profile,
+                       tensor_parallel=args.tp, memory_gib=args.device_memory,
+                       link=args.host_link, cost_model=args.cost_model,
+                       estimated_clocks=not args.assumed_clocks)
+
+
+def gpu_system(args: argparse.Namespace) -> bool:
+    """Whether ``args`` name a GPU system (``--device``, or ``--system gpu`` / ``gpu+hikv``):
+    its preset defaults to ``paper``, whose model has a measured profile."""
+    return bool(args.device) or (args.system or "hikv") != "hikv"
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:

@@ -96,9 +96,9 @@ def test_flat_flow_script_and_key_are_unchanged():
 
 def test_identical_lanes_are_one_part():
     v = to_verilog(_Lanes(3, odd=True), "lanes", flatten=False)
-    mods = A._modules(v)
+    mods = A.verilog_modules(v)
     assert list(mods) == ["lanes", "lanes.lane0", "lanes.lane1", "lanes.lane2"]
-    canon = {n: A._canonical(t, "p") for n, t in mods.items() if n != "lanes"}
+    canon = {n: A.canonical_module(t, "p") for n, t in mods.items() if n != "lanes"}
     assert canon["lanes.lane0"] == canon["lanes.lane1"] != canon["lanes.lane2"]
     assert A._instantiates(mods["lanes"], list(mods)) == list(mods)[1:]
     assert A._instantiates(mods["lanes.lane0"], list(mods)) == []
@@ -111,14 +111,14 @@ def test_hierarchical_area_is_top_plus_lanes_and_close_to_flat():
     flat = A.synthesize(to_verilog(_Lanes(4, odd=True), "lanes4"), "lanes4")
     # three 8-bit lanes are one part, the 12-bit lane another
     assert sorted(n for _, _, n in hier.parts) == [1, 3]
-    mods = A._modules(v_hier)
+    mods = A.verilog_modules(v_hier)
     lanes = [t for n, t in mods.items() if n != "lanes4"]
     top = A.synthesize(mods["lanes4"], "lanes4", blackboxes="".join(lanes))
     assert top.blackbox_cells == {f"lanes4.lane{j}": 1 for j in range(4)}
     assert all("lane" not in c for c in top.cells)
     total = top.area_m2
     for p, key, n in hier.parts:
-        (part,) = {r.key: r for r in (A.cached_synthesis(A._canonical(t, p), p)
+        (part,) = {r.key: r for r in (A.cached_synthesis(A.canonical_module(t, p), p)
                                       for t in lanes) if r is not None and r.key == key}.values()
         total += n * part.area_m2
     assert hier.area_m2 == pytest.approx(total)
@@ -143,7 +143,7 @@ def test_scorer_goes_through_the_hierarchical_flow(monkeypatch):
     lane; ``flat=True`` keeps the flat flow."""
     seen = []
     monkeypatch.setattr(A, "hierarchical_synthesis",
-                        lambda v, top, **kw: seen.append((A._modules(v), top, kw)) or "hier")
+                        lambda v, top, **kw: seen.append((A.verilog_modules(v), top, kw)) or "hier")
     monkeypatch.setattr(A, "cached_synthesis", lambda v, top, **kw: "flat")
     # a result known by its RTL key is returned without either flow (hikv.sim.eda.shipped)
     monkeypatch.setattr(A, "_rtl_lookup", lambda *a, **kw: (None, None))

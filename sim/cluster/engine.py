@@ -50,6 +50,7 @@ import heapq
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -537,16 +538,24 @@ def _isolated_s(cfg: Config, cost: StepCostModel, prompt: np.ndarray, output: np
 
 def simulate_cluster(cfg: Config, spec: MethodSpec, workload: Workload, params: ClusterParams,
                      *, predictor: OutputPredictor, method: str | None = None,
-                     cost_model: str = DEFAULT_STEP_COST, fast_forward: bool = True,
+                     cost_model: str | Callable[[Config, MethodSpec], StepCostModel]
+                     = DEFAULT_STEP_COST, fast_forward: bool = True,
                      predictor_eval: PredictorEval | None = None,
                      with_isolated: bool = True) -> ClusterResult:
     """Serve ``workload`` on the cluster ``params`` of ``cfg``'s accelerator and model with KV
     method ``spec`` (module docstring). ``predictor`` is the output-length predictor the
     routers and EWSJF use (train it on other requests: :func:`~hikv.sim.cluster.sched.
-    split_workload`). Pure: nothing is written, no global state is touched."""
+    split_workload`). ``cost_model`` names a step-cost model or is a factory ``(cfg, spec) ->
+    StepCostModel`` (a measured device, a named system: :mod:`hikv.sim.serving.systems`).
+    Pure: nothing is written, no global state is touched."""
     if not isinstance(params, ClusterParams):
         raise ParamError(f"params must be a ClusterParams, not {params!r}")
-    cost = make_step_cost(cost_model, cfg, spec)
+    if callable(cost_model):
+        cost = cost_model(cfg, spec)
+        cost_name = str(getattr(cost_model, "name", type(cost).__name__))
+    else:
+        cost = make_step_cost(cost_model, cfg, spec)
+        cost_name = cost_model
     t0 = time.perf_counter()
     cl = _Cluster(cfg, spec, workload, cost, params, predictor, fast_forward)
     events = cl.run()
@@ -556,13 +565,13 @@ def simulate_cluster(cfg: Config, spec: MethodSpec, workload: Workload, params: 
         bad = np.nonzero(cl.completions != 1)[0]
         raise AssertionError(f"cluster lost or repeated requests {bad[:10].tolist()} "
                              f"(completions {cl.completions[bad[:10]].tolist()})")
-    insts = tuple(engine_result(e, method=f"{name}@{k}", cost_name=cost_model,
+    insts = tuple(engine_result(e, method=f"{name}@{k}", cost_name=cost_name,
                                 workload=workload.source, wall_s=0.0)
                   for k, e in enumerate(cl.engines))
     iso = (_isolated_s(cfg, cost, workload.prompt_tokens, workload.output_tokens)
            if with_isolated else np.full(len(workload), np.nan))
     return ClusterResult(
-        params=params, config=cfg, method=name, spec=spec, cost_model=cost_model,
+        params=params, config=cfg, method=name, spec=spec, cost_model=cost_name,
         workload=workload.source, arrival_s=workload.arrival_s,
         prompt_tokens=workload.prompt_tokens, output_tokens=workload.output_tokens,
         first_token_s=cl.first_token, finish_s=cl.finish, completions=cl.completions,

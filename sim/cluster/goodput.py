@@ -4,13 +4,14 @@ rate at which the cluster meets both SLOs for ``slo_attainment`` of the requests
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hikv.params import Config, MethodSpec
 from hikv.sim.cluster.engine import simulate_cluster
 from hikv.sim.cluster.params import ClusterParams
 from hikv.sim.cluster.sched import OutputPredictor
-from hikv.sim.serving.step_cost import DEFAULT_STEP_COST
+from hikv.sim.serving.step_cost import DEFAULT_STEP_COST, StepCostModel
 from hikv.sim.serving.workload import Workload
 
 __all__ = ["ClusterGoodput", "cluster_goodput"]
@@ -29,7 +30,9 @@ class ClusterGoodput:
 
 
 def cluster_goodput(cfg: Config, spec: MethodSpec, workload: Workload, params: ClusterParams,
-                    *, predictor: OutputPredictor, cost_model: str = DEFAULT_STEP_COST,
+                    *, predictor: OutputPredictor,
+                    cost_model: str | Callable[[Config, MethodSpec], StepCostModel]
+                    = DEFAULT_STEP_COST,
                     rel_tol: float = 0.05, max_doublings: int = 8) -> ClusterGoodput:
     """Search the rate (the workload's times rescaled): double or halve from its own rate
     until the attainment crosses ``cfg.serving.slo_attainment``, then bisect geometrically to

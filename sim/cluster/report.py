@@ -69,7 +69,7 @@ def result_row(res: ClusterResult, *, seed: int | None, version: str,
 
 def run_grid(cfg: Config, workload: Workload, points: Sequence[GridPoint], *,
              predictor: OutputPredictor, predictor_eval: PredictorEval | None,
-             cost_model: str = DEFAULT_STEP_COST, with_goodput: bool = False,
+             cost_model: Any = DEFAULT_STEP_COST, with_goodput: bool = False,
              seed: int | None = None, progress: Callable[[str], None] | None = None
              ) -> list[tuple[ClusterResult, dict[str, Any]]]:
     """Simulate every grid point on ``workload``; returns (result, row) per point."""

@@ -406,7 +406,8 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         "loader": E.loader_energy_j(units * sb.requests,
                                     np.ceil(bytes_burst / cfg.loader.beat_bytes), tech),
         "scorer": E.scorer_energy_j(units * sc_macs, units * G * np.asarray(w.scorer_tokens),
-                                    _lowbit_bits(spec), cfg.scorer.query_bits, d, tech),
+                                    _lowbit_bits(spec), cfg.scorer.query_bits,
+                                    spec.hikv.scored_channels(d) if spec.hikv else d, tech),
     }
     shape = np.broadcast(time_s, parts["dram"], parts["sram"]).shape
     parts = {k: np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()}

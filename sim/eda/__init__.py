@@ -10,6 +10,8 @@ the technology data it scales by is :mod:`hikv.sim.tech`.
 * :mod:`~hikv.sim.eda.fpga`     FPGA place and route (ECP5, ``hikv timing --backend fpga``)
 * :mod:`~hikv.sim.eda.shipped`  synthesis and timing results shipped with the package
 * :mod:`~hikv.sim.eda.published`  our per-unit areas against published figures
+* :mod:`~hikv.sim.eda.formal`   formal proofs of the blocks' interface properties (SymbiYosys,
+  ``hikv prove``)
 
 Names are imported from their module on first use (:mod:`hikv.lazy`).
 """
@@ -26,4 +28,5 @@ __all__, __getattr__, __dir__ = lazy_api(__name__, {
              "block_fpga_seeds"),
     "shipped": (),
     "published": ("UnitComparison", "unit_comparisons"),
+    "formal": ("ProofResult", "FormalToolMissing", "prove_property"),
 })

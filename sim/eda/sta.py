@@ -520,7 +520,8 @@ def block_sta(block: Any, cfg: Config, *, use_cache: bool = True) -> StaResult:
         block = get_block(block)
     blk = block
     return _sta(lambda: blk.verilog(cfg),
-                rtl_key(f"block:{blk.name}", blk.toplevel, cfg, blk.make), blk.toplevel,
+                rtl_key(f"block:{blk.name}", blk.toplevel, cfg, (blk.make, type(blk))),
+                blk.toplevel,
                 cfg.accel.tech_nm, use_cache=use_cache, what=f"block:{blk.name}")
 
 
@@ -537,7 +538,7 @@ def unit_sta(name: str, cfg: Config, *, use_cache: bool = True) -> StaResult:
         return to_verilog(make(cfg), top)
 
     what = f"unit:{name}"
-    return _sta(verilog, rtl_key(what, top, cfg, make), top, cfg.accel.tech_nm,
+    return _sta(verilog, rtl_key(what, top, cfg, (make,)), top, cfg.accel.tech_nm,
                 use_cache=use_cache, what=what)
 
 

@@ -15,6 +15,10 @@
 * :mod:`~hikv.sim.serving.device_report`  its per-operator tables and report section
 * :mod:`~hikv.sim.serving.gpu_attention`  GPU attention kernels fitted to published
   measurements
+* :mod:`~hikv.sim.serving.gpu_selection`  GPU selection kernels (scan, top-k, gather) fitted
+  to published measurements
+* :mod:`~hikv.sim.serving.systems`        the named systems (``gpu``, ``gpu+hikv``, ``hikv``)
+  and the accelerator beside a GPU
 * :mod:`~hikv.sim.serving.vidur_export`   the attention timings as Vidur ``attention.csv``
 
 Above :mod:`hikv.sim.cost`; below :mod:`hikv.sim.cluster`. Names are imported from their module
@@ -35,5 +39,7 @@ __all__, __getattr__, __dir__ = lazy_api(__name__, {
     "device": ("GpuDevice", "DEVICES", "DeviceCost", "device_cost_for"),
     "device_report": (),
     "gpu_attention": ("GpuAttention", "fit_attention"),
+    "gpu_selection": ("GpuSelection", "fit_selection"),
+    "systems": ("SYSTEMS", "SystemCost", "system_cost", "OffloadStepCost"),
     "vidur_export": ("export_methods",),
 })

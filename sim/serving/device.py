@@ -12,7 +12,9 @@ token counts between profiled ones are interpolated within GEMM tiles
 (:func:`tile_interp`). Not in the profile and modelled: the LM head (a roofline with the
 efficiencies derived from the same profile, :func:`derive_efficiency`) and attention
 (:mod:`hikv.sim.serving.gpu_attention`, fitted to published kernel measurements; for a KV method the
-decode kernel reads that method's bytes per step, :mod:`hikv.sim.cost.closed_form`). Not modelled:
+decode kernel reads that method's bytes per step, :mod:`hikv.sim.cost.closed_form`, and a method
+that selects or evicts by a score runs its scan, top-k and score kernels before it,
+:mod:`hikv.sim.serving.gpu_selection`, fitted to Quest's measurements). Not modelled:
 tensor-parallel all-reduce, CPU scheduling and sampling overheads.
 
 **Roofline with efficiencies** (:class:`EfficientRooflineStepCost`, ``--cost-model
@@ -37,6 +39,13 @@ from hikv.params import Config, MethodSpec, ModelShape, ParamError, RooflineEffi
 from hikv.sim.cost.closed_form import closed_form
 from hikv.sim.cost.closed_form_base import ClosedForm
 from hikv.sim.serving.gpu_attention import A100_ATTENTION, GpuAttention
+from hikv.sim.serving.gpu_selection import (
+    A100_SELECTION,
+    GpuSelection,
+    SelectionTables,
+    batch_selection_s,
+    selection_tables,
+)
 from hikv.sim.serving.step_cost import (
     EfficientAttentionModelStepCost,
     EfficientRooflineStepCost,
@@ -66,7 +75,7 @@ LAYER_OPS = PROFILE_OPS[1:]
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE_OPS = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
 #: Keys of :meth:`DeviceStepCost.breakdown`, in order.
-BREAKDOWN_OPS = PROFILE_OPS + ("lm_head", "attn_prefill", "attn_decode")
+BREAKDOWN_OPS = PROFILE_OPS + ("lm_head", "attn_prefill", "attn_select", "attn_decode")
 _SHAPE_COLS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size",
                "use_gated_mlp")
 #: Tokens per GEMM tile boundary: profiled times jump just after multiples of it.
@@ -191,7 +200,8 @@ def find_profile(device: str, model_dir: str, start: str | os.PathLike[str] | No
 @dataclass(frozen=True)
 class GpuDevice:
     """A GPU as the serving simulator needs it: datasheet peaks (dense fp16 tensor FLOP/s,
-    memory bandwidth, memory), its profile directory name and its fitted attention."""
+    memory bandwidth, memory), its profile directory name, its fitted attention, its
+    selection kernels and its board power (datasheet TDP, W)."""
 
     name: str
     label: str
@@ -200,13 +210,15 @@ class GpuDevice:
     memory_bytes: int
     profile_dir: str
     attention: GpuAttention
+    selection: GpuSelection | None = None
+    board_power_w: float = 0.0
 
 
 #: Devices with a fitted attention model. A100: NVIDIA A100 80GB SXM datasheet (312 TFLOP/s
-#: dense fp16 tensor, 2,039 GB/s HBM2e, 80 GB).
+#: dense fp16 tensor, 2,039 GB/s HBM2e, 80 GB, 400 W maximum TDP).
 DEVICES: dict[str, GpuDevice] = {
     "a100": GpuDevice("a100", "NVIDIA A100-SXM4-80GB", 312e12, 2.039e12, 80 * 2**30, "a100",
-                      A100_ATTENTION),
+                      A100_ATTENTION, A100_SELECTION, 400.0),
 }
 
 #: Profile directory (under ``<device>/``) of each model shape of :mod:`hikv.presets`.
@@ -326,6 +338,10 @@ class DeviceStepCost(StepCostBase):
         self._dec_fixed = self.layers * self.att.decode_fixed_s
         self._s_per_byte = 1.0 / self.att.decode_bytes_per_s
         self._s_per_flop = 1.0 / self.att.prefill_flops_per_s
+        # selection kernels (scan, top-k, score passes) per decode key, built on demand
+        self.selection = device.selection
+        self._sel: SelectionTables | None = None
+        self._sel_att = (np.zeros(0), np.zeros(0))
 
     # ----------------------------------------------------------------- parts
     def _nonattention(self, tokens: int) -> float:
@@ -334,21 +350,65 @@ class DeviceStepCost(StepCostBase):
         return float(sum(self.profile.time_s(op, tokens)[0] for op in LAYER_OPS)
                      * self.layers + self.profile.time_s("emb", tokens)[0])
 
+    def linear_time_s(self, tokens: int, logits: int) -> float:
+        """Every operator but attention: the profiled ones at ``tokens`` and the LM head
+        over ``logits``."""
+        return self._nonattention(tokens) + self.lm_head_time_s(logits)
+
     def lm_head_time_s(self, logits: int) -> float:
         """The LM head over ``logits`` tokens: roofline with the profile's efficiencies."""
         if logits <= 0:
             return 0.0
         return max(logits * self._lm_s_per_logit, self._lm_s_weights)
 
+    def selection_tables(self, xmax: int) -> SelectionTables | None:
+        """Per decode key ``x <= xmax`` (at least): one sequence's selection work
+        (:func:`hikv.sim.serving.gpu_selection.selection_tables`), and the attention
+        kernel's FLOPs and bytes without it; None when the method selects nothing or the
+        device has no selection model."""
+        if self.selection is None:
+            return None
+        if self._sel is None or xmax >= self._sel.scan_bytes.size:
+            size = max(xmax + 1, 2 * (0 if self._sel is None else self._sel.scan_bytes.size),
+                       1024)
+            x = np.maximum(np.arange(size, dtype=np.int64), 2)   # keys 0, 1 as key 2 (n >= 1)
+            prompt, step = self.kv.by_key(x)
+            rd = self.kv.decode_read(prompt, step)
+            self._sel = selection_tables(self.cfg, self.spec, prompt, step, rd.burst)
+            rf = self._rf
+            self._sel_att = (np.asarray(rf.attn_flops_per_key * (rd.tokens + 1), dtype=float),
+                             self._sel.attend_bytes + rf.write_bytes_per_token)
+        return self._sel if self._sel.selects else None
+
+    def decode_parts_s(self, x: np.ndarray, axis: int | None) -> tuple[Any, Any]:
+        """(attention kernel, selection kernels) seconds of the sequences with decode keys
+        ``x`` (summed over ``axis``); selection 0 for a method that selects nothing."""
+        seqs = x.shape[0] if axis == 0 else x.size
+        sel = self.selection_tables(int(x.max()))
+        if sel is None:
+            ft, bt = self._rf._decode_tables(int(x.max()))
+            nbytes = bt[x].sum(axis) * self._inv_tp + seqs * self._qo_bytes
+            flops = ft[x].sum(axis) * self._inv_tp
+            return (self._dec_fixed + np.maximum(nbytes * self._s_per_byte,
+                                                 flops * self._s_per_flop), 0.0)
+        assert self.selection is not None
+        af, ab = self._sel_att
+        nbytes = ab[x].sum(axis) * self._inv_tp + seqs * self._qo_bytes
+        flops = af[x].sum(axis) * self._inv_tp
+        att = self._dec_fixed + np.maximum(
+            nbytes * self._s_per_byte / self.selection.gather_fraction, flops * self._s_per_flop)
+        return att, batch_selection_s(self.selection, sel, x, axis, layers=self.layers,
+                                      flops_per_s=self.att.prefill_flops_per_s,
+                                      share=self._inv_tp)
+
     def decode_attention_time_s(self, x: np.ndarray, axis: int | None) -> np.ndarray:
         """Decode kernels of the sequences with decode keys ``x`` (summed over ``axis``):
-        per layer one kernel; the bytes are the method's bytes per step (all layers, this
-        GPU's share of the KV heads) plus queries and outputs."""
-        ft, bt = self._rf._decode_tables(int(x.max()))
-        seqs = x.shape[0] if axis == 0 else x.size
-        nbytes = bt[x].sum(axis) * self._inv_tp + seqs * self._qo_bytes
-        flops = ft[x].sum(axis) * self._inv_tp
-        return self._dec_fixed + np.maximum(nbytes * self._s_per_byte, flops * self._s_per_flop)
+        per layer one attention kernel over the method's bytes per step (all layers, this
+        GPU's share of the KV heads) plus queries and outputs, and, for a method that
+        selects or evicts by a score, its selection kernels before it
+        (:mod:`hikv.sim.serving.gpu_selection`)."""
+        att, sel = self.decode_parts_s(x, axis)
+        return att + sel
 
     def prefill_attention_time_s(self, done: np.ndarray, chunk: np.ndarray,
                                  total: np.ndarray) -> float:
@@ -370,10 +430,11 @@ class DeviceStepCost(StepCostBase):
         out["lm_head"] = self.lm_head_time_s(batch.logits)
         out["attn_prefill"] = self.prefill_attention_time_s(
             batch.prefill_done, batch.prefill_chunk, batch.prefill_total)
-        out["attn_decode"] = 0.0
+        out["attn_select"] = out["attn_decode"] = 0.0
         if batch.decode_step.size:
             x = self.kv.decode_key(batch.decode_prompt, batch.decode_step)
-            out["attn_decode"] = float(self.decode_attention_time_s(x, None))
+            att, sel = self.decode_parts_s(x, None)
+            out["attn_select"], out["attn_decode"] = float(sel), float(att)
         return out
 
     def iteration_time_s(self, batch: IterationBatch) -> float:
@@ -416,7 +477,9 @@ class DeviceCost:
                 f"the embedding ({self.profile_path}); MODELLED attention (decode "
                 f"{a.decode_bytes_per_s / 1e12:.2f} TB/s + {a.decode_fixed_s * 1e6:.1f} us per "
                 f"layer, prefill {a.prefill_flops_per_s / 1e12:.0f} TFLOP/s + "
-                f"{a.prefill_fixed_s * 1e6:.1f} us, fitted to published A100 kernel times) and "
+                f"{a.prefill_fixed_s * 1e6:.1f} us, fitted to published A100 kernel times; a "
+                f"selecting method's scan, top-k and score kernels fitted to Quest's "
+                f"measurements) and "
                 f"the LM head (roofline at the profile's GEMM efficiencies); NOT MODELLED "
                 f"tensor-parallel all-reduce, CPU scheduling and sampling")
 

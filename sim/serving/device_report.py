@@ -55,12 +55,14 @@ def breakdown_table(cfg: Config, cost: DeviceCost, method: str = "full") -> str:
     from hikv.presets import resolve_methods
 
     spec = resolve_methods(cfg, method)[method]
-    model = cost(cfg, spec)
-    assert isinstance(model, DeviceStepCost)
+    model: Any = cost(cfg, spec)
+    assert isinstance(model, DeviceStepCost) or hasattr(model, "breakdown")
     rf = RooflineStepCost(cfg, spec)
     ef = EfficientRooflineStepCost(cfg, spec)
+    offload = not isinstance(model, DeviceStepCost)       # gpu+hikv: link and accelerator
     cols = ("emb", "norms", "qkv", "rope", "o_proj", "up", "act", "down", "add", "lm_head",
-            "attn_prefill", "attn_decode")
+            "attn_prefill", "attn_select", "attn_decode") + (
+                ("link", "accelerator") if offload else ())
     head = ("| iteration | total ms | roofline ms | roofline-eff ms | "
             + " | ".join(cols) + " |")
     lines = [f"Per-iteration time by operator (ms), {cfg.model.name}, method {method}, "
@@ -75,12 +77,19 @@ def breakdown_table(cfg: Config, cost: DeviceCost, method: str = "full") -> str:
              "qkv": bd["attn_pre_proj"], "rope": bd["attn_rope"], "o_proj": bd["attn_post_proj"],
              "up": bd["mlp_up_proj"], "act": bd["mlp_act"], "down": bd["mlp_down_proj"],
              "add": bd["add"], "lm_head": bd["lm_head"], "attn_prefill": bd["attn_prefill"],
-             "attn_decode": bd["attn_decode"]}
+             "attn_select": bd["attn_select"], "attn_decode": bd["attn_decode"],
+             **{k: bd[k] for k in ("link", "accelerator") if k in bd}}
         lines.append(f"| {label} | {sum(bd.values()) * 1e3:.2f} | "
                      f"{rf.iteration_time_s(batch) * 1e3:.2f} | "
                      f"{ef.iteration_time_s(batch) * 1e3:.2f} | "
                      + " | ".join(f"{g[c] * 1e3:.2f}" for c in cols) + " |")
     return "\n".join(lines)
+
+
+def _device_label(cost: Any) -> str:
+    dev = cost.device if isinstance(cost.device, str) else cost.device.device
+    return get_device(dev).label + ("" if isinstance(cost, DeviceCost) else
+                                    " with a HiKV accelerator for decode attention")
 
 
 def measured_vs_modelled(cost: DeviceCost) -> str:
@@ -100,7 +109,7 @@ def device_section(cfg: Config, workload: Any, cost: DeviceCost, *,
     rows = [row for _, _, row in runs]
     sv = cfg.serving
     return "\n".join([
-        f"### Serving on a measured device: {get_device(cost.device).label}, {cfg.model.name}",
+        f"### Serving on a measured device: {_device_label(cost)}, {cfg.model.name}",
         "",
         f"Workload {workload.source}: {len(workload)} requests at {workload.rate_per_s:.3g}/s; "
         f"policy {policy or sv.policy}, max batched tokens {sv.max_batched_tokens}; "
@@ -108,9 +117,9 @@ def device_section(cfg: Config, workload: Any, cost: DeviceCost, *,
         f"{cfg.accel.device_memory_bytes / 2**30:g} GiB minus weights minus "
         f"{sv.workspace_bytes / 2**30:g} GiB workspace (modelled).",
         "",
-        measured_vs_modelled(cost) + ". A KV method changes only the decode kernel's bytes "
-        "(:mod:`hikv.sim.cost.closed_form`), i.e. how a GPU kernel reading that method's layout "
-        "would run, not the HiKV accelerator.",
+        measured_vs_modelled(cost) + ". A KV method changes the decode kernel's bytes "
+        "(:mod:`hikv.sim.cost.closed_form`) and, when it selects or evicts by a score, adds its "
+        "scan, top-k and score kernels (:mod:`hikv.sim.serving.gpu_selection`).",
         "",
         "```", format_table(rows), "```"])
 

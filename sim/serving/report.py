@@ -367,18 +367,21 @@ DEFAULT_REPORT_REQUESTS = 1000
 
 
 def report_section(cfg: Config, report: Any = None, *, max_requests: int | None =
-                   DEFAULT_REPORT_REQUESTS, trace: str | os.PathLike[str] | None = None
-                   ) -> ReportSection:
+                   DEFAULT_REPORT_REQUESTS, trace: str | os.PathLike[str] | None = None,
+                   system: str = "hikv", device: str | None = None) -> ReportSection:
     """``hikv report``'s serving section: HiKV against full KV and the best importance-based
     baseline (by goodput) on the Azure conversation trace (first ``max_requests`` requests;
-    None for all 19,366): throughput, TTFT and TPOT P99, goodput under the preset's SLOs.
+    None for all 19,366): throughput, TTFT and TPOT P99, goodput under the preset's SLOs, on
+    ``system`` (:mod:`hikv.sim.serving.systems`; ``gpu`` and ``gpu+hikv`` on ``device``,
+    default a100, with the ``paper`` preset when ``cfg``'s model has no measured profile).
 
     The trace is ``trace`` or found by :func:`hikv.sim.serving.workload.find_azure_trace`; without
     it the section says so and how to provide it.
     """
     from hikv.sim.serving.workload import find_azure_trace
 
-    title = "Serving (model): Azure conversation trace"
+    title = "Serving (model): Azure conversation trace" + (
+        "" if system == "hikv" else f", system {system}")
     path = trace if trace is not None else find_azure_trace("conv")
     if path is None or not Path(path).is_file():
         return ReportSection(title, "Skipped: the Azure LLM inference conversation trace "
@@ -390,7 +393,18 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
                          "(or None for the whole trace)")
     t0 = time.perf_counter()
     try:
-        rows = serving_summary(cfg, path, list(REPORT_METHODS), max_requests=max_requests)
+        from hikv.sim.serving.systems import system_cost
+
+        if system != "hikv":
+            from hikv.presets import get_preset
+            from hikv.sim.serving.device import PROFILE_MODELS
+
+            if cfg.model.name not in PROFILE_MODELS:
+                cfg = get_preset("paper")
+        sc = system_cost(cfg, system, device=device)
+        cfg = sc.cfg
+        rows = serving_summary(cfg, path, list(REPORT_METHODS), max_requests=max_requests,
+                               cost_model=sc.cost_model)
     except ParamError as e:
         return ReportSection(title, f"Skipped: the trace cannot be served on preset "
                              f"{cfg.name}: {e}", [])
@@ -403,7 +417,8 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
     head = (f"Preset {cfg.name} ({cfg.model.name}), {Path(path).name}: "
             + (f"the first {n:,} requests" if max_requests is not None else "every request")
             + f" (`hikv report --serving-requests N` sets how many); scheduler {sv.policy}, "
-            f"max batched tokens {sv.max_batched_tokens}, step cost `{DEFAULT_STEP_COST}`; "
+            f"max batched tokens {sv.max_batched_tokens}, step cost `{sc.cost_name}` on "
+            f"system `{sc.system}` ({sc.description}); "
             f"SLOs TTFT "
             f"{sv.ttft_slo_s * 1e3:g} ms and TPOT {sv.tpot_slo_s * 1e3:g} ms for "
             f"{100 * sv.slo_attainment:g}% of requests. Best baseline: the highest goodput "
@@ -435,7 +450,7 @@ def report_section(cfg: Config, report: Any = None, *, max_requests: int | None 
                      f"{r['tpot_p99_s'] * 1e3:.3f} | {goodput_cell(r)} | "
                      f"{g} | {little} |")
         out.append({**{k: r.get(k) for k in keys}, "role": role, "requests": n,
-                    "trace": str(path)})
+                    "trace": str(path), "system": sc.system})
     notes = []
     if any(r.get("goodput_bound", "measured") != "measured" for r in show):
         notes.append("`>=`: the goodput search reached its cap (a lower bound); `<`: no rate "

@@ -1,0 +1,171 @@
+"""Formal properties of the RTL interfaces (hikv.hw.formal, hikv.sim.eda.formal, `hikv prove`).
+
+Checked here: the property table (names, methods, mutants, depths), the harnesses' argument
+checks, the SymbiYosys file, `hikv prove`'s exit status on bad input, and on `tiny` every
+property proven by its own method and depth and every property's mutant rejected (a mutant
+that passes means the property does not see the bug it is about). docs/formal.md has the
+times on a 2-core machine: checks that take longer than about a minute there are marked
+``extended``; CI runs a shallower bounded variant of such a proof instead (``CI_DEPTH``).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from hikv.hw.formal import PROPERTIES, harness, properties
+from hikv.params import ParamError
+from hikv.presets import get_preset
+
+TINY = get_preset("tiny")
+
+#: properties (block, name) whose proof takes over a minute on 2 cores (docs/formal.md)
+SLOW = {("sorter", "s1.count")}
+#: properties whose mutant check takes over a minute (their proofs stay in CI)
+SLOW_MUTANTS = {("sorter", "o.stable")}
+#: BMC depth of the CI variant of a slow property: a whole Stage I job of one beat (n <= P)
+CI_DEPTH = {("sorter", "s1.count"): 24}
+
+
+def _tools_or_skip() -> None:
+    from hikv.sim.eda.formal import FormalToolMissing, tools
+
+    try:
+        tools()
+    except FormalToolMissing as e:
+        pytest.skip(str(e))
+
+
+def _all() -> list[tuple[str, str]]:
+    return [(b, p.name) for b, ps in PROPERTIES.items() for p in ps]
+
+
+def _param(block: str, name: str, *, mutant: bool) -> object:
+    marks = [pytest.mark.slow]
+    if (block, name) in (SLOW_MUTANTS if mutant else SLOW):
+        marks.append(pytest.mark.extended)
+    return pytest.param(block, name, marks=marks,
+                        id=f"{block}-{name}" + ("-mutant" if mutant else ""))
+
+
+# --------------------------------------------------------------------------- no solver
+def test_property_table():
+    """Every block's properties: unique names and mutants, a known method, positive depths on
+    tiny, and BMC depths that cover at least the block's job (its mutants' depth)."""
+    assert set(PROPERTIES) == {"sorter", "loader", "scorer"}
+    for block, props in PROPERTIES.items():
+        names = [p.name for p in props]
+        assert len(set(names)) == len(names), block
+        mutants = [p.mutant for p in props]
+        assert len(set(mutants)) == len(mutants), block
+        for p in props:
+            assert p.block == block and p.method in ("induction", "bmc"), p
+            assert p.depth(TINY) >= 1 and p.mutant_depth(TINY) >= 1, p
+            assert p.text and p.mutant_text, p
+            if p.method == "bmc":
+                assert p.depth_note and p.depth(TINY) >= p.mutant_depth(TINY), p
+
+
+def test_unknown_block_property_mutant():
+    with pytest.raises(ParamError, match="no formal properties"):
+        properties("sorter_loader")
+    with pytest.raises(ParamError, match="no property 'nope'"):
+        harness("sorter", TINY, only="nope")
+    with pytest.raises(ParamError, match="no mutant 'nope'"):
+        harness("loader", TINY, mutant="nope")
+    with pytest.raises(TypeError, match="needs a Config"):
+        harness("scorer", "tiny")
+
+
+def test_sby_text():
+    from hikv.sim.eda.formal import sby_text
+
+    t = sby_text("induction", 7)
+    assert "mode prove" in t and "depth 7" in t and "smtbmc yices" in t
+    assert "mode bmc" in sby_text("bmc", 3, timeout_s=60) and "timeout 60" in sby_text(
+        "bmc", 3, timeout_s=60)
+    with pytest.raises(ParamError, match="unknown"):
+        sby_text("pdr", 3)
+
+
+def test_harness_design_has_one_property():
+    """The RTLIL of a harness asserts the property it was built for (named after it), the
+    clock is its only port, and the rest of the block's properties are left out."""
+    from amaranth.back import rtlil
+
+    h = harness("scorer", TINY, only="latency")
+    text = rtlil.convert(h, name="top", ports=[h.clock], emit_src=False)
+    assert '\\FORMAT "latency"' in text
+    assert '\\FORMAT "count"' not in text and '\\FORMAT "o.stable"' not in text
+    top = text[text.index("module \\top\n"):]
+    top = top[:top.index("\nend\n")]
+    assert top.count(" input ") == 1
+
+
+def test_prove_cli_bad_input(capsys):
+    from hikv.scripts.cli import main
+
+    assert main(["prove", "--block", "nope"]) == 2
+    assert main(["prove", "--block", "scorer", "--property", "nope"]) == 2
+    assert main(["prove", "--block", "scorer", "--depth", "0"]) == 2
+    assert main(["prove", "--block", "loader", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "ar.4k" in out and "induction, k = 2" in out and "mutant cross_4k" in out
+
+
+# --------------------------------------------------------------------------- proofs
+@pytest.mark.slow
+@pytest.mark.parametrize("block,name", [_param(b, n, mutant=False) for b, n in _all()])
+def test_property_proven(block, name, tmp_path):
+    """Each property passes on tiny by its own method and depth (docs/formal.md)."""
+    from hikv.sim.eda.formal import prove_property
+
+    _tools_or_skip()
+    r = prove_property(block, TINY, name, workdir=tmp_path)
+    assert r.passed, f"{block} {name}: {r.status} ({r.detail}) trace {r.trace}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block,name", [pytest.param(b, n, id=f"{b}-{n}")
+                                        for b, n in sorted(SLOW)])
+def test_property_bounded_ci(block, name, tmp_path):
+    """CI's variant of the slow bounded properties: the same check to ``CI_DEPTH`` cycles."""
+    from hikv.sim.eda.formal import prove_property
+
+    _tools_or_skip()
+    depth = CI_DEPTH[(block, name)]
+    r = prove_property(block, TINY, name, depth=depth, workdir=tmp_path)
+    assert r.passed and r.depth == depth, f"{block} {name}: {r.status} ({r.detail})"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block,name", [_param(b, n, mutant=True) for b, n in _all()])
+def test_mutant_rejected(block, name, tmp_path):
+    """Each property's mutant fails it, with a counterexample trace."""
+    from hikv.sim.eda.formal import prove_property
+
+    _tools_or_skip()
+    r = prove_property(block, TINY, name, mutant=True, workdir=tmp_path)
+    assert r.status == "fail", f"{block} {name} mutant {r.mutant}: {r.status} ({r.detail})"
+    assert r.trace and r.trace.endswith(".vcd")
+
+
+@pytest.mark.slow
+def test_prove_cli_scorer(tmp_path, monkeypatch, capsys):
+    """`hikv prove --block scorer --preset tiny` proves every property and exits 0; a
+    property that does not close is exit 1, naming it."""
+    from hikv.scripts.cli import main
+
+    _tools_or_skip()
+    monkeypatch.setenv("HIKV_CACHE", str(tmp_path))
+    assert main(["prove", "--block", "scorer", "--preset", "tiny", "--out",
+                 str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "all 3 properties proven" in out and "induction, k = 13" in out
+    assert (tmp_path / "out" / "prove_scorer_tiny.json").exists()
+    # the scoring unit's latency property does not close by induction of length 3
+    assert main(["prove", "--block", "scorer", "--property", "latency", "--depth", "3"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED: latency" in out and "did not close" in out
+    shutil.rmtree(tmp_path / "formal", ignore_errors=True)
