@@ -255,9 +255,9 @@ def test_imports_go_down_the_layers() -> None:
 
 
 def test_no_private_name_is_imported_from_another_module() -> None:
-    """No ``import _x``, ``from m import _x`` or ``from m._x import ...`` anywhere in the
-    repository (dunders such as ``__future__`` are not private), except the foreign modules of
-    :data:`FOREIGN_PRIVATE`."""
+    """No import of an underscore name (a module ``_x``, a name ``_x`` from a module, or anything
+    from a module path with a ``_x`` part) anywhere in the repository (dunders such as
+    ``__future__`` are not private), except the foreign modules of :data:`FOREIGN_PRIVATE`."""
     def private(dotted: str) -> bool:
         return any(p.startswith("_") and not p.endswith("__") for p in dotted.split("."))
 
