@@ -244,6 +244,12 @@ def _clock_lines(rep: Report) -> list[str]:
     return out
 
 
+def _cell(x: Any) -> Any:
+    """A CSV cell: a figure the report does not have (NaN, e.g. static energy without the
+    synthesised areas) is written empty, never as ``nan``."""
+    return "" if isinstance(x, float) and math.isnan(x) else x
+
+
 def rows_csv(rep: Report) -> str:
     buf = io.StringIO()
     parts = list(ENERGY_PARTS)
@@ -252,7 +258,7 @@ def rows_csv(rep: Report) -> str:
                 *(f"energy_{p}_j" for p in parts)])
     for r in rep.rows:
         w.writerow([rep.preset, rep.code_version, rep.timing_model, rep.budgets,
-                    *(getattr(r, f) for f in CSV_FIELDS),
+                    *(_cell(getattr(r, f)) for f in CSV_FIELDS),
                     *(r.energy_parts_j.get(p, 0.0) for p in parts)])
     return buf.getvalue()
 
