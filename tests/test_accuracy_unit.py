@@ -195,6 +195,22 @@ def test_text_windows() -> None:
         A.text_windows(lm, text, 600, 2)  # type: ignore[arg-type]
 
 
+def test_text_windows_scored_tails_disjoint() -> None:
+    """With ``scored``, windows may share context but their scored tails never overlap; the
+    windows that fit without it are the same windows with it."""
+    lm = _FakeLM()
+    text = " ".join(f"w{i}" for i in range(1000))
+    assert A.text_windows(lm, text, 100, 4, scored=20) == A.text_windows(lm, text, 100, 4)
+    ws = A.text_windows(lm, text, 600, 8, scored=50)  # type: ignore[arg-type]
+    assert len(ws) == 8 and all(len(w) == 600 for w in ws)
+    tails = [tuple(w[-50:]) for w in ws]
+    assert all(not set(a) & set(b) for i, a in enumerate(tails) for b in tails[i + 1:])
+    with pytest.raises(ParamError, match="last 50 tokens disjoint"):
+        A.text_windows(lm, text, 600, 10, scored=50)  # type: ignore[arg-type]
+    with pytest.raises(ParamError, match="scored"):
+        A.text_windows(lm, text, 600, 2, scored=0)  # type: ignore[arg-type]
+
+
 def test_suite_method_lists() -> None:
     s = SUITES["full"]
     s1 = stage1_specs(s, CFG)

@@ -168,9 +168,13 @@ def _spec_row(spec: MethodSpec) -> dict[str, Any]:
 
 
 # =========================================================================== text
-def text_windows(lm: LM, text: str, window: int, count: int) -> list[list[int]]:
-    """``count`` non-overlapping windows of ``window`` tokens, evenly spread over ``text``;
-    each starts with the tokenizer's default prefix (e.g. ``<bos>``)."""
+def text_windows(lm: LM, text: str, window: int, count: int, *,
+                 scored: int | None = None) -> list[list[int]]:
+    """``count`` windows of ``window`` tokens, evenly spread over ``text``; each starts with
+    the tokenizer's default prefix (e.g. ``<bos>``). Windows do not overlap unless ``scored``
+    is given: then only the last ``scored`` tokens of each window must be disjoint from the
+    others' (a perplexity window scores only its decoded tail; its prefilled context may
+    overlap the previous window's), so more windows fit a text of a given length."""
     ids = lm.encode(text)
     pre = lm.prefix_ids
     body = window - len(pre)
@@ -178,9 +182,14 @@ def text_windows(lm: LM, text: str, window: int, count: int) -> list[list[int]]:
         raise ParamError(f"window = {window} is out of range: allowed >= {len(pre) + 2}")
     if count < 1:
         raise ParamError(f"count = {count} is out of range: allowed >= 1")
-    if count * body > len(ids):
-        raise ParamError(f"{count} windows of {window} tokens need {count * body} tokens; the "
-                         f"text has {len(ids)}")
+    if scored is not None and not 1 <= scored <= body:
+        raise ParamError(f"scored = {scored} is out of range: allowed 1 to {body}")
+    disjoint = body if scored is None else scored
+    if body > len(ids) or (count > 1 and (len(ids) - body) // (count - 1) < disjoint):
+        need = body + (count - 1) * disjoint
+        what = "windows of" if scored is None else f"windows (last {scored} tokens disjoint) of"
+        raise ParamError(f"{count} {what} {window} tokens need {need} tokens; the text has "
+                         f"{len(ids)}")
     step_ = (len(ids) - body) // max(1, count - 1) if count > 1 else 0
     return [pre + ids[i * step_: i * step_ + body] for i in range(count)]
 

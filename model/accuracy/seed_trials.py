@@ -334,7 +334,8 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
     if cell.kind == "ppl":
         rows: list[dict[str, Any]] = []
         if need:
-            wins = A.text_windows(lm, env["text"], cell.length, suite.ppl_windows)
+            wins = A.text_windows(lm, env["text"], cell.length, suite.ppl_windows,
+                                    scored=suite.ppl_decode)
             rows = A.perplexity(lm, need, cfg, wins, cell.length - suite.ppl_decode,
                                 batch=batch)
         if progress is not None:
