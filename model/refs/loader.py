@@ -10,6 +10,10 @@ groups). :class:`LoaderJob` bundles this and :func:`job_ranges` gives the byte r
 needs: whole rows / records, and for channel pages the element of every retained token in every
 selected channel (so a chunk longer than a burst is read only in the bursts holding retained
 tokens; when ``channel_chunk_bytes <= burst_bytes`` this is the same as reading whole chunks).
+A job's bytes must lie below ``2**addr_width``: the RTL computes addresses in ``addr_width``
+bits and does not flag one that wraps, so :meth:`LoaderJob.check` refuses such a job and
+:func:`check_region` such a configuration before its slots are known (every slot below
+``tokens``, default ``max_tokens``).
 
 **Request generation.** The loader reads the byte ranges of a job (in ascending address order)
 at burst granularity. Each range covers burst blocks
@@ -64,6 +68,8 @@ __all__ = [
     "unpack_masked",
     "unpack_pages",
     "LoaderJob",
+    "region_bytes",
+    "check_region",
     "job_ranges",
     "job_requests",
     "packed_output",
@@ -297,9 +303,11 @@ class LoaderJob:
     def check(self, layout: KVLayout, loader: LoaderParams) -> None:
         """Raise :class:`ParamError` unless the RTL built for ``layout``/``loader`` can run this
         job: 1 to ``max_tokens`` slots below ``max_tokens``, ``kept`` and channels in range,
-        a burst-aligned base, a region inside the address space, channel pages only on a
-        loader built with ``LoaderParams.channel_pages`` and masked records only on one built
-        with ``LoaderParams.masked_records``."""
+        a burst-aligned base, the bytes of its slots inside the address space (``base`` + the
+        end of its last record or page chunk ``<= 2**addr_width``, so no address wraps; a
+        configuration sent before its slots are known: :func:`check_region`), channel pages
+        only on a loader built with ``LoaderParams.channel_pages`` and masked records only on
+        one built with ``LoaderParams.masked_records``."""
         d = layout.head_dim
         if self.mode is RecordLayout.CHANNEL_PAGES and not loader.channel_pages:
             raise ParamError("LoaderJob mode 'channel_pages' needs a loader built with "
@@ -323,10 +331,18 @@ class LoaderJob:
             raise ParamError(f"LoaderJob.base = {self.base:#x} must be a multiple of "
                              f"burst_bytes = {layout.burst_bytes}")
         r = job_ranges(self, layout)
-        end = self.base + (int((r.start + r.length).max()) if len(r) else 0)
-        if end > 1 << loader.addr_width:
-            raise ParamError(f"LoaderJob region ends at {end:#x}, beyond the "
-                             f"{loader.addr_width}-bit address space")
+        extent = int((r.start + r.length).max()) if len(r) else 0
+        space = 1 << loader.addr_width
+        if self.base + extent > space:
+            top = (space - extent) // layout.burst_bytes * layout.burst_bytes
+            allowed = (f"in [0, {top:#x}] for these slots (base + {extent} B <= "
+                       f"2**{loader.addr_width})" if top >= 0 else
+                       f"none: these slots alone exceed the {loader.addr_width}-bit space")
+            raise ParamError(
+                f"LoaderJob.base = {self.base:#x} with slot {self.slots[-1]} ends at "
+                f"{self.base + extent:#x}, beyond the {loader.addr_width}-bit address space "
+                f"(LoaderParams.addr_width): the loader's addresses would wrap; allowed "
+                f"LoaderJob.base {allowed}")
 
     def record_bytes(self, layout: KVLayout) -> int:
         """Bytes of one record (row / masked record); the chunk for channel pages."""
@@ -335,6 +351,53 @@ class LoaderJob:
         if self.mode is RecordLayout.MASKED_RECORD:
             return layout.record_bytes(self.kept)
         return layout.channel_chunk_bytes
+
+
+def region_bytes(mode: RecordLayout, tokens: int, layout: KVLayout, kept: int = 0) -> int:
+    """Bytes a region of ``tokens`` slots spans in ``mode`` from its base: ``tokens`` records at
+    the layout's stride (rows; masked records of ``kept`` elements), whole pages for channel
+    pages."""
+    if tokens < 0:
+        raise ParamError(f"region tokens = {tokens} must be non-negative")
+    if mode is RecordLayout.CHANNEL_PAGES:
+        pages = -(-tokens // layout.page_tokens)
+        return pages * layout.head_dim * layout.channel_chunk_bytes
+    rec = layout.row_bytes if mode is RecordLayout.DENSE else layout.record_bytes(kept)
+    return tokens * layout.stride(rec)
+
+
+def check_region(mode: RecordLayout, base: int, layout: KVLayout, loader: LoaderParams, *,
+                 tokens: int | None = None, kept: int = 0) -> None:
+    """Raise :class:`ParamError` unless a job configuration (``cfg``: ``mode``, ``base``,
+    ``kept``) keeps every slot below ``tokens`` (default ``loader.max_tokens``, every slot the
+    ``tokens`` port can carry) inside the address space: ``base + region_bytes(mode, tokens,
+    layout, kept) <= 2**addr_width``. The loader computes ``base + slot * stride`` in
+    ``addr_width`` bits and does not flag an address that wraps, so a configuration sent before
+    its slots are known (the sorter's Stage I output streamed into the loader) must satisfy this;
+    :meth:`LoaderJob.check` checks the same for a job's own slots."""
+    if not isinstance(mode, RecordLayout):
+        raise ParamError(f"mode = {mode!r} is not a RecordLayout")
+    if mode is RecordLayout.MASKED_RECORD and not 0 <= kept <= layout.head_dim:
+        raise ParamError(f"LoaderJob.kept = {kept} is out of range: allowed "
+                         f"[0, {layout.head_dim}]")
+    n = loader.max_tokens if tokens is None else tokens
+    if not 0 <= n <= loader.max_tokens:
+        raise ParamError(f"region tokens = {n} is out of range: allowed [0, "
+                         f"{loader.max_tokens}] (LoaderParams.max_tokens)")
+    if base < 0 or base % layout.burst_bytes:
+        raise ParamError(f"LoaderJob.base = {base:#x} must be a non-negative multiple of "
+                         f"burst_bytes = {layout.burst_bytes}")
+    extent = region_bytes(mode, n, layout, kept)
+    space = 1 << loader.addr_width
+    if base + extent > space:
+        top = (space - extent) // layout.burst_bytes * layout.burst_bytes
+        allowed = (f"in [0, {top:#x}]" if top >= 0 else
+                   f"none: the region alone exceeds the {loader.addr_width}-bit space")
+        raise ParamError(
+            f"LoaderJob.base = {base:#x} + a region of {n} tokens ({extent} B, mode "
+            f"{mode.value}) ends at {base + extent:#x}, beyond the {loader.addr_width}-bit "
+            f"address space (LoaderParams.addr_width): the loader's addresses would wrap; "
+            f"allowed LoaderJob.base {allowed}")
 
 
 def job_ranges(job: LoaderJob, layout: KVLayout) -> Ranges:

@@ -5,15 +5,21 @@
 * per-unit areas: a comparator, an integer adder and multiplier, an fp32 multiply-add (Aladdin's
   40 nm functional units, the table Accelergy uses) and SRAM per MiB (CACTI 7 with Accelergy's
   SRAM configuration, 45 nm);
-* the search for a published attention or LLM accelerator's area breakdown to measure HiKV's
-  units against: ``available`` false with the reason where none was found.
+* the published accelerator area HiKV's units are measured against (``denominator``): NVDLA's
+  configurations of the NVDLA Primer (estimated synthesis area at 28 nm, all memories
+  included), with what the search for an attention or LLM accelerator's breakdown found.
 
 :func:`unit_comparisons` scales each published figure to the report's node (40 nm figures to
 45 nm by hwcomponents' area factor, then :func:`hikv.sim.tech.node_area_scale`; widths by
 hwcomponents' rules) and sets it beside ours: the sorter's logic per compare-exchange unit
 (:meth:`hikv.hw.sorter_timing.SorterTiming.comparators`), the scoring unit's
 logic per multiply-accumulate (a lane does a whole ``d``-element dot product per cycle), one PE
-MAC lane, and the SRAM capacity model per MiB. Units: m^2 (SI).
+MAC lane, and the SRAM capacity model per MiB.
+
+:func:`denominator_shares` sets the HiKV units' area (:attr:`AcceleratorArea.hikv_m2`, the
+report's) beside each published configuration scaled to the report's node,
+:func:`denominator_share` picks the configuration comparable to the preset's PE array, and
+:func:`published_denominator` is the record the report prints. Units: m^2 (SI).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from hikv.sim.eda.area import AcceleratorArea, logic_area_m2, sram_area_m2
 from hikv.sim.tech import REFERENCE_NM, load_data, node_area_scale
 
 __all__ = ["PUBLISHED_FILE", "UnitComparison", "published_unit_area_m2", "unit_comparisons",
-           "published_denominator"]
+           "DenominatorShare", "published_area_at_node_m2", "denominator_shares",
+           "denominator_share", "published_denominator"]
 
 #: the data file of this module
 PUBLISHED_FILE = "published_areas.json"
@@ -115,8 +122,111 @@ def unit_comparisons(cfg: Config, area: AcceleratorArea) -> tuple[UnitComparison
     return tuple(out)
 
 
-def published_denominator() -> dict[str, Any]:
+@dataclass(frozen=True)
+class DenominatorShare:
+    """The HiKV units of one preset beside one published accelerator configuration, both at
+    ``tech_nm`` (m^2)."""
+
+    accelerator: str
+    configuration: str         # e.g. "1024 MACs, 256 KB convolution buffer"
+    macs: int                  # the published MAC count (NVDLA: 8-bit MACs)
+    macs_16bit: float          # the same array counted in 16-bit MACs
+    tech_nm: int
+    published_m2: float        # the published total, scaled to tech_nm
+    published_tech_nm: int
+    hikv_m2: float             # HiKV's units (AcceleratorArea.hikv_m2)
+    baseline_m2: float         # the kit's own baseline accelerator (AcceleratorArea.baseline_m2)
+    complete: bool             # every HiKV block synthesised
+    source: str
+
+    @property
+    def over_published(self) -> float:
+        """HiKV's units / the published accelerator (NaN while a HiKV block is missing)."""
+        return self.hikv_m2 / self.published_m2 if self.complete else math.nan
+
+    @property
+    def share(self) -> float:
+        """HiKV's units / (published accelerator + HiKV's units): the fraction of the area of
+        the published accelerator with HiKV's units added (NaN while a block is missing)."""
+        return self.hikv_m2 / (self.published_m2 + self.hikv_m2) if self.complete else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"accelerator": self.accelerator, "configuration": self.configuration,
+                "macs": self.macs, "macs_16bit": self.macs_16bit, "tech_nm": self.tech_nm,
+                "published_m2": self.published_m2, "published_tech_nm": self.published_tech_nm,
+                "hikv_m2": self.hikv_m2, "baseline_m2": self.baseline_m2,
+                "hikv_over_published": self.over_published, "hikv_share": self.share,
+                "source": self.source}
+
+
+def published_area_at_node_m2(area_m2: float, from_nm: int, tech_nm: int) -> float:
+    """A published area at ``from_nm`` scaled to ``tech_nm``: 40 nm by hwcomponents' factor to
+    45 nm, other nodes by the area factors of ``node_scaling.json`` (45, 28, 16, 7 nm)."""
+    if from_nm == 40:
+        at_45 = area_m2 * float(_table()["node_scaling"]["from_40nm_to_45nm_area"])
+    else:
+        at_45 = area_m2 / float(node_area_scale(from_nm))
+    return at_45 * float(node_area_scale(tech_nm))
+
+
+def denominator_shares(area: AcceleratorArea) -> tuple[DenominatorShare, ...]:
+    """HiKV's units of ``area`` (the report's :class:`AcceleratorArea`) over every configuration
+    of the published denominator, scaled to ``area.tech_nm``; empty where the file has none."""
+    den = _table()["denominator"]
+    if not den.get("available"):
+        return ()
+    t0, per16 = int(den["tech_nm"]), float(den["macs_per_16bit_mac"])
+    return tuple(DenominatorShare(
+        accelerator=den["accelerator"],
+        configuration=f"{c['macs']} MACs, {c['conv_buffer_kb']} KB convolution buffer",
+        macs=int(c["macs"]), macs_16bit=c["macs"] / per16, tech_nm=area.tech_nm,
+        published_m2=published_area_at_node_m2(float(c["area_m2"]), t0, area.tech_nm),
+        published_tech_nm=t0, hikv_m2=area.hikv_m2, baseline_m2=area.baseline_m2,
+        complete=area.complete, source=den["source"]) for c in den["configurations"])
+
+
+def denominator_share(cfg: Config, area: AcceleratorArea) -> DenominatorShare | None:
+    """HiKV's units over the published configuration comparable to ``cfg``'s baseline: the one
+    whose MAC array, counted in 16-bit MACs, is nearest to ``cfg.accel.pe_lanes`` in ratio (the
+    larger on a tie); None where the file has no denominator."""
+    shares = denominator_shares(area)
+    if not shares:
+        return None
+    lanes = cfg.accel.pe_lanes
+    return min(shares, key=lambda s: (abs(math.log(s.macs_16bit / lanes)), -s.macs))
+
+
+def _shares_text(den: dict[str, Any], shares: tuple[DenominatorShare, ...],
+                 comparable: DenominatorShare | None) -> str:
+    head = f"{den['accelerator']}, {den['what']}; {den['scope']}. Source: {den['source']}."
+    if not shares:
+        return head
+    lines = [head, "",
+             f"| {den['name']} configuration | published at {shares[0].tech_nm} nm (mm^2) | "
+             "HiKV's units (mm^2) | HiKV / published | HiKV's share of published + HiKV |",
+             "|---|---|---|---|---|"]
+    for s in shares:
+        mark = " (nearest to the PE lanes)" if s == comparable else ""
+        lines.append(f"| {s.configuration}{mark} | {s.published_m2 * 1e6:.3g} | "
+                     f"{s.hikv_m2 * 1e6:.3g} | {100 * s.over_published:.1f}% | "
+                     f"{100 * s.share:.1f}% |")
+    return "\n".join(lines)
+
+
+def published_denominator(area: AcceleratorArea | None = None,
+                          cfg: Config | None = None) -> dict[str, Any]:
     """The published accelerator area HiKV's units are measured against: the file's
-    ``denominator`` record (``available`` false with the reason and what was searched, where no
-    breakdown was found)."""
-    return dict(_table()["denominator"])
+    ``denominator`` record with ``text`` (its description, and with ``area`` a markdown table of
+    :func:`denominator_shares`), ``shares`` (their dicts, with ``area``) and ``comparable``
+    (:func:`denominator_share`'s dict, with ``area`` and ``cfg``; else None). ``available``
+    false with the reason and what was searched where the file has none."""
+    den = dict(_table()["denominator"])
+    if not den.get("available"):
+        return den
+    shares = denominator_shares(area) if area is not None else ()
+    comparable = denominator_share(cfg, area) if area is not None and cfg is not None else None
+    den["text"] = _shares_text(den, shares, comparable)
+    den["shares"] = [s.to_dict() for s in shares]
+    den["comparable"] = comparable.to_dict() if comparable is not None else None
+    return den
+
