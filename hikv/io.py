@@ -12,6 +12,9 @@ code version, output folders a command owns, and file locks.
   removes them first).
 * :func:`code_version` is the one provenance string (``<version>+<git describe>``).
 * :func:`file_lock` serialises work on one shared cache entry across processes (``fcntl``).
+* A run that finishes writes :data:`MANIFEST` into its folder last (:func:`finish_out_dirs`); a
+  command that reads another run's results checks them against it first (:func:`run_folder`,
+  :func:`check_result_file`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,6 +57,11 @@ __all__ = [
     "check_writable",
     "file_lock",
     "unique_dir",
+    "MANIFEST",
+    "RunFolder",
+    "run_folder",
+    "check_result_file",
+    "folder_complete",
 ]
 
 
@@ -275,6 +284,9 @@ def read_text(path: str | os.PathLike[str], *, what: str = "a text file",
     p = Path(path)
     try:
         if not p.is_file():
+            if p.exists():
+                kind = "a folder" if p.is_dir() else _file_kind(p)
+                raise ParamError(f"{p}: is {kind}, not a regular file (expected {what})")
             raise ParamError(f"{p}: no such file (expected {what})")
         if p.stat().st_size > max_bytes:
             raise ParamError(f"{p}: {p.stat().st_size} bytes is larger than the {max_bytes} "
@@ -360,7 +372,7 @@ def prepare_out_dir(folder: str | os.PathLike[str], owned: Sequence[str], *,
     hold_out_dir(p, flag, owned)
     remove_orphan_temps(p)
     with contextlib.suppress(FileNotFoundError):   # the folder is incomplete until the run ends
-        (p / MANIFEST).unlink()
+        os.replace(p / MANIFEST, p / MANIFEST_KEPT)
     old = sorted(f.name for f in p.iterdir()
                  if f.is_file() and any(fnmatch.fnmatchcase(f.name, g) for g in owned))
     if old and not force:
@@ -382,6 +394,10 @@ OUT_LOCK = ".hikv-run.lock"
 #: incomplete (the run was killed, failed or is still going).
 MANIFEST = "MANIFEST.json"
 MANIFEST_SCHEMA = "hikv.manifest/1"
+#: Where :func:`prepare_out_dir` moves the manifest of the folder's last finished run while a
+#: new run writes: :func:`finish_out_dirs` carries over its entries of files the new run did not
+#: write (another command's files in the same folder), so the folder's manifest lists them all.
+MANIFEST_KEPT = ".hikv-manifest-kept.json"
 _HELD: dict[Path, int] = {}
 _OWNED: dict[Path, tuple[str, ...]] = {}
 
@@ -442,20 +458,50 @@ def finish_out_dirs(arguments: Sequence[str]) -> list[Path]:
         files = sorted(f for f in p.rglob("*") if f.is_file() and f.name != MANIFEST
                        and not f.name.startswith(".")
                        and (not owned or any(fnmatch.fnmatchcase(f.name, g) for g in owned)))
-        entries = []
-        for f in files:
-            h = hashlib.sha256()
-            with open(f, "rb") as fh:
-                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                    h.update(block)
-            entries.append({"path": f.relative_to(p).as_posix(), "bytes": f.stat().st_size,
-                            "sha256": h.hexdigest()})
+        entries = [{"path": f.relative_to(p).as_posix(), "bytes": f.stat().st_size,
+                    "sha256": _sha256(f)} for f in files]
+        entries += _kept_entries(p, {e["path"] for e in entries})
         atomic_write_text(p / MANIFEST, json.dumps(
             {"schema": MANIFEST_SCHEMA, "complete": True, "code_version": code_version(),
              "arguments": list(arguments), "files": entries}, indent=1) + "\n")
+        with contextlib.suppress(OSError):
+            (p / MANIFEST_KEPT).unlink()
         written.append(p / MANIFEST)
         release_out_dir(p)
     return written
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _kept_entries(folder: Path, written: set[str]) -> list[dict[str, Any]]:
+    """The entries of the folder's previous manifest (:data:`MANIFEST_KEPT`) for files this run
+    did not write and that are still there, each with the arguments and code version of the
+    run that wrote it; their size and hash stay as that run recorded them."""
+    try:
+        old = json.loads((folder / MANIFEST_KEPT).read_text())
+        if not isinstance(old, dict) or not isinstance(old.get("files"), list):
+            return []
+    except (OSError, ValueError):
+        return []
+    kept = []
+    for e in old["files"]:
+        if not _valid_entry(e) or e["path"] in written or not (folder / e["path"]).is_file():
+            continue
+        kept.append({**e, "arguments": e.get("arguments", old.get("arguments")),
+                     "code_version": e.get("code_version", old.get("code_version"))})
+    return kept
+
+
+def _valid_entry(e: Any) -> bool:
+    return (isinstance(e, dict) and isinstance(e.get("path"), str)
+            and isinstance(e.get("bytes"), int) and not isinstance(e["bytes"], bool)
+            and isinstance(e.get("sha256"), str) and len(e["sha256"]) == 64)
 
 
 def folder_complete(folder: str | os.PathLike[str]) -> tuple[bool, str]:
@@ -478,6 +524,158 @@ def folder_complete(folder: str | os.PathLike[str]) -> tuple[bool, str]:
         if hashlib.sha256(f.read_bytes()).hexdigest() != e["sha256"]:
             return False, f"{f}: changed since the run (hash differs from {MANIFEST})"
     return True, ""
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The folder of a run whose results a command is about to read (:func:`run_folder`).
+
+    Members
+    -------
+    path : Path
+        The run's folder (where its :data:`MANIFEST` is), or the folder asked about when
+        there is no run folder.
+    state : str
+        ``"complete"``: a finished run's folder; :meth:`check` verifies each file against its
+        manifest. ``"own"``: this process is writing it (nothing to verify).
+        ``"unverified"``: no manifest and no sign of a run (written before manifests
+        existed, or not by a hikv command): files are read as they are.
+    entries : Mapping[str, Mapping[str, Any]]
+        The manifest's entries by path relative to ``path``.
+    """
+
+    path: Path
+    state: str
+    entries: Mapping[str, Mapping[str, Any]]
+
+    @property
+    def note(self) -> str:
+        """One line for the reader to print when the folder cannot be verified, else ``""``."""
+        if self.state != "unverified":
+            return ""
+        return (f"{self.path} has no {MANIFEST} (written before manifests existed, or not by "
+                "a hikv command): its completeness cannot be verified")
+
+    def check(self, file: str | os.PathLike[str], flag: str = "") -> None:
+        """Raise :class:`ParamError` naming ``file`` unless the finished run wrote it as it
+        is now: listed in the manifest with the same size and SHA-256. A file that is not
+        there is left to the reader to report (unless the manifest lists it: deleted)."""
+        if self.state != "complete":
+            return
+        f = Path(file)
+        where = f"{flag} {f}" if flag else str(f)
+        rel = Path(os.path.relpath(os.path.abspath(f), os.path.abspath(self.path))).as_posix()
+        e = self.entries.get(rel)
+        manifest = self.path / MANIFEST
+        if not f.is_file():
+            if e is not None:
+                raise ParamError(f"{where}: deleted or replaced after the run finished "
+                                 f"({manifest} lists it); rerun the command that writes it")
+            return
+        if e is None:
+            raise ParamError(f"{where}: not in {manifest}, so not written by the run that "
+                             "finished there (added or rewritten later); rerun the command "
+                             "that writes it")
+        size = f.stat().st_size
+        if size != e["bytes"]:
+            raise ParamError(f"{where}: modified after the run finished ({size} bytes, "
+                             f"{manifest} lists {e['bytes']}); rerun the command that "
+                             "writes it")
+        if _sha256(f) != e["sha256"]:
+            raise ParamError(f"{where}: modified after the run finished (its SHA-256 differs "
+                             f"from {manifest}'s); rerun the command that writes it")
+
+
+def run_folder(folder: str | os.PathLike[str], flag: str = "", *,
+               temps: bool = True) -> RunFolder:
+    """Where the results in ``folder`` come from, before a command reads them.
+
+    The run's folder is ``folder`` or its parent (a seed suite's ``cells/``): the nearer one
+    holding a :data:`MANIFEST` (the parent's only when it lists files in ``folder``) or a
+    run's lock. Raises :class:`ParamError` naming the folder when it is incomplete: a run's
+    lock but no manifest (the run is still writing, or was killed or failed), or (with
+    ``temps``) no manifest and leftover temporary files of an interrupted write in
+    ``folder``; or when its manifest is not one.
+    Returns a ``"complete"`` :class:`RunFolder` (verify each file read with
+    :meth:`RunFolder.check`), ``"own"`` (this process holds it) or ``"unverified"``."""
+    d = Path(os.path.abspath(folder))
+    lead = f"{flag} " if flag else ""
+    if "\0" in str(d):                   # no such folder: the reader names the bad path
+        return RunFolder(d, "unverified", {})
+    for c in dict.fromkeys((d, d.parent)):
+        if c.resolve() in _HELD:
+            return RunFolder(c, "own", {})
+        m = c / MANIFEST
+        if m.exists() or m.is_symlink():
+            entries = _read_manifest(m, lead)
+            if c == d or any(k.startswith(f"{d.name}/") for k in entries):
+                return RunFolder(c, "complete", entries)
+            break                       # a finished run's folder that did not write this one
+        if (c / OUT_LOCK).is_file():
+            holder = _lock_holder(c / OUT_LOCK)
+            if holder is not None:
+                raise ParamError(f"{lead}{c} is incomplete: a run is still writing it "
+                                 f"({holder}); wait for it to finish")
+            raise ParamError(f"{lead}{c} is incomplete: it has no {MANIFEST}, so the run that "
+                             "wrote it did not finish (killed or failed); rerun that command "
+                             "(`hikv accuracy run` resumes where it stopped) or give a "
+                             "finished run's folder")
+        left = sorted(f.name for f in _orphan_temps(c)) if temps and c == d else []
+        if left:
+            raise ParamError(f"{lead}{c} is incomplete: it has no {MANIFEST} and holds "
+                             f"temporary files of an interrupted write ({left[0]}"
+                             + (f" and {len(left) - 1} more" if len(left) > 1 else "")
+                             + "); rerun the command that writes it")
+    return RunFolder(d, "unverified", {})
+
+
+def check_result_file(path: str | os.PathLike[str], flag: str = "") -> RunFolder:
+    """Check one result file a command is about to read against its run folder's manifest
+    (:func:`run_folder` of its folder, then :meth:`RunFolder.check`); a file outside any
+    run's folder is read as it is, temporary files beside it or not (one atomically written
+    file is complete on its own)."""
+    rf = run_folder(Path(path).parent, flag, temps=False)
+    rf.check(path, flag)
+    return rf
+
+
+def _read_manifest(m: Path, lead: str) -> dict[str, Mapping[str, Any]]:
+    bad = (f"{lead}{m}: not a manifest of a hikv run ({MANIFEST_SCHEMA}), so its folder "
+           "cannot be verified; rerun the command that wrote the folder")
+    if not m.is_file():
+        raise ParamError(bad)
+    data = read_json(m, what=f"a run's manifest ({MANIFEST_SCHEMA})")
+    files = data.get("files") if isinstance(data, dict) else None
+    if (not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA
+            or not isinstance(files, list) or not all(_valid_entry(e) for e in files)):
+        raise ParamError(bad)
+    return {e["path"]: e for e in files}
+
+
+def _lock_holder(lock: Path) -> str | None:
+    """What the lock file says of the live process holding it, or None when none does."""
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            text = os.pread(fd, 400, 0).decode("utf-8", "replace").strip()
+            return text or "holder unknown"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _orphan_temps(folder: Path) -> list[Path]:
+    try:
+        return [f for f in folder.iterdir()
+                if f.name.startswith(".") and f.name.endswith(".tmp") and f.is_file()]
+    except OSError:
+        return []
 
 
 def remove_orphan_temps(folder: str | os.PathLike[str]) -> list[Path]:

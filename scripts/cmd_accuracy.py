@@ -302,6 +302,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "threads", 1) < 1:
         raise ParamError(f"--threads = {args.threads} is out of range: allowed >= 1")
     _check_numbers(args)
+    if args.what == "table":
+        _check_inputs(args)
     _prepare_out(args)
     torch.set_num_threads(getattr(args, "threads", 1))
     if args.what == "table":
@@ -576,18 +578,30 @@ def _check_numbers(args: argparse.Namespace) -> None:
                              "finite number >= 0")
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """``table``: every input file, before anything is written, as the run that wrote it
+    left it (its folder's MANIFEST.json, :func:`hikv.io.check_result_file`): a folder whose
+    run did not finish, or a file changed since or not listed, is an error naming it."""
+    from hikv.io import check_result_file
+
+    for flag, paths in (("--perplexity", args.perplexity), ("--passkey", args.passkey),
+                        ("--tasks", args.tasks)):
+        for path in paths:
+            check_result_file(path, flag)
+
+
 def _prepare_out(args: argparse.Namespace) -> None:
     """Check --out (or --file) before the model loads: writable, and no earlier result of
-    this subcommand in it unless --force (which deletes it first). ``run`` resumes: it owns
-    its folder and keeps earlier phases."""
-    from hikv.io import check_writable, prepare_out_dir
+    this subcommand in it unless --force (which deletes it first). ``run`` resumes: it holds
+    its folder (one run at a time; MANIFEST.json when it finishes) and keeps what is there."""
+    from hikv.io import check_writable, hold_out_dir, prepare_out_dir
     from hikv.params import ParamError
 
     force = getattr(args, "force", False)
     if args.what in OWNED:
         prepare_out_dir(args.out, OWNED[args.what], force=force)
     elif args.what == "run":
-        check_writable(args.out)
+        prepare_out_dir(args.out, ())
     if args.what == "capture":
         check_writable(args.file.parent, "--file")
         if args.file.is_dir():
@@ -596,3 +610,6 @@ def _prepare_out(args: argparse.Namespace) -> None:
             raise ParamError(f"--file {args.file} exists; pass --force to replace it")
     if args.what == "table" and args.iso_file is not None:
         check_writable(args.iso_file.parent, "--iso-file")
+        if args.out.resolve() in args.iso_file.resolve().parents:     # listed in its manifest
+            name = "".join(f"[{c}]" if c in "*?[" else c for c in args.iso_file.name)
+            hold_out_dir(args.out, "--out", (name,))

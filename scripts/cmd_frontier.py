@@ -9,7 +9,10 @@ Reads the finished cells of a seed suite (`hikv accuracy run --suite seed-...`);
 so it takes seconds (the first run after an RTL change synthesises the preset's blocks for the
 area and clocks: minutes; --no-area skips the area). Missing, unfinished, partial or mismatched
 cells (another model, length, protocol, preset, or with --code-version another code version)
-exit 2 naming the file and what is missing; no plot is drawn from what could be read.
+exit 2 naming the file and what is missing; no plot is drawn from what could be read. So do a
+folder whose run did not finish (a run's lock but no MANIFEST.json) and a cell that differs from
+what the folder's MANIFEST.json lists; a folder with neither (written before manifests) is read
+with a warning that its completeness cannot be verified.
 
 Iso-accuracy: one-sided 95 % bounds; the perplexity increase's upper bound below 1 % (paired
 block bootstrap of per-block NLLs; the point rule, said in the rows, for cells measured
@@ -75,11 +78,15 @@ def _cells(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from hikv.io import prepare_out_dir
     from hikv.sim.explore.frontier import describe, frontier, load_cells, write_frontier
 
     cells = load_cells(_cells(args), model=args.model, length=args.length,
                        protocol=args.protocol, code_version=args.code_version)
+    for note in cells.notes:
+        print(f"hikv frontier: warning: {note}", file=sys.stderr)
     out = prepare_out_dir(args.out or f"out/frontier-{args.model}-{args.length}", OWNED,
                           force=args.force)
     fr = frontier(cells, args.preset, area=not args.no_area, seed=args.seed)

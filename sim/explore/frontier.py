@@ -3,7 +3,8 @@ and energy per decode step, and at what area (``hikv frontier``).
 
 For one model, context length ``N`` and protocol it reads a seed suite's finished cells
 (:func:`load_cells`: the perplexity cell and the kept task cells, every one checked to be of the
-model, length, protocol and preset asked, complete, and, on request, of one code version), decides
+model, length, protocol and preset asked, complete, as the suite's run wrote it (its folder's
+``MANIFEST.json``, :func:`hikv.io.run_folder`), and, on request, of one code version), decides
 every method and budget with the non-inferiority test
 (:func:`hikv.model.accuracy.iso.noninferiority_table`), and prices each at ``N`` with the cost
 model at the preset's clocks (:func:`hikv.sim.cost.attention_model.attention_cost` on the preset's
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hikv.io import atomic_write_text, save_figure, write_csv
+from hikv.io import RunFolder, atomic_write_text, run_folder, save_figure, write_csv
 from hikv.model.accuracy.iso import (
     NI_LEVEL,
     NLL_BLOCK,
@@ -68,7 +69,8 @@ class FrontierError(ParamError):
 @dataclass(frozen=True)
 class CellSet:
     """The cells of one model, length and protocol: perplexity rows, the kept tasks' rows, and
-    where they came from (``files``: cell file -> code version)."""
+    where they came from (``files``: cell file -> code version; ``notes``: what could not be
+    verified, e.g. a folder without a manifest, for the reader to print)."""
 
     model: str
     length: int
@@ -80,9 +82,22 @@ class CellSet:
     kept_tasks: tuple[str, ...]
     dropped_tasks: tuple[str, ...]
     files: dict[str, str]
+    notes: tuple[str, ...] = ()
 
 
-def _read(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _verified(check: Any, *args: Any) -> Any:
+    """``check(*args)`` (:func:`hikv.io.run_folder`, :meth:`hikv.io.RunFolder.check`) with its
+    refusal as a :class:`FrontierError`."""
+    try:
+        return check(*args)
+    except ParamError as e:
+        raise FrontierError(str(e)) from None
+
+
+def _read(path: Path, run: RunFolder | None = None
+          ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    if run is not None:
+        _verified(run.check, path)
     try:
         d = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -93,8 +108,10 @@ def _read(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return d["rows"], d["meta"]
 
 
-def _cell_file(cells: Path, key: str) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
+def _cell_file(cells: Path, key: str, run: RunFolder
+               ) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
     path = cells / f"{key}.json"
+    _verified(run.check, path)
     if not path.is_file():
         what = ("unfinished: only its trial journal is there"
                 if (cells / f"{key}.partial.jsonl").is_file() else "missing")
@@ -115,12 +132,16 @@ def load_cells(folder: str | Path, *, model: str, length: int, protocol: str = "
     :class:`FrontierError`, naming the file, for a missing or unfinished cell, a cell of
     another model, length, protocol or preset, a cell without full KV's row, a kept task cell
     that neither ran nor skipped a method of the perplexity cell (partial), or, with
-    ``code_version``, a cell written by another code version."""
+    ``code_version``, a cell written by another code version; naming the folder or file, for
+    a folder whose run did not finish or a cell not as its run's ``MANIFEST.json`` lists it
+    (:func:`hikv.io.run_folder`). A folder without a manifest or a run's lock (written before
+    manifests existed) is read as it is, with a line in ``notes``."""
     p = protocol_name(protocol)
     root = Path(folder)
     cells = root / "cells" if (root / "cells").is_dir() else root
     if not cells.is_dir():
         raise FrontierError(f"{root}: no such folder of cells")
+    run: RunFolder = _verified(run_folder, cells)
     files: dict[str, str] = {}
 
     def check(meta: dict[str, Any], path: Path, preset: str | None) -> None:
@@ -136,7 +157,7 @@ def load_cells(folder: str | Path, *, model: str, length: int, protocol: str = "
             raise FrontierError(f"{path}: written by code version {cv!r}, not {code_version!r}")
         files[str(path)] = str(cv)
 
-    ppl, pmeta, ppath = _cell_file(cells, f"ppl_{length}")
+    ppl, pmeta, ppath = _cell_file(cells, f"ppl_{length}", run)
     check(pmeta, ppath, None)
     preset = str(pmeta.get("preset") or "default")
     if not any(r.get("label") == "full" for r in ppl):
@@ -151,7 +172,7 @@ def load_cells(folder: str | Path, *, model: str, length: int, protocol: str = "
     found = sorted(f.name[: -len(tail)] for f in cells.glob(f"*{tail}"))
     tasks = list(dict.fromkeys([*(suite.get("tasks") or ()), *found]))
     for t in found:
-        tasks += [x for x in (_read(cells / f"{t}{tail}")[1].get("suite") or {}).get("tasks")
+        tasks += [x for x in (_read(cells / f"{t}{tail}", run)[1].get("suite") or {}).get("tasks")
                   or () if x not in tasks]
     if not tasks:
         raise FrontierError(f"{cells}: no task cell of protocol {p} at length {length} "
@@ -159,7 +180,7 @@ def load_cells(folder: str | Path, *, model: str, length: int, protocol: str = "
     labels = [r["label"] for r in ppl]
     kept, dropped, task_rows = [], [], []
     for task in tasks:
-        rows, meta, path = _cell_file(cells, f"{task}_{p}_{length}")
+        rows, meta, path = _cell_file(cells, f"{task}_{p}_{length}", run)
         check(meta, path, preset)
         odd = [r["label"] for r in rows
                if r.get("protocol") != p or int(r.get("length", -1)) != length]
@@ -184,7 +205,8 @@ def load_cells(folder: str | Path, *, model: str, length: int, protocol: str = "
     return CellSet(model=model, length=length, protocol=p, preset=preset,
                    shape=dict(pmeta.get("shape") or {}), ppl_rows=tuple(ppl),
                    task_rows=tuple(task_rows), kept_tasks=tuple(kept),
-                   dropped_tasks=tuple(dropped), files=files)
+                   dropped_tasks=tuple(dropped), files=files,
+                   notes=(run.note,) if run.note else ())
 
 
 def model_config(base: Config, shape: dict[str, Any], layers: int, length: int) -> Config:
