@@ -17,7 +17,14 @@ Each case runs ``hikv.scripts.cli.main`` in this process with generated argument
   edge value; quick commands run on ``tiny`` from a base command line, commands that take
   minutes (``rtl``, ``timing``, ``accuracy``) only with values the parser must refuse;
 * ``concurrent`` -- two ``hikv serve`` processes into one ``--out`` at once: one must be
-  refused, and the folder must hold only the other's files, with its manifest.
+  refused, and the folder must hold only the other's files, with its manifest;
+* ``paths``   -- the file, folder and name inputs of every subcommand (:data:`PATH_CASES`):
+  missing, empty, garbage, a folder where a file is meant, a special file (``/dev/null``,
+  ``/dev/full``, a FIFO) as input or ``--out``, unknown presets, blocks, methods and
+  properties; commands that take minutes get only inputs they must refuse before starting.
+
+The summary counts cases per subcommand too (``cases_by_subcommand``): every subcommand of the
+parser must appear in a 10,000-case run.
 
 A case fails when ``main`` raises (a traceback), returns anything but 0, 1 or 2, prints
 "Traceback", or -- having succeeded -- leaves a NaN or infinity in stdout or in any CSV/JSON it
@@ -37,9 +44,11 @@ import contextlib
 import gzip
 import io
 import json
+import os
 import random
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -122,6 +131,41 @@ QUICK = {
     ("cluster",): ["cluster", "--preset", "tiny", "--method", "full", "--requests", "6",
                    "--rate", "5"],
 }
+#: Bad file, folder and name inputs per subcommand ("{bad}" is replaced by a generated bad
+#: path, "{out}" by the case's output folder). Quick commands run to the end; the others
+#: (accuracy run, rtl, timing, prove, fetch-*) only with inputs they must refuse at once.
+PATH_CASES = [
+    ["verilog", "--block", "sorter", "--preset", "tiny", "--out", "{special}"],
+    ["verilog", "--block", "{name}", "--preset", "tiny"],
+    ["verilog", "--block", "sorter", "--preset", "{name}"],
+    ["presets", "{name}"],
+    ["frontier", "--model", "smollm2-135m", "--length", "2048", "--cells", "{bad}",
+     "--no-area", "--no-plots", "--out", "{out}"],
+    ["frontier", "--model", "{name}", "--length", "2048", "--cells", "{bad}", "--no-area",
+     "--out", "{out}"],
+    ["plan", "--preset", "tiny", "--trace", "{bad}", "--method", "full"],
+    ["plan", "--preset", "tiny", "--trace", "{trace}", "--slo", "{name}"],
+    ["plan", "--preset", "tiny", "--trace", "{trace}", "--method", "{name}"],
+    ["cluster", "--preset", "tiny", "--method", "full", "--trace", "{bad}"],
+    ["serve", "--preset", "tiny", "--method", "{name}", "--requests", "3"],
+    ["serve", "--preset", "tiny", "--method", "full", "--requests", "3", "--profile", "{bad}",
+     "--device", "a100"],
+    ["report", "--preset", "tiny", "--no-area", "--no-serving", "--no-plots", "--iso", "{bad}"],
+    ["report", "--preset", "tiny", "--no-area", "--no-serving", "--no-plots", "--out",
+     "{special}"],
+    ["sweep", "--preset", "tiny", "--no-area", "--no-plots", "--context=64", "--methods",
+     "{name}"],
+    ["accuracy", "table", "--perplexity", "{bad}", "--out", "{out}"],
+    ["accuracy", "run", "--suite", "{name}", "--out", "{out}"],
+    ["rtl", "--block", "{name}", "--preset", "tiny"],
+    ["rtl", "--block", "sorter_loader", "--preset", "tiny", "--capture", "{bad}"],
+    ["timing", "--block", "{name}", "--preset", "tiny"],
+    ["prove", "--block", "{name}", "--preset", "tiny"],
+    ["prove", "--block", "loader", "--preset", "tiny", "--property", "{name}"],
+    ["fetch-assets", "--only", "{name}", "--cache", "{out}"],
+    ["fetch-cells", "--wheel", "{bad}"],
+    ["doctor", "--json"],
+]
 #: Values the number parser must refuse whatever the flag.
 REFUSED = ["nan", "inf", "-Infinity", "abc", "１２", "٣", "", "0x10", "1_000", "3e", "1e999"]
 
@@ -150,7 +194,9 @@ def make_case(rng: random.Random, work: Path, i: int, paths: list[str]) -> tuple
     """One generated case: (kind, argv); files it needs are written under ``work``."""
     out = work / f"out{i}"
     kind = rng.choices(["trace", "serve", "set", "sweep", "json", "capture", "flags",
-                        "concurrent"], weights=[25, 20, 15, 12, 6, 2, 19, 1])[0]
+                        "concurrent", "paths"], weights=[25, 20, 15, 12, 6, 2, 17, 1, 4])[0]
+    if kind == "paths":
+        return kind, [_fill(rng, work, i, a) for a in rng.choice(PATH_CASES)]
     if kind == "flags":
         path, flag, typ = rng.choice(_FLAGS)
         base = QUICK.get(path)
@@ -218,6 +264,53 @@ def make_case(rng: random.Random, work: Path, i: int, paths: list[str]) -> tuple
     return kind, ["rtl", "--block", "sorter_loader", "--preset", "tiny", "--capture", str(f)]
 
 
+def _bad_path(rng: random.Random, work: Path, i: int) -> str:
+    """A path that is not what a command expects: missing, empty, garbage, a folder, a FIFO,
+    a device, or a folder of garbage."""
+    what = rng.choice(["missing", "empty", "garbage", "dir", "fifo", "devnull", "garbage_dir",
+                       "nul"])
+    p = work / f"bad{i}"
+    if what == "empty":
+        p.write_bytes(b"")
+    elif what == "garbage":
+        p.write_bytes(bytes(rng.randrange(256) for _ in range(rng.randint(1, 300))))
+    elif what == "dir":
+        p.mkdir()
+    elif what == "fifo":
+        os.mkfifo(p)
+    elif what == "devnull":
+        return "/dev/null"
+    elif what == "garbage_dir":
+        p.mkdir()
+        (p / "cells").mkdir()
+        for name in ("ppl_2048.json", "seed_summary.json", "MANIFEST.json"):
+            (p / "cells" / name).write_bytes(rng.choice([b"", b"{", b"[]", b"NaN", b"\xff"]))
+    elif what == "nul":
+        return str(p) + rng.choice(["\x00", "\n", ""])
+    return str(p)
+
+
+def _fill(rng: random.Random, work: Path, i: int, arg: str) -> str:
+    if arg == "{bad}":
+        return _bad_path(rng, work, i)
+    if arg == "{out}":
+        return str(work / f"out{i}")
+    if arg == "{special}":
+        if rng.random() < 0.5:
+            return rng.choice(["/dev/null", "/dev/full"])
+        f = work / f"fifo{i}"
+        os.mkfifo(f)
+        return str(f)
+    if arg == "{trace}":
+        f = work / f"t{i}.csv"
+        f.write_text(_valid_trace(rng, rng.randint(2, 6)))
+        return str(f)
+    if arg == "{name}":
+        return rng.choice(["", " ", "nope", "../x", "full,", ",", "-1", "nan", "１２", "\u00e9",
+                           "a" * 300, "sorter;rm", "ttft=,tpot=", "ttft=nan,tpot=1"])
+    return arg
+
+
 def _nonfinite_in_outputs(out: Path) -> str | None:
     if not out.is_dir():
         return None
@@ -257,17 +350,36 @@ def run_concurrent(argv: list[str], out: Path) -> tuple[int | None, str | None]:
     return 0, None
 
 
+#: a case that has not exited after this long is a failure (a hang)
+CASE_TIMEOUT_S = 120
+
+
+class _Hang(BaseException):
+    """Raised by the per-case alarm."""
+
+
 def run_case(argv: list[str], out: Path) -> tuple[int | None, str | None]:
     """(exit status, failure description or None)."""
     from hikv.io import folder_complete
     from hikv.scripts.cli import main
 
     so, se = io.StringIO(), io.StringIO()
+
+    def hang(*_: object) -> None:
+        raise _Hang
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(CASE_TIMEOUT_S)
     try:
         with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
             rc = main(argv)
+    except _Hang:
+        return None, f"no exit within {CASE_TIMEOUT_S} s (a hang, e.g. reading a FIFO)"
     except BaseException as e:  # noqa: BLE001 - any escape is the failure we look for
         return None, "traceback: " + "".join(traceback.format_exception_only(e)).strip()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
     err, text = se.getvalue(), so.getvalue()
     if "Traceback" in err or "Traceback" in text:
         return rc, "traceback printed"
@@ -287,34 +399,55 @@ def run_case(argv: list[str], out: Path) -> tuple[int | None, str | None]:
     return rc, None
 
 
+def _clear(work: Path) -> None:
+    for p in work.iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink()
+
+
+def _uncovered(by_sub: Counter[str]) -> list[str]:
+    import argparse as ap
+
+    from hikv.scripts.cli import build_parser
+
+    subs = next(a for a in build_parser()._actions if isinstance(a, ap._SubParsersAction))
+    seen = {k.split()[0] for k in by_sub}
+    return sorted(set(subs.choices) - seen)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--kinds", help="only these kinds, comma-separated (default: all)")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     paths = _tiny_paths()
     global _FLAGS
     _FLAGS = numeric_flags()
+    kinds = set(args.kinds.split(",")) if args.kinds else None
     counts: Counter[tuple[str, int | None]] = Counter()
+    by_sub: Counter[str] = Counter()
     failures: list[dict] = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hikv-fuzz-") as tmp:
         work = Path(tmp)
         for i in range(args.cases):
             kind, cargv = make_case(rng, work, i, paths)
+            if kinds and kind not in kinds:
+                _clear(work)
+                continue
             run = run_concurrent if kind == "concurrent" else run_case
             rc, bad = run(cargv, work / f"out{i}")
             counts[(kind, rc)] += 1
+            by_sub[" ".join(cargv[:2]) if cargv[0] == "accuracy" else cargv[0]] += 1
             if bad:
                 failures.append({"case": i, "argv": cargv, "failure": bad})
                 print(f"FAIL case {i}: hikv {' '.join(cargv)}: {bad}", flush=True)
-            for p in work.iterdir():               # keep the disk small
-                if p.is_dir():
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    p.unlink()
+            _clear(work)                           # keep the disk small
             if (i + 1) % 1000 == 0:
                 print(f"{i + 1} cases, {len(failures)} failures, "
                       f"{time.perf_counter() - t0:.0f} s", flush=True)
@@ -323,12 +456,13 @@ def main(argv: list[str] | None = None) -> int:
     for (kind, rc), n in sorted(counts.items(), key=lambda x: (x[0][0], str(x[0][1]))):
         by_kind.setdefault(kind, {})[str(rc)] = n
     summary = {"cases": args.cases, "seed": args.seed, "failures": len(failures),
-               "exit_status_by_kind": by_kind, "wall_s": round(wall, 1),
+               "exit_status_by_kind": by_kind, "cases_by_subcommand": dict(sorted(by_sub.items())),
+               "subcommands_not_covered": _uncovered(by_sub), "wall_s": round(wall, 1),
                "first_failures": failures[:20]}
     print(json.dumps({k: v for k, v in summary.items() if k != "first_failures"}, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
-    return 1 if failures else 0
+    return 1 if failures or (not kinds and summary["subcommands_not_covered"]) else 0
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from hikv.params import Config, ParamError, config_to_json, to_dict
-from hikv.toolchain import cache_dir, run_cocotb, text_hash
+from hikv.toolchain import cache_dir, run_cocotb
 
+from .launch import cached_verilog
 from .report import RtlReport
 
 __all__ = ["TOPLEVEL", "default_jobs", "scorer_verilog", "run_regression",
@@ -25,7 +26,6 @@ __all__ = ["TOPLEVEL", "default_jobs", "scorer_verilog", "run_regression",
 TOPLEVEL = "hikv_scorer"
 TB_MODULE = "hikv.rtl_tests.tb_scorer"
 ENV = "HIKV_TB_CONFIG"
-_HW = Path(__file__).resolve().parent.parent / "hw"
 _SOURCES = ("scorer.py", "scorer_timing.py", "sorter_compact.py", "uops.py", "verilog.py")
 _CHAIN_SOURCES = ("scorer_sorter.py", "sorter.py", "sorter_net.py", "sorter_merge.py",
                   "sorter_queue.py", "sorter_timing.py")
@@ -40,27 +40,20 @@ def default_jobs(cfg: Config) -> int:
 def scorer_verilog(cfg: Config, *, chain: bool = False) -> str:
     """Verilog of the scoring unit of ``cfg`` (module ``hikv_scorer``), or with ``chain`` of
     the scoring unit chained into the sorter (``hikv_scorer_sorter``); cached on disk."""
-    import amaranth
-
     dims = [to_dict(cfg.scorer), to_dict(cfg.sorter), cfg.layout.head_dim,
             cfg.policy.lowbit_bits, chain]
-    sources = _SOURCES + (_CHAIN_SOURCES if chain else ())
-    key = text_hash(json.dumps(dims, sort_keys=True), amaranth.__version__,
-                    *[(_HW / f).read_text() for f in sources])
-    path = cache_dir() / "verilog" / f"scorer{'-chain' if chain else ''}-{key}.v"
-    if path.exists():
-        return path.read_text()
-    from hikv.hw.scorer import make_scorer
-    from hikv.hw.scorer_sorter import make_scorer_sorter
-    from hikv.hw.verilog import to_verilog
 
-    text = to_verilog(make_scorer_sorter(cfg), CHAIN_TOPLEVEL) if chain else to_verilog(
-        make_scorer(cfg), TOPLEVEL)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return text
+    def generate() -> str:
+        from hikv.hw.scorer import make_scorer
+        from hikv.hw.scorer_sorter import make_scorer_sorter
+        from hikv.hw.verilog import to_verilog
+
+        if chain:
+            return to_verilog(make_scorer_sorter(cfg), CHAIN_TOPLEVEL)
+        return to_verilog(make_scorer(cfg), TOPLEVEL)
+
+    return cached_verilog("scorer-chain" if chain else "scorer", dims,
+                          _SOURCES + (_CHAIN_SOURCES if chain else ()), generate)
 
 
 def _launch(cfg: Config, tag: str, verilog: str, toplevel: str, testcase: str, *, seed: int,

@@ -9,14 +9,14 @@ the sorter parameters, the RTL sources and the Amaranth version); Verilator buil
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from hikv.io import unique_dir
 from hikv.params import Config, ParamError, config_to_json, to_dict
-from hikv.toolchain import cache_dir, run_cocotb, text_hash
+from hikv.toolchain import cache_dir, run_cocotb
 
+from .launch import cached_verilog, failure_lines, regression_tail
 from .report import RtlReport
 
 __all__ = ["TOPLEVEL", "default_jobs", "sorter_verilog", "run_sim", "run_regression"]
@@ -24,7 +24,6 @@ __all__ = ["TOPLEVEL", "default_jobs", "sorter_verilog", "run_sim", "run_regress
 TOPLEVEL = "hikv_sorter"
 TB_MODULE = "hikv.rtl_tests.tb_sorter"
 ENV = "HIKV_TB_CONFIG"
-_HW = Path(__file__).resolve().parent.parent / "hw"
 _SOURCES = ("sorter.py", "sorter_net.py", "sorter_merge.py", "sorter_queue.py",
             "sorter_compact.py", "sorter_timing.py", "uops.py", "verilog.py")
 
@@ -36,22 +35,14 @@ def default_jobs(cfg: Config) -> int:
 
 def sorter_verilog(cfg: Config) -> str:
     """Verilog of the sorter of ``cfg`` (module ``hikv_sorter``), cached on disk."""
-    import amaranth
 
-    key = text_hash(json.dumps(to_dict(cfg.sorter), sort_keys=True),
-                    amaranth.__version__, *[(_HW / f).read_text() for f in _SOURCES])
-    path = cache_dir() / "verilog" / f"sorter-{key}.v"
-    if path.exists():
-        return path.read_text()
-    from hikv.hw.sorter import make_sorter
-    from hikv.hw.verilog import to_verilog
+    def generate() -> str:
+        from hikv.hw.sorter import make_sorter
+        from hikv.hw.verilog import to_verilog
 
-    text = to_verilog(make_sorter(cfg), TOPLEVEL)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return text
+        return to_verilog(make_sorter(cfg), TOPLEVEL)
+
+    return cached_verilog("sorter", to_dict(cfg.sorter), _SOURCES, generate)
 
 
 def _run_dir(cfg: Config, what: str, seed: int) -> Path:
@@ -91,16 +82,7 @@ def _summary(cfg: Config, data: dict[str, Any], passed: bool) -> list[str]:
         lines.append(f"  {what}: {ex['cycles']} cycles measured, formula {ex['formula']}")
     lines.append(f"resets in the middle of a job: {data.get('resets', 0)}, each followed by a "
                  "clean job")
-    lines.append(f"mismatches: {data.get('n_failures', '?')}, cycle mismatches: "
-                 f"{data.get('n_cycle_failures', '?')}; {data.get('sim_cycles', 0)} simulated "
-                 f"cycles in {data.get('wall_s', 0):.1f} s")
-    for f in data.get("failures", [])[:3] + data.get("cycle_failures", [])[:3]:
-        lines.append(f"  FAIL {f[:400]}")
-    if not data:
-        lines.append("the testbench wrote no summary (see the cocotb log above)")
-    elif not passed:
-        lines.append("FAILED")
-    return lines
+    return lines + failure_lines(data, passed)
 
 
 def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bool = False,
@@ -118,22 +100,8 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
                         simulator=simulator)
     passed = bool(run.passed and data and data["n_failures"] == 0
                   and data["n_cycle_failures"] == 0)
-    cycles_file = None
-    if data.get("measurements"):
-        # measured cycles of every distinct job run without backpressure, in the format the
-        # cost model validates against (hikv.sim.cost.validate, schema hikv.rtl_cycles/1)
-        cycles_file = run.results_xml.parent / "rtl_cycles.json"
-        cycles_file.write_text(json.dumps({
-            "schema": "hikv.rtl_cycles/1",
-            "source": f"hikv rtl --block sorter --preset {cfg.name} --seed {seed} --jobs {jobs}",
-            "measurements": data["measurements"]}, indent=1))
-    metrics = {"stats": data.get("stats", {}), "examples": data.get("examples", []),
-               "latency": data.get("latency"), "sim_cycles": data.get("sim_cycles"),
-               "wall_s": data.get("wall_s"), "build_dir": str(run.build_dir),
-               "rtl_cycles": str(cycles_file) if cycles_file else None}
-    lines = _summary(cfg, data, passed)
-    if cycles_file:
-        lines.append(f"cycle measurements ({len(data['measurements'])} distinct jobs, "
-                     f"hikv.rtl_cycles/1): {cycles_file}")
+    metrics, tail = regression_tail(
+        run, data, f"hikv rtl --block sorter --preset {cfg.name} --seed {seed} --jobs {jobs}")
+    lines = _summary(cfg, data, passed) + tail
     return RtlReport(block="sorter", preset=cfg.name, seed=seed, jobs=jobs, passed=passed,
                      lines=tuple(lines), metrics=metrics, waves=run.waves)

@@ -1,0 +1,75 @@
+"""What the block launchers (``*_rtl.py``, ``*_launch.py``) share: the on-disk cache of a
+block's generated Verilog and the tail of a regression (its ``hikv.rtl_cycles/1`` file, metrics
+and failure lines)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hikv.toolchain import cache_dir, text_hash
+
+__all__ = ["HW", "cached_verilog", "failure_lines", "regression_tail"]
+
+#: the RTL sources, hashed into each cached Verilog's key
+HW = Path(__file__).resolve().parent.parent / "hw"
+
+
+def cached_verilog(name: str, dims: Any, sources: Sequence[str],
+                   generate: Callable[[], str]) -> str:
+    """The Verilog ``generate()`` returns, cached under ``$HIKV_CACHE/verilog`` as
+    ``<name>-<key>.v``; the key hashes ``dims`` (JSON), the Amaranth version and the text of
+    every file of ``sources`` (names under ``hw/``). Written atomically: concurrent runs of one
+    preset agree."""
+    import amaranth
+
+    key = text_hash(json.dumps(dims, sort_keys=True), amaranth.__version__,
+                    *[(HW / f).read_text() for f in sources])
+    path = cache_dir() / "verilog" / f"{name}-{key}.v"
+    if path.exists():
+        return path.read_text()
+    text = generate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return text
+
+
+def regression_tail(run: Any, data: dict[str, Any], source: str
+                    ) -> tuple[dict[str, Any], list[str]]:
+    """(metrics, closing lines) of a regression whose testbench wrote ``data``: the measured
+    cycles of every distinct job run without backpressure go to ``rtl_cycles.json`` beside the
+    run's results (schema ``hikv.rtl_cycles/1``, the format :mod:`hikv.sim.cost.validate`
+    checks the cost model against; ``source`` is the command that reproduces them)."""
+    cycles_file = None
+    if data.get("measurements"):
+        cycles_file = run.results_xml.parent / "rtl_cycles.json"
+        cycles_file.write_text(json.dumps({"schema": "hikv.rtl_cycles/1", "source": source,
+                                           "measurements": data["measurements"]}, indent=1))
+    metrics = {"stats": data.get("stats", {}), "examples": data.get("examples", []),
+               "latency": data.get("latency"), "sim_cycles": data.get("sim_cycles"),
+               "wall_s": data.get("wall_s"), "build_dir": str(run.build_dir),
+               "rtl_cycles": str(cycles_file) if cycles_file else None}
+    lines = []
+    if cycles_file:
+        lines.append(f"cycle measurements ({len(data['measurements'])} distinct jobs, "
+                     f"hikv.rtl_cycles/1): {cycles_file}")
+    return metrics, lines
+
+
+def failure_lines(data: dict[str, Any], passed: bool) -> list[str]:
+    """The mismatch counts, the first failures and the verdict of a testbench's summary."""
+    lines = [f"mismatches: {data.get('n_failures', '?')}, cycle mismatches: "
+             f"{data.get('n_cycle_failures', '?')}; {data.get('sim_cycles', 0)} simulated "
+             f"cycles in {data.get('wall_s', 0):.1f} s"]
+    for f in data.get("failures", [])[:3] + data.get("cycle_failures", [])[:3]:
+        lines.append(f"  FAIL {f[:400]}")
+    if not data:
+        lines.append("the testbench wrote no summary (see the cocotb log above)")
+    elif not passed:
+        lines.append("FAILED")
+    return lines
