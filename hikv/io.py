@@ -277,17 +277,29 @@ def write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 1
 
 
 # --------------------------------------------------------------------------- reading user files
+def regular_file(path: str | os.PathLike[str], *, what: str = "a file", flag: str = ""
+                 ) -> Path:
+    """``path`` if it is a regular file (symlinks followed); else :class:`ParamError` saying
+    what it is (missing, a folder, a FIFO that would block the reader, a device ...)."""
+    p = Path(path)
+    lead = f"{flag} {p}" if flag else f"{p}"
+    try:
+        if p.is_file():
+            return p
+        if p.exists():
+            kind = "a folder" if p.is_dir() else _file_kind(p)
+            raise ParamError(f"{lead}: is {kind}, not a regular file (expected {what})")
+    except OSError as e:
+        raise ParamError(f"{lead}: cannot be read: {e.strerror or e} (expected {what})") from None
+    raise ParamError(f"{lead}: no such file (expected {what})")
+
+
 def read_text(path: str | os.PathLike[str], *, what: str = "a text file",
               max_bytes: int = 1 << 30) -> str:
     """The UTF-8 text of a user's file (a BOM is dropped). A missing, unreadable, binary,
     compressed or non-UTF-8 file raises :class:`ParamError` naming it and what was expected."""
-    p = Path(path)
+    p = regular_file(path, what=what)
     try:
-        if not p.is_file():
-            if p.exists():
-                kind = "a folder" if p.is_dir() else _file_kind(p)
-                raise ParamError(f"{p}: is {kind}, not a regular file (expected {what})")
-            raise ParamError(f"{p}: no such file (expected {what})")
         if p.stat().st_size > max_bytes:
             raise ParamError(f"{p}: {p.stat().st_size} bytes is larger than the {max_bytes} "
                              f"allowed for {what}")

@@ -72,9 +72,11 @@ def load_capture(path: str) -> dict:
     :class:`~hikv.params.ParamError` naming the file."""
     import torch
 
+    from hikv.io import regular_file
     from hikv.params import ParamError
 
     what = "a file written by `hikv accuracy capture`"
+    regular_file(path, what=what, flag="--capture")   # a FIFO would block torch.load
     try:
         data = torch.load(path, weights_only=True, map_location="cpu")
     except FileNotFoundError:

