@@ -59,3 +59,12 @@ def test_sweep_methods_empty_item_refused(methods, tmp_path, capsys):
                     "--methods", methods, "--out", str(tmp_path / "o")], capsys)
     assert rc == 2 and len(err) == 1 and "--methods" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_serve_profile_fifo_and_nul_refused(fifo, capsys):
+    base = ["serve", "--preset", "tiny", "--method", "full", "--requests", "3", "--device",
+            "a100", "--profile"]
+    rc, err = _run([*base, str(fifo)], capsys)
+    assert rc == 2 and len(err) == 1 and "--profile" in err[0] and "FIFO" in err[0]
+    rc, err = _run([*base, str(fifo) + "\0"], capsys)
+    assert rc == 2 and len(err) == 1 and "--profile" in err[0]
