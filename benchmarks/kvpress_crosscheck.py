@@ -654,7 +654,7 @@ def render(report: Mapping[str, Any]) -> str:
                           f"{r['sets_tied']} only among exactly tied scores "
                           f"({r['tokens_tied']} tokens)")
             target = (f">= {JACCARD_TARGET} tie-aware: {'met' if r['passed'] else 'MISSED'}"
-                      if r["matched"] else "none (different rule)")
+                      if r["matched"] else "none (not like for like: other settings or rule)")
         press = r["kvpress"] or "no press"
         if r["variant"]:
             press += f" ({r['variant']})"

@@ -12,7 +12,7 @@ positions, kvpress's ``torch.topk`` other ones), ``near`` when they differ by le
 1e-4 relative, ``far`` otherwise (a real disagreement). Prints the mean Jaccard per layer and
 the counts; writes ``<out>/ties.json``.
 
-    python benchmarks/kvpress_ties.py --out OUT --tokens 1024 --budget 256 --windows 1
+    python benchmarks/kvpress_ties.py --out OUT --tokens 1024 --budget 256
 """
 
 from __future__ import annotations

@@ -154,6 +154,23 @@ def test_the_cross_check_is_a_gate() -> None:
     assert "Gate: FAILED, missed by c" in text
 
 
+@pytest.mark.parametrize("passed,status", [((True, None), 0), ((True, False, None), 1)])
+def test_main_exits_with_the_gate(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                  passed: tuple, status: int) -> None:
+    """``python benchmarks/kvpress_crosscheck.py`` exits 1 when a matched row missed its
+    target, 0 otherwise (the measurement itself replaced by its report)."""
+    rows = [{"name": f"r{i}", "passed": p} for i, p in enumerate(passed)]
+    seen = []
+
+    def fake_run(args):  # noqa: ANN001, ANN202
+        seen.append(args)
+        return {"rows": rows}
+
+    monkeypatch.setattr(kc, "run", fake_run)
+    assert kc.main(["--out", str(tmp_path)]) == status
+    assert len(seen) == 1 and seen[0].tokens == 1024 and seen[0].windows == 2
+
+
 @pytest.mark.parametrize("budget,uniform", [(256, True), (639, True), (640, False),
                                             (1024, False)])
 def test_kvpress_pyramid_falls_back_to_uniform_below_beta_window(budget: int,
