@@ -158,3 +158,49 @@ def test_added_family_adds_its_time_to_the_cells(tiny_model, tmp_path) -> None: 
 
 
 from test_accuracy_cli import tiny_model  # noqa: E402,F401  (the shared fixture)
+
+
+def test_killed_perplexity_cell_resumes_window_by_window(tiny_model, tmp_path,  # noqa: F811
+                                                         monkeypatch) -> None:
+    """A perplexity cell killed after its first window resumes from its window journal: only
+    the later windows are decoded again, and the cell file equals an uninterrupted run's (every
+    NLL, per-block sum and byte count to the last bit)."""
+    from hikv.model.accuracy import experiments
+    from hikv.model.accuracy import journal as seed_journal
+    from hikv.model.accuracy.io import read_rows
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
+
+    model, cache = tiny_model
+    suite = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",), trials=1,
+                                ppl_windows=3)
+    kw = {"model": str(model), "cache": cache, "preset": "tiny", "log": lambda _: None}
+    ref = tmp_path / "ref"
+    run_seed_suite(suite, ref, **kw)
+    real = seed_journal.Journal.append_record
+
+    def killed(self, trial, payload):
+        if "methods" in payload and trial == 1:
+            raise _Killed("killed in the perplexity cell's second window")
+        return real(self, trial, payload)
+
+    out = tmp_path / "killed"
+    monkeypatch.setattr(seed_journal.Journal, "append_record", killed)
+    with pytest.raises(_Killed):
+        run_seed_suite(suite, out, **kw)
+    monkeypatch.setattr(seed_journal.Journal, "append_record", real)
+    part = out / "cells" / "ppl_1024.partial.jsonl"
+    assert len(part.read_text().splitlines()) == 1 + 1          # header + window 0
+    decoded: list[int] = []
+    real_ppl = experiments.perplexity
+
+    def counting(lm, specs, cfg, windows, prefix, **k):
+        decoded.append(len(windows) - len(k.get("resume", ())))
+        return real_ppl(lm, specs, cfg, windows, prefix, **k)
+
+    monkeypatch.setattr(experiments, "perplexity", counting)
+    run_seed_suite(suite, out, **kw)
+    assert decoded == [2], "only the two windows after the journal were decoded"
+    assert not part.exists()
+    got, _ = read_rows(out / "cells" / "ppl_1024.json")
+    want, _ = read_rows(ref / "cells" / "ppl_1024.json")
+    assert got == want and len(got) > 1

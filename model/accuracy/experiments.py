@@ -252,10 +252,18 @@ def _bytes_row(total: ByteAccount, steps: int, units: int) -> dict[str, float]:
     return {f"bytes_{k}": v / (steps * units) for k, v in d.items()}
 
 
+def _account_delta(now: ByteAccount, before: ByteAccount) -> dict[str, Any]:
+    """The fields of ``now - before`` (what one window added to a method's account)."""
+    return {f.name: getattr(now, f.name) - getattr(before, f.name)
+            for f in dataclasses.fields(now)}
+
+
 # =========================================================================== perplexity
 def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int]],
                prefix: int, *, batch: int = 64, log: Log = _quiet,
-               share_prefill: bool = True) -> list[dict[str, Any]]:
+               share_prefill: bool = True, resume: Seq[dict[str, Any]] = (),
+               on_window: Callable[[int, dict[str, Any]], None] | None = None
+               ) -> list[dict[str, Any]]:
     """Teacher-forced perplexity of each spec over ``windows`` (see the module docstring).
 
     Returns one row per spec: ``ppl``, ``nll`` (mean, nats), ``tokens``, ``ppl_w<i>`` per
@@ -265,6 +273,11 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
     ``bytes_*`` per decode step per (layer, KV head) (ideal, burst, k/v/meta,
     resident, tokens), plus ``units`` (layer, KV head pairs counted), ``length`` (the window)
     and ``protocol`` = :data:`PPL_PROTOCOL` (no question: the rows serve both protocols).
+
+    ``on_window(i, record)`` is called after window ``i`` with what the rows need of it (per
+    method label: the NLL sum and count, per-token NLLs, byte account and steps; ``units``);
+    ``resume`` holds such records of windows ``0 .. len(resume) - 1`` from an earlier run,
+    which are not decoded again (the rows are the same as an uninterrupted run's).
     """
     specs = list(specs)
     if not specs:
@@ -283,7 +296,20 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
     done = 0
     t0 = time.perf_counter()
     batch = _cap_batch(lm, batch, max(len(w) for w in windows))
+    labels = [s.label for s in specs]
+    for wi, rec in enumerate(resume[:len(windows)]):
+        units = int(rec["units"])
+        for i, lab in enumerate(labels):
+            m = rec["methods"][lab]
+            nll[i][wi], cnt[i][wi], tok[i][wi] = float(m["nll"]), int(m["cnt"]), list(m["tok"])
+            acc[i] = acc[i] + ByteAccount(**m["acc"])
+            steps[i] += int(m["steps"])
+    if resume:
+        log(f"  perplexity: {min(len(resume), len(windows))} window(s) resumed")
     for wi, ids in enumerate(windows):
+        if wi < len(resume):
+            continue
+        acc0, steps0 = list(acc), list(steps)
         for chunk, seqs, _ in _shared_prefill(lm, specs, cfg, ids[:prefix], batch,
                                               share_prefill):
             units = seqs[0].units
@@ -307,6 +333,11 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
             # this batch's caches go before the next batch's are made (the loop variable
             # would hold them until then: two batches' caches at once)
             del seqs
+        if on_window is not None:
+            on_window(wi, {"units": units, "methods": {
+                lab: {"nll": nll[i][wi], "cnt": cnt[i][wi], "tok": tok[i][wi],
+                      "acc": _account_delta(acc[i], acc0[i]), "steps": steps[i] - steps0[i]}
+                for i, lab in enumerate(labels)}})
     rows = []
     for i, s in enumerate(specs):
         n = sum(cnt[i])

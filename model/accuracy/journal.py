@@ -1,5 +1,5 @@
-"""The trial journal of an unfinished seed-suite task cell: a run that is killed loses at most the
-trial in flight.
+"""The journal of an unfinished seed-suite cell: a run that is killed loses at most the trial
+(task cell) or the window (perplexity cell) in flight.
 
 A task cell's rows are written (``cells/<key>.json``,
 :func:`hikv.model.accuracy.seed_suite.run_seed_suite`) only when the cell is decided; until then
@@ -12,7 +12,11 @@ fsynced; a torn last line (killed mid-write) is dropped on reading. On resume th
 bookkeeping replays the lines (:class:`hikv.model.accuracy.seed_trials._TaskCell`) as long as each
 line's labels are the methods the replay has active at that trial, so the resumed cell's rows are an
 uninterrupted run's; a header that does not match (other families, seed, suite) discards the
-journal. The journal is deleted once the cell file is written.
+journal. A perplexity cell journals each finished window the same way (its header names the
+methods and a hash of the windows' tokens; a line holds each method's NLL sum, per-token NLLs,
+byte account and steps of that window, :func:`hikv.model.accuracy.experiments.perplexity`), so
+its resumed rows equal an uninterrupted run's to the last bit. The journal is deleted once the
+cell file is written.
 """
 
 from __future__ import annotations
@@ -111,9 +115,16 @@ class Journal:
     def append(self, trial: int, prompt_tokens: int, labels: list[str], scores: list[float],
                texts: list[str]) -> None:
         """Write trial ``trial``'s answers (one per label, in the order the methods ran)."""
+        self.append_record(trial, {"prompt_tokens": prompt_tokens, "labels": labels,
+                                   "scores": scores, "texts": texts})
+
+    def append_record(self, trial: int, payload: dict[str, Any]) -> None:
+        """Write record ``trial`` (the next one: a trial of a task cell, a window of a
+        perplexity cell) with ``payload`` (JSON-able; floats round-trip exactly)."""
+        if trial != len(self.records):
+            raise ValueError(f"record {trial} appended after {len(self.records)} records")
         wall, cpu = self.now()
-        rec = _norm({"trial": trial, "prompt_tokens": prompt_tokens, "labels": labels,
-                     "scores": scores, "texts": texts, "wall_s": wall, "cpu_s": cpu})
+        rec = _norm({"trial": trial, **payload, "wall_s": wall, "cpu_s": cpu})
         self.records.append(rec)
         if not self.path.is_file():
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -304,6 +304,22 @@ def _fork_generate(lm: Any, prompt: list[MethodSpec], follow: list[MethodSpec], 
     return out_p, out_f
 
 
+def _ppl_journal(partial_dir: Path, cell: Cell, suite: SeedSuite, need: Sequence[MethodSpec],
+                 wins: Sequence[Sequence[int]], log: Callable[[str], None] | None) -> Journal:
+    """The window journal of a perplexity cell (:mod:`hikv.model.accuracy.journal`): its
+    header names the methods to run, the suite and a hash of the windows' tokens, so a journal
+    written for other methods, windows or text is discarded."""
+    from hikv.toolchain import text_hash
+
+    j = Journal(partial_path(partial_dir, cell.key), {
+        "cell": cell.key, "suite_key": suite_key(suite), "labels": [sp.label for sp in need],
+        "windows": text_hash(repr([list(w) for w in wins]))})
+    if log is not None and (j.dropped or j.records):
+        log(f"{cell.key}: resumed {len(j.records)} finished window(s) of {len(wins)} from "
+            f"{j.path.name}" + (f" ({j.dropped})" if j.dropped else ""))
+    return j
+
+
 def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0,
              batch: int = 64, progress: Progress | None = None,
              have: list[dict[str, Any]] | None = None,
@@ -336,8 +352,15 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
         if need:
             wins = A.text_windows(lm, env["text"], cell.length, suite.ppl_windows,
                                     scored=suite.ppl_decode)
-            rows = A.perplexity(lm, need, cfg, wins, cell.length - suite.ppl_decode,
-                                batch=batch)
+            journal = None
+            if partial_dir is not None:
+                journal = _ppl_journal(partial_dir, cell, suite, need, wins, log)
+                if resumed is not None and journal.records:
+                    resumed[cell.key] = journal.prior
+            rows = A.perplexity(
+                lm, need, cfg, wins, cell.length - suite.ppl_decode, batch=batch,
+                resume=journal.records if journal else (),
+                on_window=journal.append_record if journal else None)
         if progress is not None:
             progress(cell_units(cell, suite))
         got = {**done, **{r["label"]: r for r in rows}}
