@@ -90,8 +90,9 @@ class RecordLayout(enum.Enum):
 
 
 class SorterKind(enum.Enum):
-    """The engine named for Stage I's top-k (docs/topk.md: the cost model, the area flow and
-    the report price the merge sorter for either)."""
+    """The engine of Stage I's top-k (docs/topk.md): the cost model, the area flow and the
+    report price the one named; a policy with a Stage II rule keeps the merge sorter beside the
+    radix engine for Stage II (both priced)."""
 
     MERGE = "merge"   # the reconfigurable merge sorter (hikv.hw.sorter): Stage I and Stage II
     RADIX = "radix"   # radix select (hikv.hw.topk): Stage I only, beside the sorter

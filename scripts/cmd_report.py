@@ -68,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
     from hikv.sim.explore.report import build_report, load_iso_accuracy
 
     cfg = with_overrides(get_preset(args.preset), args.set)
+    if args.iso:
+        from hikv.io import check_result_file
+
+        check_result_file(args.iso, "--iso")   # refused if its run did not finish or changed
     iso = load_iso_accuracy(args.iso, cfg) if args.iso else None
     from hikv.params import ParamError
     from hikv.sim.serving.report import DEFAULT_REPORT_REQUESTS

@@ -1,9 +1,9 @@
 """Sweep the analytic cost model over design points: the cartesian product of the given axis
 values (context N, budget B, Stage II keep r, head dim d, PE lanes, sorter lanes, scoring-unit
-lanes, memory type, bandwidth, node), every method evaluated in one vectorised pass. Writes
-sweep.csv (one row per design point and method, with every configuration field, the results
-and the code version) and plots: energy vs speedup and area vs speedup Pareto fronts, speedup
-vs context length.
+lanes, Stage I engine, memory type, bandwidth, node), every method evaluated in one vectorised
+pass. Writes sweep.csv (one row per design point and method, with every configuration field,
+the results and the code version) and plots: energy vs speedup and area vs speedup Pareto
+fronts, speedup vs context length.
 --bench instead times the analytic evaluation on random design points and prints design points
 per second. Units: bytes, seconds, joules, m^2; bandwidth in bytes/s (e.g. 256e9)."""
 
@@ -62,6 +62,7 @@ def _strs(s: str) -> list[str]:
 _FLAGS = {"context": "--context", "budget": "--budget", "keep_v": "--keep-v",
           "keep_k": "--keep-k", "head_dim": "--head-dim", "pe_lanes": "--pe-lanes",
           "sorter_lanes": "--sorter-lanes", "scorer_lanes": "--scorer-lanes",
+          "sorter_kind": "--sorter-kind",
           "memory": "--memory", "bandwidth": "--bandwidth",
           "tech_nm": "--node"}
 
@@ -127,14 +128,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-k", type=_ints, help="HiKV Stage II K keep (if K is pruned)")
     p.add_argument("--head-dim", type=_ints, help="head dimensions d")
     p.add_argument("--pe-lanes", type=_ints, help="PE (MAC) lanes")
-    p.add_argument("--sorter-lanes", type=_ints, help="sorter lanes P")
+    p.add_argument("--sorter-lanes", type=_ints, help="sorter lanes P (the Stage I engine's "
+                   "lanes)")
+    p.add_argument("--sorter-kind", type=_strs, help="Stage I engines (sorter.kind): merge "
+                   "(the merge sorter), radix (the radix-select top-k engine; the merge sorter "
+                   "kept beside it for a policy with a Stage II rule), e.g. merge,radix; "
+                   "also a --tradeoff axis")
     p.add_argument("--scorer-lanes", type=_ints, help="low-bit scoring unit lanes L (tokens "
                    "scored per cycle; query-aware HiKV with low-bit keys)")
     p.add_argument("--memory", type=_strs, help="memory types: hbm2,lpddr4,gddr5,ddr3 "
                    "(energy per bit; bandwidth is --bandwidth)")
     p.add_argument("--bandwidth", type=_floats, help="memory bandwidths in bytes/s")
     p.add_argument("--node", type=_ints, help="technology nodes in nm: 45,28,16,7")
-    p.add_argument("--methods", default="full,hikv",
+    p.add_argument("--methods", default="full,hikv", type=_strs,
                    help="methods: full,h2o,snapkv,quest,sparq,ds,hikv (default full,hikv)")
     p.add_argument("--out", help="output directory (default: out/sweep-PRESET); one holding "
                    "an earlier sweep's files needs --force")
@@ -151,8 +157,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="benchmark: time the analytic evaluation on random points")
     p.add_argument("--tradeoff", action="store_true",
                    help="the area / throughput trade-off curve instead of a sweep: the "
-                   "preset's HiKV over --sorter-lanes x --scorer-lanes x --loaders (defaults "
-                   "4,8,16,32 x 4,8,16,32,64 x 1,2,4,8), HiKV units' share of the system area "
+                   "preset's HiKV over --sorter-kind x --sorter-lanes x --scorer-lanes x "
+                   "--loaders (defaults the preset's engine x 4,8,16,32 x 4,8,16,32,64 x "
+                   "1,2,4,8), HiKV units' share of the system area "
                    "(cached syntheses; other lane counts interpolated) vs attention throughput; "
                    "writes tradeoff.csv, tradeoff.md (table with the 8 %% line) and "
                    "tradeoff.png")
@@ -202,6 +209,7 @@ def _run(args: argparse.Namespace) -> int:
                               ("keep_v", args.keep_v), ("keep_k", args.keep_k),
                               ("head_dim", args.head_dim), ("pe_lanes", args.pe_lanes),
                               ("sorter_lanes", args.sorter_lanes),
+                              ("sorter_kind", args.sorter_kind),
                               ("scorer_lanes", args.scorer_lanes), ("memory", args.memory),
                               ("bandwidth", args.bandwidth), ("tech_nm", args.node))
             if v is not None}
@@ -212,7 +220,7 @@ def _run(args: argparse.Namespace) -> int:
                 "budget": [128, 256, 512], "pe_lanes": [64, 256, 1024],
                 "tech_nm": [45, 28, 7]}
         print("no axes given: default grid " + ", ".join(f"{k}={v}" for k, v in axes.items()))
-    wanted = _strs(args.methods)
+    wanted = list(args.methods)
     by_name = {s.method.value: s for s in baseline_specs(cfg)}
     bad = [m for m in wanted if m not in by_name]
     if bad:
@@ -232,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.clocks == "sta":
         from hikv.sim.cost.clocks import accelerator_clocks
 
-        clocks = accelerator_clocks(cfg)
+        clocks = accelerator_clocks(cfg, kinds=tuple(args.sorter_kind or ()))
         print("clocks: " + ", ".join(f"{b} {clocks.hz(b) / 1e6:.0f} MHz ({c.origin})"
                                      for b, c in clocks.blocks.items()))
     res = sw.evaluate(cfg, pts, specs, clocks=clocks)
@@ -276,10 +284,12 @@ def _tradeoff(args: argparse.Namespace, cfg) -> int:
                                                   "bandwidth", "node")
              if getattr(args, k) is not None]
     if other:
-        raise ParamError(f"--tradeoff varies only --sorter-lanes, --scorer-lanes and "
-                         f"--loaders; not allowed with it: {', '.join(other)}")
+        raise ParamError(f"--tradeoff varies only --sorter-kind, --sorter-lanes, "
+                         f"--scorer-lanes and --loaders; not allowed with it: "
+                         f"{', '.join(other)}")
     check_axes(cfg, {k: v for k, v in (("sorter_lanes", args.sorter_lanes),
-                                       ("scorer_lanes", args.scorer_lanes)) if v is not None})
+                                       ("scorer_lanes", args.scorer_lanes),
+                                       ("sorter_kind", args.sorter_kind)) if v is not None})
     for v in args.loaders or []:
         if v < 1:
             raise ParamError(f"--loaders {v} is out of range: allowed >= 1")
@@ -288,11 +298,11 @@ def _tradeoff(args: argparse.Namespace, cfg) -> int:
     if args.clocks == "sta":
         from hikv.sim.cost.clocks import accelerator_clocks
 
-        clocks = accelerator_clocks(cfg)
+        clocks = accelerator_clocks(cfg, kinds=tuple(args.sorter_kind or ()))
     r = to.tradeoff(cfg, sorter_lanes=args.sorter_lanes or [4, 8, 16, 32],
                     scorer_lanes=args.scorer_lanes or [4, 8, 16, 32, 64],
                     loaders=args.loaders or [1, 2, 4, 8], clocks=clocks,
-                    synthesise=args.synthesise)
+                    synthesise=args.synthesise, kinds=args.sorter_kind)
     for p in to.write_tradeoff(r, out):
         print(f"wrote {p}")
     if not args.no_plots:

@@ -23,6 +23,8 @@ Cycles, clocks, energy and the step cost:
 * :mod:`~hikv.sim.cost.attention_model`  time and energy of one decode step per method
 * :mod:`~hikv.sim.cost.blocks`           one record per RTL block: its cycles, area, clock,
   energy per action and instances (:class:`BlockCost`)
+* :mod:`~hikv.sim.cost.engines`          HiKV's Stage I engine (``sorter.kind``): the sort
+  blocks it builds, their area and share of the system
 
 Below it: :mod:`hikv.sim.eda` (areas, clocks), :mod:`hikv.sim.tech`, the hardware's timing
 contracts (:mod:`hikv.hw`) and the torch-free references (:mod:`hikv.model.refs.account`).
@@ -45,4 +47,5 @@ __all__, __getattr__, __dir__ = lazy_api(__name__, {
     "attention_model": ("AttentionCost", "Overrides", "StepWork", "attention_cost",
                         "step_work"),
     "blocks": ("BlockCost", "block_cost", "block_costs"),
+    "engines": ("engine_area", "engine_shares", "sort_blocks"),
 })

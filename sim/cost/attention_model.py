@@ -20,7 +20,11 @@ without it their top-k would run on the PE lanes or a host).
   unit (``G`` jobs of ``n`` tokens, :class:`hikv.hw.scorer_timing.ScorerTiming`, streamed with
   the metadata; the group's softmax-sum on the softmax lanes when ``G > 1``);
 * *sort*: the sorter jobs (Stage I top-k, Stage II vectors; HiKV's evicting compaction every
-  ``Δ`` steps is amortised);
+  ``Δ`` steps is amortised). Stage I runs on the engine ``sorter.kind`` names
+  (:mod:`hikv.sim.cost.engines`): the merge sorter (:mod:`hikv.hw.sorter_timing`) or the
+  radix-select top-k engine (:mod:`hikv.hw.topk_timing`, at its own clock where ``clocks``
+  lists ``topk``); Stage II always on the merge sorter; the two engines' cycles of a head add
+  up (one sort unit per head, a bound where both run);
 * *attend* phase: the loader reads the selected K/V; ``G x tokens x (d_k + d)`` MACs and
   ``G x tokens`` exponentials (online softmax, FlashDecoding style).
 
@@ -49,7 +53,8 @@ memory-bound).
 
 **Energy per step**: DRAM (burst bytes x J/byte of the memory type), SRAM (ideal bytes written
 by the loader and read by the PE lanes, priced by buffer size), MACs, softmax elements, the
-sorter's comparator evaluations (the RTL's per-job count, each comparing ``item_width`` bits),
+sorter's comparator evaluations (the RTL's per-job count, each comparing ``item_width`` bits;
+on the top-k engine its key and digit comparisons, :class:`hikv.hw.topk_timing.TopKTiming`),
 loader requests and beats, the scoring unit's integer MACs (:mod:`hikv.sim.cost.energy`). Writes of
 the current token's K/V are not counted (one token per step, the same for every method).
 
@@ -67,6 +72,7 @@ import numpy as np
 from hikv.hw.blocks import loader_instances
 from hikv.hw.scorer_timing import ScorerTiming
 from hikv.hw.sorter_timing import SorterTiming
+from hikv.hw.topk_timing import TopKTiming
 from hikv.model.refs.baseline_pe import EXP_LATENCY, MAC_LATENCY
 from hikv.params import (
     Config,
@@ -81,7 +87,8 @@ from hikv.sim.cost.bursts import Geometry
 from hikv.sim.cost.clocks import Clocks, assumed_clocks
 from hikv.sim.cost.closed_form import closed_form, step_bytes
 from hikv.sim.cost.closed_form_base import SortJob, StepAccount
-from hikv.sim.cost.timing import TimingModel, default_timing, unique_apply
+from hikv.sim.cost.engines import KINDS
+from hikv.sim.cost.timing import TimingModel, default_timing, sorter_for_job, unique_apply
 from hikv.sim.eda.area import pipeline_buffers
 from hikv.sim.tech import node_energy_scale
 
@@ -104,7 +111,9 @@ class Overrides:
     ``keep_v`` / ``keep_k`` are HiKV's Stage II keeps (``r``); ``memory`` is a MemoryType or an
     array of their values. ``loader_instances`` replaces the instance rule
     (:func:`~hikv.hw.blocks.loader_instances`: enough loaders for the bandwidth) by a count
-    (fewer loaders make the attend and select phases loader-bound).
+    (fewer loaders make the attend and select phases loader-bound). ``sorter_kind``: the
+    Stage I engine, ``"merge"`` or ``"radix"`` (``SorterParams.kind``; an array of them for
+    sweeps).
     """
 
     context: ArrayLike | None = None
@@ -121,6 +130,7 @@ class Overrides:
     memory: Any = None
     tech_nm: ArrayLike | None = None
     loader_instances: ArrayLike | None = None
+    sorter_kind: ArrayLike | None = None
 
 
 @dataclass(frozen=True)
@@ -282,6 +292,7 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     a, lay = cfg.accel, cfg.layout
     clock = clocks.reference_hz
     f_ld, f_so, f_sc = clocks.hz("loader"), clocks.hz("sorter"), clocks.hz("scorer")
+    f_tk = clocks.hz("topk") if "topk" in clocks.blocks else f_so
     bw = np.asarray(a.mem_bandwidth_bytes_per_s if ov.mem_bandwidth_bytes_per_s is None
                     else ov.mem_bandwidth_bytes_per_s, dtype=float)
     pe = np.asarray(a.pe_lanes if ov.pe_lanes is None else ov.pe_lanes)
@@ -339,15 +350,26 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
                     np.unique(np.asarray(ov.sorter_lanes))]
     else:
         sorter_p = [sorter]
-    sort = np.zeros_like(att)
+    sort_so = np.zeros_like(att)
+    sort_tk = np.zeros_like(att)
     compares = np.zeros_like(att)
+    tk_compares = np.zeros_like(att)
+    tk_digits = np.zeros_like(att)
     H = cfg.model.kv_heads
+    radix = np.asarray(cfg.sorter.kind.value if ov.sorter_kind is None
+                       else ov.sorter_kind) == "radix"
     for job in w.sorts:
-        c, q = _sorter_eval(timing, sorter_p, ov.sorter_lanes, job)
         per = job.per_step / H if job.per_layer else job.per_step
-        sort = sort + c * per
+        c, q = _sorter_eval(timing, sorter_p, ov.sorter_lanes, job)
+        if job.mode == "stage1" and radix.any():
+            ct, qt, qd = _topk_eval(sorter_p, ov.sorter_lanes, job)
+            sort_tk = sort_tk + np.where(radix, ct, 0.0) * per
+            tk_compares = tk_compares + np.where(radix, qt, 0.0) * per
+            tk_digits = tk_digits + np.where(radix, qd, 0.0) * per
+            c, q = np.where(radix, 0.0, c), np.where(radix, 0.0, q)
+        sort_so = sort_so + c * per
         compares = compares + q * per
-    sort = sort * r_so
+    sort = sort_so * r_so + sort_tk * (clock / f_tk)
     L = cfg.model.layers
     serial = np.maximum(H * (sel + att), np.where(sort > 0, sel + H * sort + att, 0.0))
     if schedule == "serial":
@@ -402,7 +424,9 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         "mac": E.mac_energy_j(macs, tech),
         "softmax": E.softmax_energy_j(units * (score_exps + w.attend_exps), tech),
         "sorter": E.sorter_energy_j(units * compares,
-                                    SorterTiming.from_params(sorter).item_width, tech),
+                                    SorterTiming.from_params(sorter).item_width, tech)
+        + E.sorter_energy_j(units * tk_compares, sorter.key_width, tech)
+        + E.sorter_energy_j(units * tk_digits, TopKTiming.from_params(sorter).digit_bits, tech),
         "loader": E.loader_energy_j(units * sb.requests,
                                     np.ceil(bytes_burst / cfg.loader.beat_bytes), tech),
         "scorer": E.scorer_energy_j(units * sc_macs, units * G * np.asarray(w.scorer_tokens),
@@ -499,7 +523,36 @@ def _sorter_eval(timing: TimingModel, params: list, lanes: ArrayLike | None, job
     return cyc, cmp
 
 
+def _topk_eval(params: list, lanes: ArrayLike | None, job: SortJob
+               ) -> tuple[ArrayLike, ArrayLike, ArrayLike]:
+    """(cycles, key comparisons, digit comparisons) of a Stage I job on the top-k engine
+    (:class:`hikv.hw.topk_timing.TopKTiming`; a job beyond the built ``max_n`` / ``max_k`` on
+    an engine built for it, :func:`hikv.sim.cost.timing.sorter_for_job`)."""
+    def one(p: Any, what: str) -> Any:
+        def f(n: int, k: int) -> float:
+            if n <= 0 or k <= 0:
+                return 0.0
+            t = TopKTiming.from_params(sorter_for_job(p, n=n, k=k))
+            return float(getattr(t, what)(n, k))
+
+        return unique_apply(f, job.n, job.k)
+
+    whats = ("stage1_cycles", "stage1_compares", "stage1_digit_compares")
+    if lanes is None:
+        return tuple(one(params[0], w) for w in whats)  # type: ignore[return-value]
+    lanes = np.asarray(lanes)
+    out = [0.0, 0.0, 0.0]
+    for p in params:
+        sel = lanes == p.lanes
+        out = [o + np.where(sel, one(p, w), 0.0) for o, w in zip(out, whats, strict=True)]
+    return out[0], out[1], out[2]
+
+
 def _check_overrides(cfg: Config, ov: Overrides) -> None:
+    if ov.sorter_kind is not None:
+        bad = sorted(set(np.asarray(ov.sorter_kind).reshape(-1).tolist()) - set(KINDS))
+        if bad:
+            raise ParamError(f"sorter_kind = {bad} is not one of {list(KINDS)}")
     if ov.keep_v is not None and ov.head_dim is not None:
         if (np.asarray(ov.keep_v) > np.asarray(ov.head_dim)).any():
             raise ParamError("keep_v (r) must be <= head_dim (d) at every design point")

@@ -43,8 +43,9 @@ from hikv.params import Config, ParamError
 from hikv.sim.cost import energy as E
 from hikv.sim.cost.attention_model import scorer_cycles
 from hikv.sim.cost.clocks import Clocks, assumed_clocks
+from hikv.sim.cost.engines import area_blocks
 from hikv.sim.cost.timing import TimingModel, default_timing, unique_apply
-from hikv.sim.eda.area import SynthResult, area_items, block_synth, hikv_blocks
+from hikv.sim.eda.area import SynthResult, area_items, block_synth
 
 __all__ = ["AREA_MODES", "BlockCost", "block_cost", "block_costs"]
 
@@ -63,8 +64,9 @@ class BlockCost:
     was given or found, ``area_source`` says why); ``clock_hz`` the clock the block runs at
     under the configuration's clock policy; ``energy_per_action_j`` joules per action by action
     name; ``instances`` the copies in the accelerator, counted in its area and time where
-    ``used`` (the scorer only where the preset scores Stage I from low-bit keys; a chained
-    block never, it is its ``parts``). :meth:`cycles` is the block's timing contract.
+    ``used`` (the scorer only where the preset scores Stage I from low-bit keys; the sorter and
+    the top-k engine as ``sorter.kind`` says, :func:`hikv.sim.cost.engines.sort_blocks`; a
+    chained block never, it is its ``parts``). :meth:`cycles` is the block's timing contract.
     """
 
     name: str
@@ -224,15 +226,15 @@ _NO_CYCLES: dict[str, str] = {
 }
 
 
-#: blocks that run at another block's clock (no clock of their own in
-#: :mod:`hikv.sim.cost.clocks`): the top-k engine takes the sorter's Stage I jobs
+#: blocks that run at another block's clock where :mod:`hikv.sim.cost.clocks` gives them none:
+#: the top-k engine takes the sorter's Stage I jobs
 _CLOCK_OF: dict[str, str] = {"topk": "sorter"}
 
 
 # --------------------------------------------------------------------------- records
 def _clock(block: Block, clocks: Clocks) -> tuple[float, str, str]:
     """(Hz it runs at, origin, source) of ``block`` under ``clocks``."""
-    if block.name in _CLOCK_OF:
+    if block.name in _CLOCK_OF and block.name not in clocks.blocks:
         hz, origin, src = _clock(get_block(_CLOCK_OF[block.name]), clocks)
         return hz, origin, f"the {_CLOCK_OF[block.name]}'s clock, in whose place it runs: {src}"
     if block.parts:
@@ -313,7 +315,7 @@ def block_cost(name: str, cfg: Config, *, clocks: Clocks | None = None,
         fn, cyc_src = _CYCLES[name](cfg, timing, hz)
     else:
         fn, cyc_src = None, _NO_CYCLES[name]
-    return BlockCost(name=name, tech_nm=tech, instances=n, used=name in hikv_blocks(cfg),
+    return BlockCost(name=name, tech_nm=tech, instances=n, used=name in area_blocks(cfg),
                      parts=block.parts, area_m2=area_m2, area_source=area_src, clock_hz=hz,
                      clock_origin=origin, clock_source=clock_src,
                      energy_per_action_j=energy, energy_source=energy_src,

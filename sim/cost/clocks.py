@@ -23,6 +23,13 @@ runs at the slowest used block's clock (one clock tree; the reference clock drop
 
 A block the preset does not use (the scorer when HiKV's Stage I is not scored from low-bit
 keys) is listed with ``used = False`` and never lowers the single clock.
+
+The Stage I engine (:mod:`hikv.sim.cost.engines`): with ``sorter.kind = "radix"`` the top-k
+engine (block ``topk``) is listed beside the sorter and times the Stage I jobs; the sorter is
+then used only where HiKV's policy has a Stage II rule (it still has its clock: a baseline's
+Stage II jobs run on it). A hand-set ``sorter_clock_hz`` is the Stage I engine's clock either
+way. ``kinds`` of :func:`accelerator_clocks` and :func:`assumed_clocks` list the engine also for
+kinds the configuration does not use (a sweep over ``sorter.kind``).
 """
 
 from __future__ import annotations
@@ -33,9 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hikv.params import CLOCK_BLOCKS, Config
+from hikv.sim.cost.engines import sort_blocks
 from hikv.sim.eda.area import scorer_used
 
-__all__ = ["BlockClock", "Clocks", "assumed_clocks", "accelerator_clocks", "scorer_used"]
+__all__ = ["BlockClock", "Clocks", "assumed_clocks", "accelerator_clocks", "engine_clocks",
+           "scorer_used"]
 
 
 @dataclass(frozen=True)
@@ -94,15 +103,24 @@ class Clocks:
 
 
 def _used(cfg: Config, block: str) -> bool:
+    if block in ("sorter", "topk"):
+        return block in sort_blocks(cfg)
     return block != "scorer" or scorer_used(cfg)
+
+
+def _blocks(cfg: Config, kinds: tuple[str, ...] | None) -> tuple[str, ...]:
+    """CLOCK_BLOCKS, and the top-k engine where ``cfg`` or one of ``kinds`` uses it."""
+    radix = "topk" in sort_blocks(cfg) or "radix" in (kinds or ())
+    return CLOCK_BLOCKS + (("topk",) if radix else ())
 
 
 def _user(cfg: Config, block: str) -> BlockClock | None:
     a = cfg.accel
-    hz = float(getattr(a, f"{block}_clock_hz"))
+    field_ = "sorter" if block == "topk" else block
+    hz = float(getattr(a, f"{field_}_clock_hz"))
     if hz <= 0:
         return None
-    return BlockClock(block, hz, "user", f"given: accel.{block}_clock_hz ({a.clock_source})",
+    return BlockClock(block, hz, "user", f"given: accel.{field_}_clock_hz ({a.clock_source})",
                       used=_used(cfg, block))
 
 
@@ -111,9 +129,10 @@ def _assumed(cfg: Config, block: str, why: str) -> BlockClock:
                       f"assumed, not checked: accel.clock_hz ({why})", used=_used(cfg, block))
 
 
-def assumed_clocks(cfg: Config, why: str = "no timing estimate requested") -> Clocks:
+def assumed_clocks(cfg: Config, why: str = "no timing estimate requested", *,
+                   kinds: tuple[str, ...] | None = None) -> Clocks:
     """Hand-set clocks where given, ``clock_hz`` elsewhere; no synthesis."""
-    blocks = {b: _user(cfg, b) or _assumed(cfg, b, why) for b in CLOCK_BLOCKS}
+    blocks = {b: _user(cfg, b) or _assumed(cfg, b, why) for b in _blocks(cfg, kinds)}
     return Clocks(cfg.accel.clock_policy, blocks)
 
 
@@ -154,20 +173,42 @@ def _sta(cfg: Config, block: str) -> BlockClock:
                       provenance=c.get("origin", ""))
 
 
-def accelerator_clocks(cfg: Config, *, check: bool = True) -> Clocks:
+def accelerator_clocks(cfg: Config, *, check: bool = True,
+                       kinds: tuple[str, ...] | None = None) -> Clocks:
     """Every block's clock (see the module docstring). ``check=False``: no synthesis, every
     block not set by hand is assumed at ``clock_hz``. A block the preset does not use is not
-    synthesised (assumed)."""
+    synthesised (assumed), except the sort blocks: the sorter (a baseline's Stage II jobs) and
+    the top-k engine where ``kinds`` asks for it."""
     if not check:
-        return assumed_clocks(cfg, "synthesis not allowed")
+        return assumed_clocks(cfg, "synthesis not allowed", kinds=kinds)
     blocks = {}
-    for b in CLOCK_BLOCKS:
+    for b in _blocks(cfg, kinds):
         if b == "pe_array":
             blocks[b] = _user(cfg, b) or _pe_reference(cfg)
             continue
-        blocks[b] = (_user(cfg, b) or (_sta(cfg, b) if _used(cfg, b)
+        timed = _used(cfg, b) or b in ("sorter", "topk")
+        blocks[b] = (_user(cfg, b) or (_sta(cfg, b) if timed
                                        else _assumed(cfg, b, "block not used by this preset")))
     return Clocks(cfg.accel.clock_policy, blocks)
+
+
+def engine_clocks(clocks: Clocks, cfg: Config, kind: str) -> Clocks:
+    """``clocks`` of ``cfg`` for HiKV with the Stage I engine ``kind``
+    (:func:`hikv.sim.cost.engines.sort_blocks`): the sort blocks that engine builds marked
+    used, the other not; one ``clocks`` lacks is added, from the timing flow where ``clocks``
+    has estimates (timed on ``cfg``'s build: the engines' RTL does not depend on the kind),
+    else assumed. The other blocks' clocks are kept (no synthesis)."""
+    used = sort_blocks(cfg, kind)
+    checked = any(c.origin == "sta" for c in clocks.blocks.values())
+    blocks = dict(clocks.blocks)
+    for b in ("sorter", "topk"):
+        if b not in blocks:
+            if b not in used:
+                continue
+            blocks[b] = _user(cfg, b) or (_sta(cfg, b) if checked else _assumed(
+                cfg, b, "no timing estimate requested"))
+        blocks[b] = dataclasses.replace(blocks[b], used=b in used)
+    return Clocks(clocks.policy, blocks)
 
 
 def _pe_reference(cfg: Config) -> BlockClock:

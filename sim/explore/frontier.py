@@ -269,11 +269,11 @@ def _clocks(cfg: Config) -> Clocks:
 
 
 def _area(cfg: Config, clocks: Clocks) -> dict[str, Any]:
-    from hikv.sim.eda.area import accelerator_area
+    from hikv.sim.cost.engines import engine_area
     from hikv.sim.eda.cells import CellsUnavailable
 
     try:
-        ar = accelerator_area(cfg, loader_clock_hz=clocks.hz("loader"))
+        ar = engine_area(cfg, loader_clock_hz=clocks.hz("loader"))
     except CellsUnavailable as e:
         return {"available": False, "reason": str(e)}
     return {"available": True, "preset": cfg.name, "tech_nm": ar.tech_nm,

@@ -60,6 +60,7 @@ def markdown(rep: Report) -> str:
              f"{c['accel']['tech_nm']} nm.", "",
              f"Budgets: {rep.budgets}. Sorter/loader timing: `{rep.timing_model}` (the RTL's "
              "timing contracts, checked against cocotb).", "",
+             *([f"Stage I engine: {rep.engine['text']}.", ""] if rep.engine else []),
              *_provenance_lines(rep),
              "All figures below are **model** results of this flow (per decode step, all "
              "layers and KV heads).", "",
@@ -117,6 +118,7 @@ def markdown(rep: Report) -> str:
             lines.append(f"Overhead: {100 * a['overhead_vs_baseline']:.2f}% of the baseline, "
                          f"{100 * a['share_of_system']:.2f}% of the system.")
             lines += ["", *_area_breakdown(a)]
+        lines += _engine_lines(rep)
         lines += ["", *_published_lines(a)]
     lines += ["", "## Reference claims against ours", "",
               "| claim | reference (seed paper, not measured here) | ours | origin of ours |",
@@ -128,6 +130,32 @@ def markdown(rep: Report) -> str:
     for s in rep.sections:
         lines += ["", f"## {s.title}", "", s.markdown]
     return "\n".join(lines) + "\n"
+
+
+def _engine_lines(rep: Report) -> list[str]:
+    """HiKV with each Stage I engine (``sorter.kind``): the one in use and the alternative."""
+    e = rep.area.get("engines") or {}
+    if not e.get("available"):
+        return ["", f"Stage I engines side by side: unavailable ({e.get('reason', 'no area')})."
+                ] if e else []
+    out = ["", "### HiKV with each Stage I engine (`sorter.kind`)", "",
+           "HiKV's units with the merge sorter and with the radix-select top-k engine in its "
+           "place (docs/topk.md; a policy with a Stage II rule keeps the merge sorter beside "
+           "the engine), each engine at its own clock; the HiKV row of the table above is the "
+           "one in use.", "",
+           "| sorter.kind | sort blocks | sort blocks (mm^2) | HiKV units (mm^2) | % of system | "
+           "Stage I clock (MHz) | sort cycles/head | HiKV time/step (us) | speedup vs full | "
+           "energy/step (uJ) | sort energy/step (nJ) | bound |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for k, v in e["kinds"].items():
+        use = " (in use)" if v["in_use"] else ""
+        out.append(f"| {k}{use} | {' + '.join(v['sort_blocks'])} | {v['sort_m2'] * 1e6:.4f} | "
+                   f"{v['hikv_m2'] * 1e6:.4f} | {100 * v['share_of_system']:.1f} | "
+                   f"{v['stage1_clock_hz'] / 1e6:,.0f} | {v['sort_cycles_per_head']:,.0f} | "
+                   f"{v['time_s'] * 1e6:.2f} | {v['speedup_vs_full']:.2f}x | "
+                   f"{v['energy_j'] * 1e6:.2f} | {v['sorter_energy_j'] * 1e9:.2f} | "
+                   f"{v['bottleneck']} |")
+    return out
 
 
 def _area_breakdown(a: dict[str, Any]) -> list[str]:
@@ -254,12 +282,19 @@ def rows_csv(rep: Report) -> str:
     buf = io.StringIO()
     parts = list(ENERGY_PARTS)
     w = csv.writer(buf, lineterminator="\n")
+    kind = rep.engine.get("kind", "")
+    shares = (rep.area.get("engines") or {}).get("kinds", {})
+    alt = [k for k in shares if k != kind]
     w.writerow(["preset", "code_version", "timing_model", "budgets", *CSV_FIELDS,
-                *(f"energy_{p}_j" for p in parts)])
+                *(f"energy_{p}_j" for p in parts), "sorter_kind", "share_of_system",
+                "alt_sorter_kind", "alt_share_of_system"])
+    share = shares.get(kind, {}).get("share_of_system", math.nan)
+    alt_share = shares[alt[0]]["share_of_system"] if alt else math.nan
     for r in rep.rows:
         w.writerow([rep.preset, rep.code_version, rep.timing_model, rep.budgets,
                     *(_cell(getattr(r, f)) for f in CSV_FIELDS),
-                    *(r.energy_parts_j.get(p, 0.0) for p in parts)])
+                    *(r.energy_parts_j.get(p, 0.0) for p in parts), kind, _cell(share),
+                    alt[0] if alt else "", _cell(alt_share)])
     return buf.getvalue()
 
 

@@ -26,7 +26,6 @@ Extra sections (the serving model's) plug in through :data:`REPORT_SECTIONS`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -149,13 +148,11 @@ def load_iso_accuracy(path: str | Path, cfg: Config) -> IsoAccuracy:
     smallest-budget HiKV point within tolerance (ThinK families excepted). ``head_dim``, when
     given, must be the preset's. Errors name the field.
     """
+    from hikv.io import read_json
     from hikv.model.accuracy.iso import family, is_think
 
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ParamError(f"iso-accuracy file {p}: {e}") from None
+    data = read_json(p, what=f"an iso-accuracy file ({ISO_SCHEMA})")
     if not isinstance(data, dict):
         raise ParamError(f"iso-accuracy file {p}: not a JSON object (expected {ISO_SCHEMA})")
     if data.get("schema") != ISO_SCHEMA:
@@ -269,6 +266,9 @@ class Report:
     #: where each synthesis (``area``) and timing estimate (``clocks``) came from: ``cache``,
     #: ``shipped`` or ``synthesised`` (:mod:`hikv.sim.eda.shipped`)
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: HiKV's Stage I engine (``sorter.kind``) and the sort blocks it builds
+    #: (:mod:`hikv.sim.cost.engines`)
+    engine: dict[str, Any] = field(default_factory=dict)
 
     def row(self, method: Method) -> MethodRow:
         """The first row of ``method``; for HiKV the reference row (the last HiKV one: ThinK,
@@ -292,6 +292,13 @@ def _hikv_row(rows: Sequence[MethodRow]) -> MethodRow:
 
 def _f(x: Any) -> float:
     return float(np.asarray(x).reshape(-1)[0])
+
+
+def _engine(cfg: Config) -> dict[str, Any]:
+    from hikv.sim.cost.engines import describe, engine_block, sort_blocks
+
+    return {"kind": cfg.sorter.kind.value, "stage1_block": engine_block(cfg),
+            "sort_blocks": list(sort_blocks(cfg)), "text": describe(cfg)}
 
 
 def _row(spec: MethodSpec, c: AttentionCost) -> MethodRow:
@@ -325,12 +332,12 @@ def _with_cells(run: Callable[[], Any], fetch: bool) -> Any:
 def _area_section(cfg: Config, fetch: bool, clocks: Clocks,
                   origins: dict[str, str] | None = None) -> dict[str, Any]:
     """The area section; ``origins`` receives where each synthesis result came from."""
-    from hikv.sim.eda.area import accelerator_area
+    from hikv.sim.cost.engines import engine_area
     from hikv.sim.eda.cells import CellsUnavailable
 
     f_ld = clocks.hz("loader")
     try:
-        ar = _with_cells(lambda: accelerator_area(cfg, loader_clock_hz=f_ld), fetch)
+        ar = _with_cells(lambda: engine_area(cfg, loader_clock_hz=f_ld), fetch)
     except CellsUnavailable as e:
         return {"available": False, "reason": str(e)}
     if origins is not None:
@@ -350,7 +357,7 @@ def _area_section(cfg: Config, fetch: bool, clocks: Clocks,
                             "published_m2": u.published_m2, "ours_over_published": u.ratio,
                             "published_what": u.published_what, "source": u.source}
                            for u in unit_comparisons(cfg, ar)],
-                 "denominator": published_denominator()}
+                 "denominator": published_denominator(ar, cfg)}
     return {"available": True, "tech_nm": ar.tech_nm, "items": items,
             "static_power": accelerator_leakage(ar).to_dict(), "published": published,
             "baseline_m2": ar.baseline_m2, "hikv_m2": ar.hikv_m2,
@@ -363,6 +370,38 @@ def _area_section(cfg: Config, fetch: bool, clocks: Clocks,
                               "nand2_equivalents": v.nand2_equivalents, "yosys": v.yosys,
                               "sram_macros": [dataclasses.asdict(m) for m in v.macros]}
                           for k, v in ar.synth.items()}}
+
+
+def _engine_section(cfg: Config, spec: MethodSpec, timing: TimingModel, clocks: Clocks,
+                    fetch: bool, full_time_s: float) -> dict[str, Any]:
+    """HiKV with each Stage I engine (``sorter.kind``, :mod:`hikv.sim.cost.engines`): the
+    sort blocks, HiKV's area and share of the system, and the step's sort cycles per head,
+    time, energy and speedup, each engine at its clocks (the engine not in use timed by the
+    timing flow where ``clocks`` are, :func:`hikv.sim.cost.clocks.engine_clocks`)."""
+    from hikv.sim.cost.clocks import engine_clocks
+    from hikv.sim.cost.engines import KINDS, describe, engine_shares, with_kind
+    from hikv.sim.eda.cells import CellsUnavailable
+
+    own = cfg.sorter.kind.value
+    try:
+        shares = _with_cells(lambda: engine_shares(cfg, loader_clock_hz=clocks.hz("loader")),
+                             fetch)
+    except CellsUnavailable as e:
+        return {"available": False, "reason": str(e)}
+    out: dict[str, Any] = {"available": True, "in_use": own, "kinds": {}}
+    for k in KINDS:
+        c = with_kind(cfg, k)
+        ck = clocks if k == own else _with_cells(lambda k=k: engine_clocks(clocks, cfg, k), fetch)
+        cost = attention_cost(spec, c, timing=timing, clocks=ck)
+        blk = shares[k]["engine"]
+        out["kinds"][k] = {**shares[k], "text": describe(c),
+                           "stage1_clock_hz": float(ck.hz(blk)),
+                           "sort_cycles_per_head": _f(cost.sort_cycles),
+                           "time_s": _f(cost.time_s), "energy_j": _f(cost.energy_j),
+                           "sorter_energy_j": _f(cost.energy_parts_j["sorter"]),
+                           "speedup_vs_full": full_time_s / _f(cost.time_s),
+                           "bottleneck": str(np.asarray(cost.bottleneck).reshape(-1)[0])}
+    return out
 
 
 def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = True,
@@ -410,6 +449,10 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
     with resynthesis(resynthesise):
         area_d = _area_section(cfg, fetch_cells, clocks, origins) if area else {
             "available": False, "reason": "not requested"}
+        if area_d.get("available"):
+            hspec = next(s for s, _ in costs if s.label == hikv.label)
+            area_d["engines"] = _engine_section(cfg, hspec, timing, clocks, fetch_cells,
+                                                full.time_s)
     rows = _with_static(rows, area_d)
     hikv = _hikv_row(rows)
     provenance = {"area": origins,
@@ -424,7 +467,7 @@ def build_report(cfg: Config, *, iso: IsoAccuracy | None = None, area: bool = Tr
                  rows=tuple(rows), area=area_d, claims=tuple(claims), notes=tuple(notes),
                  context_curve=curve, clocks=clocks.to_dict(),
                  nominal=_nominal_view(cfg, timing, clocks) if iso else {},
-                 provenance=provenance)
+                 provenance=provenance, engine=_engine(cfg))
     names = tuple(REPORT_SECTIONS) if sections is True else tuple(sections or ())
     if names:
         extra = []
@@ -546,6 +589,13 @@ def _claims(rows: list[MethodRow], hikv: MethodRow, area: dict[str, Any], cfg: C
         area_txt = (f"{', '.join(_units(area))}: {100 * share:.1f}% of system "
                     f"({100 * area['overhead_vs_baseline']:.1f}% over the baseline), "
                     f"{area['tech_nm']} nm")
+        from hikv.sim.cost.engines import ENGINE_NAMES
+
+        eng = area.get("engines", {})
+        if eng.get("available"):
+            alt = [(k, v) for k, v in eng["kinds"].items() if k != cfg.sorter.kind.value]
+            area_txt += "; " + ", ".join(f"with the {ENGINE_NAMES[k]} (sorter.kind = {k}): "
+                                         f"{100 * v['share_of_system']:.1f}%" for k, v in alt)
     else:
         area_txt = "unavailable: " + str(area.get("reason", ""))
     return [
@@ -584,7 +634,8 @@ def _claims(rows: list[MethodRow], hikv: MethodRow, area: dict[str, Any], cfg: C
 
 
 def _units(area: dict[str, Any]) -> list[str]:
-    """The HiKV units of the area section (sorter, loader, scorer), or the default two."""
+    """The HiKV units of the area section (sorter or top-k engine, loader, scorer), or the
+    default two."""
     names = [i["name"] for i in area.get("items", ()) if i["part"] == "hikv"
              and "." not in i["name"]]
     return names or ["sorter", "loader"]
@@ -660,7 +711,11 @@ def _notes(cfg: Config, rows: list[MethodRow], timing: TimingModel, iso: IsoAccu
         if iso.unreached:
             notes.append("Left out: no tested budget of " + ", ".join(iso.unreached) +
                          f" kept {iso.metric} within {iso.tolerance:g} ({iso.path}).")
-    notes.append("Baselines use the same sorter and loader hardware (generous to them).")
+    from hikv.sim.cost.engines import describe
+
+    notes.append(f"Stage I engine: {describe(cfg)} (hikv.sim.cost.engines).")
+    notes.append("Baselines use the same sorter and loader hardware (generous to them; a "
+                 "baseline's Stage II jobs run on the merge sorter with either engine).")
     notes.append("Energy per step is dynamic (energy per action; no clock tree) in the first "
                  "table; static energy (leakage x step time) is added beside it where the areas "
                  "are synthesised; DRAM energy is not scaled with the logic node.")

@@ -8,17 +8,20 @@ results and the code version.
 
 Axes (``Overrides`` fields): context ``N``, budget ``B``, HiKV's Stage II keep ``r`` (of V; of K
 with ``--keep-k``), head dimension ``d``, PE lanes, sorter lanes, the low-bit scoring unit's
-lanes ``L``, memory type (DRAM energy per bit; bandwidth is its own axis), memory bandwidth,
-technology node. Every block runs at the preset's assumed or hand-set clocks
+lanes ``L``, the Stage I engine (``sorter.kind``: ``merge`` or ``radix``,
+:mod:`hikv.sim.cost.engines`), memory type (DRAM energy per bit; bandwidth is its own axis),
+memory bandwidth, technology node. Every block runs at the preset's assumed or hand-set clocks
 (:func:`hikv.sim.cost.clocks.assumed_clocks`), or at the timing flow's estimate of the preset's
 blocks (``hikv sweep --clocks sta``): a sweep does not run the timing flow per point.
 
 Area per design point comes from synthesis results (cached; one synthesis per distinct unit or
 block configuration): baseline = ``pe_lanes`` MAC lanes + ``softmax_lanes`` (exp + MAC) + SRAM;
-HiKV adds the sorter (per sorter-lane value), ``loader_instances`` loaders, the pipelined
-schedule's score and index buffers (:func:`hikv.sim.eda.area.pipeline_buffers`) and, where the
-preset scores Stage I from low-bit keys, the scoring unit (per scorer-lane value), once those blocks
-are registered (until then their area is NaN and the plots say so).
+HiKV adds the sort blocks (per engine and sorter-lane value: the sorter, or the top-k engine
+and, where HiKV's policy has a Stage II rule, the sorter beside it), ``loader_instances``
+loaders, the pipelined schedule's score and index buffers
+(:func:`hikv.sim.eda.area.pipeline_buffers`) and, where the preset scores Stage I from low-bit
+keys, the scoring unit (per scorer-lane value), once those blocks are registered (until then
+their area is NaN and the plots say so).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ AXES: dict[str, tuple[str, tuple[str, ...]]] = {
     "head_dim": ("head_dim", ("layout.head_dim", "model.head_dim")),
     "pe_lanes": ("pe_lanes", ("accel.pe_lanes",)),
     "sorter_lanes": ("sorter_lanes", ("sorter.lanes",)),
+    "sorter_kind": ("sorter_kind", ("sorter.kind",)),
     "scorer_lanes": ("scorer_lanes", ("scorer.lanes",)),
     "memory": ("memory", ("accel.memory",)),
     "bandwidth": ("mem_bandwidth_bytes_per_s", ("accel.mem_bandwidth_bytes_per_s",)),
@@ -69,6 +73,10 @@ def _check_axes(axes: dict[str, list[Any]]) -> None:
             raise ParamError(f"unknown sweep axis {name!r}; known: {sorted(AXES)}")
         if not len(vals):
             raise ParamError(f"sweep axis {name!r} has no values")
+    if "sorter_kind" in axes:
+        from hikv.sim.cost.engines import check_kinds
+
+        check_kinds(axes["sorter_kind"])
     if "memory" in axes:
         known = {m.value for m in MemoryType}
         bad = [m for m in axes["memory"] if m not in known]
@@ -183,13 +191,21 @@ def area_columns(cfg: Config, points: dict[str, np.ndarray], n: int,
         inst = loader_instances(cfg, bw, clock_hz=clocks.hz("loader") if clocks else None)
         ld = block_synth(BLOCKS["loader"], cfg)
         ld_area = logic_area_m2(ld.nand2_equivalents, tech) + sram_area_m2(ld.macro_bytes, tech)
+        from hikv.sim.cost.engines import sort_blocks
+
+        kinds = np.broadcast_to(points.get("sorter_kind", np.asarray(cfg.sorter.kind.value)),
+                                (n,))
         sorter_area = np.zeros(n)
-        for lv in np.unique(lanes):
-            c2 = cfg.replace(sorter=dataclasses.replace(cfg.sorter, lanes=int(lv)))
-            s = block_synth(BLOCKS["sorter"], c2)
-            sel = lanes == lv
-            sorter_area = np.where(sel, logic_area_m2(s.nand2_equivalents, tech)
-                                   + sram_area_m2(s.macro_bytes, tech), sorter_area)
+        for kv in np.unique(kinds):
+            for lv in np.unique(lanes):
+                c2 = cfg.replace(sorter=dataclasses.replace(cfg.sorter, lanes=int(lv)))
+                a_lv = 0.0
+                for blk in sort_blocks(cfg, str(kv)):
+                    s = block_synth(BLOCKS[blk], c2)
+                    a_lv = a_lv + (logic_area_m2(s.nand2_equivalents, tech)
+                                   + sram_area_m2(s.macro_bytes, tech))
+                sel = (lanes == lv) & (kinds == kv)
+                sorter_area = np.where(sel, a_lv, sorter_area)
         from hikv.sim.eda.area import pipeline_buffers
 
         buf_area = sum(sram_area_m2(b, tech) for b in pipeline_buffers(cfg).values())

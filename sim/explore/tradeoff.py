@@ -1,14 +1,18 @@
 """Area of HiKV's units against attention throughput: the trade-off curve.
 
-``hikv sweep --tradeoff`` evaluates the query-aware HiKV of a preset over sorter lanes ``P`` x
-scoring-unit lanes ``L`` x loader instances ``I`` (every other parameter the preset's, every
-block at the sweep's clocks, with the timing flow's clocks each sorter lane count at its own
-build's (:func:`sorter_clocks`), the pipelined schedule of :mod:`hikv.sim.cost.attention_model`) and
-prices each point's HiKV units by our own synthesis:
+``hikv sweep --tradeoff`` evaluates the query-aware HiKV of a preset over Stage I engines
+(``sorter.kind``: the merge sorter, the radix-select top-k engine; :mod:`hikv.sim.cost.engines`)
+x sorter lanes ``P`` (the engine's lanes) x scoring-unit lanes ``L`` x loader instances ``I``
+(every other parameter the preset's, every block at the sweep's clocks, with the timing flow's
+clocks each engine and lane count at its own build's (:func:`sorter_clocks`), the pipelined
+schedule of :mod:`hikv.sim.cost.attention_model`) and prices each point's HiKV units by our own
+synthesis:
 
-* **area** of the HiKV units = sorter(``P``) + scoring unit(``L``, where the preset scores
-  Stage I from low-bit keys) + ``I`` x loader + the pipeline's score and index buffers
-  (:func:`hikv.sim.eda.area.pipeline_buffer_items`); the system = the baseline accelerator
+* **area** of the HiKV units = the sort blocks(``P``: the sorter, or the top-k engine and,
+  where HiKV's policy has a Stage II rule, the sorter beside it) + scoring unit(``L``, where
+  the preset scores Stage I from low-bit keys) + ``I`` x loader + the pipeline's score and
+  index buffers (:func:`hikv.sim.eda.area.pipeline_buffer_items`); the system = the baseline
+  accelerator
   (``pe_lanes`` MAC lanes, ``softmax_lanes`` softmax lanes, its SRAM; section 3 of
   docs/cost_model.md) + the HiKV units; **share** = HiKV units / system.
 * **throughput**: decode-attention steps per second of the whole model (``1 / time_s``) and
@@ -51,7 +55,7 @@ TARGET_SHARE = 0.08
 ROOFLINE_TARGET = 0.90
 
 #: block -> the Config field whose ``lanes`` the trade-off varies
-_LANE_FIELD = {"sorter": "sorter", "scorer": "scorer"}
+_LANE_FIELD = {"sorter": "sorter", "topk": "sorter", "scorer": "scorer"}
 
 
 @dataclass(frozen=True)
@@ -126,9 +130,11 @@ def block_areas(cfg: Config, block: str, lanes: list[int], *, synthesise: bool =
 
 @dataclass(frozen=True)
 class Tradeoff:
-    """One row per (sorter lanes, scorer lanes, loaders) point; arrays of equal length."""
+    """One row per (engine, sorter lanes, scorer lanes, loaders) point; arrays of equal
+    length."""
 
     preset: str
+    sorter_kind: np.ndarray        # the Stage I engine, SorterParams.kind
     sorter_lanes: np.ndarray
     scorer_lanes: np.ndarray
     loaders: np.ndarray
@@ -149,16 +155,46 @@ class Tradeoff:
         ok = np.flatnonzero(self.share <= share)
         return int(ok[np.argmax(self.steps_per_s[ok])]) if ok.size else None
 
-    def cheapest_reaching(self, fraction: float = ROOFLINE_TARGET) -> int | None:
-        """Index of the smallest share reaching ``fraction`` of the bytes roofline."""
-        ok = np.flatnonzero(self.bytes_bound_fraction >= fraction)
+    def cheapest_reaching(self, fraction: float = ROOFLINE_TARGET, kind: str | None = None
+                          ) -> int | None:
+        """Index of the smallest share reaching ``fraction`` of the bytes roofline (with the
+        engine ``kind`` only, when given)."""
+        ok = np.flatnonzero((self.bytes_bound_fraction >= fraction)
+                            & ((self.sorter_kind == kind) if kind else True))
         return int(ok[np.argmin(self.share[ok])]) if ok.size else None
+
+    @property
+    def kinds(self) -> list[str]:
+        """The engines of the curve, in the order given."""
+        return list(dict.fromkeys(self.sorter_kind.tolist()))
 
 
 def tradeoff(cfg: Config, *, sorter_lanes: list[int], scorer_lanes: list[int],
              loaders: list[int], timing: TimingModel | None = None,
-             clocks: Clocks | None = None, synthesise: bool = False) -> Tradeoff:
-    """Area and throughput of the preset's HiKV at every (P, L, I) point (module docstring)."""
+             clocks: Clocks | None = None, synthesise: bool = False,
+             kinds: list[str] | None = None) -> Tradeoff:
+    """Area and throughput of the preset's HiKV at every (engine, P, L, I) point (module
+    docstring). ``kinds``: the Stage I engines (``SorterParams.kind`` values; default the
+    preset's); ``clocks`` must list the top-k engine where they hold ``"radix"`` and come from
+    the timing flow (:func:`hikv.sim.cost.clocks.accelerator_clocks` with ``kinds``), else it
+    runs at the sorter's clock."""
+    from hikv.sim.cost.engines import check_kinds
+
+    kinds = check_kinds(kinds or [cfg.sorter.kind.value], "sorter kind")
+    parts = [_tradeoff_kind(cfg, k, sorter_lanes=sorter_lanes, scorer_lanes=scorer_lanes,
+                            loaders=loaders, timing=timing, clocks=clocks,
+                            synthesise=synthesise) for k in kinds]
+    arrays = {f.name: np.concatenate([getattr(p, f.name) for p in parts])
+              for f in dataclasses.fields(Tradeoff) if isinstance(getattr(parts[0], f.name),
+                                                                  np.ndarray)}
+    return dataclasses.replace(parts[0], **arrays)
+
+
+def _tradeoff_kind(cfg: Config, kind: str, *, sorter_lanes: list[int], scorer_lanes: list[int],
+                   loaders: list[int], timing: TimingModel | None, clocks: Clocks | None,
+                   synthesise: bool) -> Tradeoff:
+    """:func:`tradeoff` with the one engine ``kind``."""
+    from hikv.sim.cost.engines import sort_blocks, with_kind
     from hikv.sim.eda.area import accelerator_area, block_synth, pipeline_buffer_items, scorer_used
 
     for name, vals in (("sorter_lanes", sorter_lanes), ("scorer_lanes", scorer_lanes),
@@ -175,15 +211,17 @@ def tradeoff(cfg: Config, *, sorter_lanes: list[int], scorer_lanes: list[int],
     timing = timing or default_timing()
     spec = MethodSpec.for_hikv(cfg.policy)
     full = attention_cost(MethodSpec(Method.FULL), cfg, timing=timing, clocks=clocks)
-    # one evaluation per sorter lane count, at that build's clock
-    so_clk = sorter_clocks(cfg, sorter_lanes, clocks, synthesise=synthesise)
+    blocks = sort_blocks(cfg, kind)
+    # one evaluation per lane count of the Stage I engine, at that build's clock
+    so_clk = sorter_clocks(cfg, sorter_lanes, clocks, synthesise=synthesise, block=blocks[0])
+    ckind = with_kind(cfg, kind)
     time_s = np.zeros(len(combos))
     frac = np.zeros(len(combos))
     bottleneck = np.empty(len(combos), dtype=object)
     for p_val, (_, ck) in so_clk.items():
         sel = np.flatnonzero(P == p_val)
-        h = attention_cost(spec, cfg, Overrides(sorter_lanes=P[sel], scorer_lanes=L[sel],
-                                                loader_instances=I_[sel]),
+        h = attention_cost(spec, ckind, Overrides(sorter_lanes=P[sel], scorer_lanes=L[sel],
+                                                  loader_instances=I_[sel]),
                            timing=timing, clocks=ck)
         time_s[sel] = np.broadcast_to(np.asarray(h.time_s, dtype=float), sel.shape)
         frac[sel] = np.broadcast_to(np.asarray(h.bytes_bound_fraction, dtype=float), sel.shape)
@@ -191,7 +229,12 @@ def tradeoff(cfg: Config, *, sorter_lanes: list[int], scorer_lanes: list[int],
     # areas: baseline as the report's (accelerator_area without HiKV blocks), blocks per lanes
     t = cfg.accel.tech_nm
     base = accelerator_area(cfg, blocks=()).baseline_m2
-    so = block_areas(cfg, "sorter", sorted(set(sorter_lanes)), synthesise=synthesise)
+    per_block = [block_areas(cfg, b, sorted(set(sorter_lanes)), synthesise=synthesise)
+                 for b in blocks]
+    so = {p: BlockArea("+".join(blocks), p, sum(a[p].area_m2 for a in per_block),
+                       "; ".join(f"{a[p].block} {p}: {a[p].origin}" for a in per_block
+                                 if a[p].origin != "synthesised") or "synthesised")
+          for p in sorted(set(sorter_lanes))}
     sc = (block_areas(cfg, "scorer", sorted(set(scorer_lanes)), synthesise=synthesise)
           if used else {})
     ld_res = block_synth("loader", cfg) if synthesise else cached_synth("loader", cfg)
@@ -202,13 +245,14 @@ def tradeoff(cfg: Config, *, sorter_lanes: list[int], scorer_lanes: list[int],
     buf = sum(i.area_m2 for i in pipeline_buffer_items(cfg))
     hikv = np.array([so[p].area_m2 + (sc[q].area_m2 if used else 0.0) + i * ld + buf
                      for p, q, i in combos])
-    origin = np.array(["; ".join([f"{x.block} {x.lanes}: {x.origin}" for x in
-                                  ([so[p]] + ([sc[q]] if used else []))
+    origin = np.array(["; ".join([x.origin if x is so[p] else f"{x.block} {x.lanes}: {x.origin}"
+                                  for x in ([so[p]] + ([sc[q]] if used else []))
                                   if x.origin != "synthesised"]
                                  + ([so_clk[p][0]] if so_clk[p][0] else []))
                        or "synthesised" for p, q, i in combos])
     return Tradeoff(
-        preset=cfg.name, sorter_lanes=P, scorer_lanes=L, loaders=I_, area_baseline_m2=base,
+        preset=cfg.name, sorter_kind=np.array([kind] * len(combos)), sorter_lanes=P,
+        scorer_lanes=L, loaders=I_, area_baseline_m2=base,
         area_hikv_m2=hikv, share=hikv / (base + hikv), steps_per_s=1.0 / time_s,
         speedup_vs_full=float(full.time_s) / time_s, bytes_bound_fraction=frac,
         bottleneck=bottleneck.astype(str), origin=origin,
@@ -225,17 +269,18 @@ def _loader_rule(cfg: Config, clocks: Clocks | None) -> tuple[int, float]:
 
 
 def sorter_clocks(cfg: Config, lanes: list[int], clocks: Clocks | None, *,
-                  synthesise: bool = False) -> dict[int, tuple[str, Clocks | None]]:
-    """The clocks to time HiKV at with ``P`` sorter lanes, for each ``P`` in ``lanes``:
-    ``{P: (note, clocks)}``.
+                  synthesise: bool = False, block: str = "sorter"
+                  ) -> dict[int, tuple[str, Clocks | None]]:
+    """The clocks to time HiKV at with ``P`` lanes of the Stage I engine ``block`` (``sorter``
+    or ``topk``), for each ``P`` in ``lanes``: ``{P: (note, clocks)}``.
 
-    With the timing flow's sorter clock (``clocks.blocks["sorter"].origin == "sta"``) each
+    With the timing flow's clock of ``block`` (``clocks.blocks[block].origin == "sta"``) each
     lane count is timed at **its own build's** estimate (:func:`hikv.sim.eda.sta.block_clock`)
     where that build is synthesised (cached, or ``synthesise``); a lane count without a
     synthesis keeps the preset's build's clock and the note says so (the row's ``area``
     column carries it). Assumed or hand-set clocks apply to every lane count (note empty).
     """
-    if clocks is None or clocks.blocks["sorter"].origin != "sta":
+    if clocks is None or block not in clocks.blocks or clocks.blocks[block].origin != "sta":
         return {int(p): ("", clocks) for p in sorted(set(lanes))}
     from hikv.sim.eda.sta import block_clock
 
@@ -245,25 +290,25 @@ def sorter_clocks(cfg: Config, lanes: list[int], clocks: Clocks | None, *,
         c = cfg.replace(sorter=dataclasses.replace(cfg.sorter, lanes=p))
         if p == own:
             out[p] = ("", clocks)
-        elif synthesise or cached_synth("sorter", c) is not None:
-            bc = block_clock("sorter", c)
-            blk = dataclasses.replace(clocks.blocks["sorter"], hz=float(bc["clock_hz"]),
+        elif synthesise or cached_synth(block, c) is not None:
+            bc = block_clock(block, c)
+            blk = dataclasses.replace(clocks.blocks[block], hz=float(bc["clock_hz"]),
                                       source=bc["source"],
                                       critical_path=bc["critical_path"])
-            out[p] = ("", dataclasses.replace(clocks, blocks={**clocks.blocks,
-                                                              "sorter": blk}))
+            out[p] = ("", dataclasses.replace(clocks, blocks={**clocks.blocks, block: blk}))
         else:
-            out[p] = (f"sorter {p}: clock of the {own}-lane build (not synthesised)", clocks)
+            out[p] = (f"{block} {p}: clock of the {own}-lane build (not synthesised)", clocks)
     return out
 
 
-_COLS = ("sorter_lanes", "scorer_lanes", "loaders", "area_hikv_mm2", "share_pct",
+_COLS = ("sorter_kind", "sorter_lanes", "scorer_lanes", "loaders", "area_hikv_mm2", "share_pct",
          "steps_per_s", "speedup_vs_full", "bytes_bound_pct", "bottleneck", "area_origin")
 
 
 def _rows(r: Tradeoff) -> list[list[Any]]:
     order = np.lexsort((-r.steps_per_s, r.share))
-    return [[int(r.sorter_lanes[i]), int(r.scorer_lanes[i]), int(r.loaders[i]),
+    return [[str(r.sorter_kind[i]), int(r.sorter_lanes[i]), int(r.scorer_lanes[i]),
+             int(r.loaders[i]),
              float(r.area_hikv_m2[i]) * 1e6, 100 * float(r.share[i]),
              float(r.steps_per_s[i]), float(r.speedup_vs_full[i]),
              100 * float(r.bytes_bound_fraction[i]), str(r.bottleneck[i]), str(r.origin[i])]
@@ -273,7 +318,8 @@ def _rows(r: Tradeoff) -> list[list[Any]]:
 def summary(r: Tradeoff) -> list[str]:
     """What 8 % costs, in sentences (numbers from ``r``)."""
     def at(i: int) -> str:
-        return (f"P = {r.sorter_lanes[i]} sorter lanes, L = {r.scorer_lanes[i]} scorer lanes, "
+        return (f"{_ENGINE[str(r.sorter_kind[i])]} (sorter.kind = {r.sorter_kind[i]}), "
+                f"P = {r.sorter_lanes[i]} lanes, L = {r.scorer_lanes[i]} scorer lanes, "
                 f"I = {r.loaders[i]} loaders: {100 * r.share[i]:.1f} % of the system, "
                 f"{r.speedup_vs_full[i]:.2f}x full KV, "
                 f"{100 * r.bytes_bound_fraction[i]:.0f} % of the bytes roofline "
@@ -295,13 +341,20 @@ def summary(r: Tradeoff) -> list[str]:
         out.append(f"Fastest point within {100 * TARGET_SHARE:.0f} % of the system: {at(w)}; "
                    f"holding {100 * TARGET_SHARE:.0f} % costs {100 * loss:.0f} % of the "
                    "fastest point's attention throughput.")
-    c = r.cheapest_reaching()
-    if c is None:
-        out.append(f"No point reaches {100 * ROOFLINE_TARGET:.0f} % of the bytes roofline.")
-    else:
-        out.append(f"Smallest area reaching {100 * ROOFLINE_TARGET:.0f} % of the bytes "
-                   f"roofline: {at(c)}.")
+    for kind in ([None] if len(r.kinds) == 1 else [None, *r.kinds]):
+        c = r.cheapest_reaching(kind=kind)
+        with_ = "" if kind is None else f" with the {_ENGINE[kind]}"
+        if c is None:
+            out.append(f"No point{with_} reaches {100 * ROOFLINE_TARGET:.0f} % of the bytes "
+                       "roofline.")
+        else:
+            out.append(f"Smallest area reaching {100 * ROOFLINE_TARGET:.0f} % of the bytes "
+                       f"roofline{with_}: {at(c)}.")
     return out
+
+
+#: kind -> the engine's name in sentences
+_ENGINE = {"merge": "merge sorter", "radix": "top-k engine"}
 
 
 def write_tradeoff(r: Tradeoff, out: Path) -> list[Path]:
@@ -315,24 +368,29 @@ def write_tradeoff(r: Tradeoff, out: Path) -> list[Path]:
         w.writerow(_COLS)
         w.writerows(rows)
     lines = [f"# HiKV units' area vs attention throughput: preset `{r.preset}`", "",
-             f"Baseline accelerator {r.area_baseline_m2 * 1e6:.3f} mm^2; HiKV units = sorter"
+             f"Baseline accelerator {r.area_baseline_m2 * 1e6:.3f} mm^2; HiKV units = Stage I "
+             "engine (`sorter.kind`: `merge`, the merge sorter; `radix`, the radix-select "
+             "top-k engine, with the merge sorter beside it where the policy has a Stage II "
+             "rule)"
              + (" + scoring unit" if r.scorer_used else "")
              + " + loaders + pipeline buffers; the instance rule gives "
              f"{r.loader_rule[0]} loaders at this bandwidth and the loader's "
              f"{r.loader_rule[1] / 1e6:.0f} MHz. Model results (pipelined schedule); "
              "areas from our synthesis, interpolated where the column says so.", "",
-             "| P (sorter) | L (scorer) | I (loaders) | HiKV mm^2 | % of system | steps/s "
-             "| vs full KV | % of bytes roofline | bound | area |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| engine | P (lanes) | L (scorer) | I (loaders) | HiKV mm^2 | % of system | "
+             "steps/s | vs full KV | % of bytes roofline | bound | area |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     line_done = False
+    mark = f"| **{100 * TARGET_SHARE:.0f} % line** | | | | | | | | | | |"
     for row in rows:
-        if not line_done and row[4] > 100 * TARGET_SHARE:
-            lines.append(f"| **{100 * TARGET_SHARE:.0f} % line** | | | | | | | | | |")
+        if not line_done and row[5] > 100 * TARGET_SHARE:
+            lines.append(mark)
             line_done = True
-        lines.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]:.3f} | {row[4]:.1f} | "
-                     f"{row[5]:,.0f} | {row[6]:.2f}x | {row[7]:.0f} | {row[8]} | {row[9]} |")
+        lines.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {row[4]:.3f} | "
+                     f"{row[5]:.1f} | {row[6]:,.0f} | {row[7]:.2f}x | {row[8]:.0f} | {row[9]} | "
+                     f"{row[10]} |")
     if not line_done:
-        lines.append(f"| **{100 * TARGET_SHARE:.0f} % line** | | | | | | | | | |")
+        lines.append(mark)
     lines += ["", *(f"- {s}" for s in summary(r)), ""]
     p_md = out / "tradeoff.md"
     with atomic_open(p_md, "w") as f:
@@ -342,7 +400,8 @@ def write_tradeoff(r: Tradeoff, out: Path) -> list[Path]:
 
 def plot_tradeoff(r: Tradeoff, out: Path) -> Path:
     """``tradeoff.png``: share of the system (x) vs speedup over full KV (y), one colour per
-    loader count, hollow markers where an area is interpolated, the 8 % line."""
+    loader count, one marker per engine, hollow markers where an area is interpolated, the
+    8 % line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -354,14 +413,17 @@ def plot_tradeoff(r: Tradeoff, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     x, y = 100 * r.share, r.speedup_vs_full
     synth = r.origin == "synthesised"
-    for k, n in enumerate(sorted(set(r.loaders.tolist()))):
-        sel = r.loaders == n
-        for solid in (True, False):
-            s = sel & (synth == solid)
-            if s.any():
-                ax.scatter(x[s], y[s], s=18, color=f"C{k}",
-                           facecolors=f"C{k}" if solid else "none",
-                           label=f"I = {n} loaders" + ("" if solid else " (area interpolated)"))
+    markers = {"merge": "o", "radix": "^"}
+    for kind in r.kinds:
+        for k, n in enumerate(sorted(set(r.loaders.tolist()))):
+            sel = (r.loaders == n) & (r.sorter_kind == kind)
+            for solid in (True, False):
+                s = sel & (synth == solid)
+                if s.any():
+                    ax.scatter(x[s], y[s], s=18, color=f"C{k}", marker=markers.get(kind, "s"),
+                               facecolors=f"C{k}" if solid else "none",
+                               label=f"{kind}, I = {n} loaders"
+                               + ("" if solid else " (area interpolated)"))
     m = pareto_mask(y, x)
     o = np.argsort(x[m])
     ax.plot(x[m][o], y[m][o], "-", color="0.3", lw=1, label="Pareto front")
@@ -369,7 +431,7 @@ def plot_tradeoff(r: Tradeoff, out: Path) -> Path:
                label=f"{100 * TARGET_SHARE:.0f} % of the system (seed)")
     ax.set_xlabel("HiKV units' share of the system area (%)", fontsize=8)
     ax.set_ylabel("HiKV decode-attention speedup vs full KV (model)", fontsize=8)
-    ax.set_title(f"preset {r.preset}: sorter lanes x scorer lanes x loaders", fontsize=9)
+    ax.set_title(f"preset {r.preset}: engine x lanes x scorer lanes x loaders", fontsize=9)
     ax.legend(fontsize=6)
     ax.grid(alpha=0.3)
     return save_figure(fig, out / "tradeoff.png")
