@@ -45,15 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="KV method(s), comma-separated (full KV is always added as the "
                         "reference; default: full,hikv)")
     p.add_argument("--preset", default="paper", help="configuration preset (default: paper)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override a preset parameter (repeatable)")
+    serving_flags.add_shared(p, "--set")
     p.add_argument("--device", metavar="NAME", help="the GPU: a100 (default)")
-    p.add_argument("--profile", metavar="FILE",
-                   help="Vidur-format mlp.csv for --device (default: found under "
-                        "shared/data/vidur-profiles)")
+    serving_flags.add_shared(p, "--profile")
     serving_flags.add_system_arguments(p, fleet=True)
-    p.add_argument("--max-requests", type=int, metavar="N",
-                   help="serve only the first N requests of --trace (a quick look)")
+    serving_flags.add_shared(p, "--max-requests")
     p.add_argument("--max-replicas", type=int, default=64, metavar="N",
                    help="the search cap: a target no fleet of up to N replicas meets is "
                         "unmet (default 64)")
@@ -63,16 +59,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pd", action="store_true",
                    help="also search prefill/decode splits of each size (slower: up to three "
                         "runs per size)")
-    p.add_argument("--link", help="with --pd: KV link preset: nvlink, rdma-400, rdma-200, "
-                                  "ideal (default: rdma-200)")
+    serving_flags.add_shared(p, "--link")
     p.add_argument("--rates", metavar="R,R,...",
                    help="request rates (req/s) of the replicas-vs-rate plot, the trace "
                         "rescaled (default: half, once and twice its own rate; with --out)")
     p.add_argument("--no-area", action="store_true",
                    help="skip the accelerators' area (it needs the preset's synthesis results)")
     p.add_argument("--out", metavar="DIR", help="write plan.csv and replicas_vs_rate.png")
-    p.add_argument("--force", action="store_true",
-                   help="replace the files of an earlier run in --out")
+    serving_flags.add_shared(p, "--force")
 
 
 def _rates(text: str | None, own: float) -> list[float]:

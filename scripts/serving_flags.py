@@ -11,7 +11,8 @@ import argparse
 import dataclasses
 from typing import Any
 
-__all__ = ["add_arguments", "add_cluster_arguments", "add_system_arguments", "CLUSTER_FLAGS",
+__all__ = ["add_arguments", "add_cluster_arguments", "add_system_arguments", "add_shared",
+           "SHARED_FLAGS", "CLUSTER_FLAGS",
            "SERVE_ONLY", "is_cluster_run", "serving_config", "workload_from_flags",
            "check_workload_flags", "resolve_system", "gpu_system"]
 
@@ -22,15 +23,38 @@ CLUSTER_FLAGS = ("cluster", "replicas", "pd", "dynamic_ratio", "reconfig_s", "ro
 #: ``hikv serve`` flags a cluster run does not take (per-replica tables and policy options).
 SERVE_ONLY = ("breakdown", "section", "export_vidur", "policy", "admission")
 
+#: Flags that mean the same to `hikv serve`, `hikv cluster` and `hikv plan`, defined once:
+#: flag -> ``add_argument`` keywords (:func:`add_shared`).
+SHARED_FLAGS: dict[str, dict[str, Any]] = {
+    "--set": dict(action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                  help="override a preset parameter, e.g. policy.scorer=page_bounds "
+                       "(repeatable)"),
+    "--max-requests": dict(type=int, metavar="N",
+                           help="replay only the first N requests of --trace"),
+    "--profile": dict(metavar="FILE",
+                      help="Vidur-format mlp.csv for --device (default: "
+                           "shared/data/vidur-profiles/<device>/<model>/mlp.csv above the "
+                           "checkout, or $HIKV_DATA/vidur-profiles)"),
+    "--link": dict(help="with --pd: KV link preset: nvlink, rdma-400, rdma-200, ideal "
+                        "(default: rdma-200)"),
+    "--force": dict(action="store_true",
+                    help="replace the files of an earlier run in --out (they are deleted "
+                         "first)"),
+}
+
+
+def add_shared(p: Any, *flags: str) -> None:
+    """Add ``flags`` of :data:`SHARED_FLAGS` to the parser or argument group ``p``."""
+    for flag in flags:
+        p.add_argument(flag, **SHARED_FLAGS[flag])
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Every flag of `hikv serve` and `hikv cluster`: the serving flags, then the cluster flags
     (:func:`add_cluster_arguments`)."""
     p.add_argument("--preset", default=None,
                    help="configuration preset (default: default; paper with --device)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override a preset parameter, e.g. policy.scorer=page_bounds "
-                        "(repeatable)")
+    add_shared(p, "--set")
     from hikv.presets import METHOD_NAMES
 
     p.add_argument("--method",
@@ -45,8 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "rescaled to")
     p.add_argument("--requests", type=int, metavar="N",
                    help="Poisson requests (default: the preset's serving.synthetic.requests)")
-    p.add_argument("--max-requests", type=int, metavar="N",
-                   help="replay only the first N requests of --trace")
+    add_shared(p, "--max-requests")
     p.add_argument("--seed", type=int, default=0,
                    help="Poisson workload seed, and the p2c router's in a cluster run "
                         "(default: 0)")
@@ -67,10 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_system_arguments(p)
     p.add_argument("--model", metavar="NAME",
                    help="model shape (hikv presets --list; default: the preset's)")
-    p.add_argument("--profile", metavar="FILE",
-                   help="Vidur-format mlp.csv for --device (default: "
-                        "shared/data/vidur-profiles/<device>/<model>/mlp.csv above the "
-                        "checkout, or $HIKV_DATA/vidur-profiles)")
+    add_shared(p, "--profile")
     p.add_argument("--device-memory", type=float, metavar="GIB",
                    help="with --device: memory per GPU in GiB (default: the device's, 80)")
     p.add_argument("--tp", type=int, default=1, metavar="N",
@@ -96,8 +116,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write DIR/<method>/attention.csv (Vidur's attention profile format: "
                         "decode from the attention cost model, prefill by roofline, per layer) "
                         "for each --method and exit without serving")
-    p.add_argument("--force", action="store_true",
-                   help="replace the files of an earlier run in --out (they are deleted first)")
+    add_shared(p, "--force")
     add_cluster_arguments(p)
 
 
@@ -172,9 +191,7 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
                         "quartz-mean, or 'all' (default: round-robin)")
     g.add_argument("--decode-router",
                    help="with --pd: round-robin, least-kv or maps (default: round-robin)")
-    g.add_argument("--link",
-                   help="with --pd: KV link preset: nvlink, rdma-400, rdma-200, ideal "
-                        "(default: rdma-200)")
+    add_shared(g, "--link")
     g.add_argument("--scheduler",
                    help="waiting order(s) of the instances that prefill, comma-separated: "
                         "fcfs, ewsjf (default: fcfs)")

@@ -122,6 +122,11 @@ def test_plan_answers_and_reports_unmet(tmp_path, capsys, profile) -> None:
     assert "unmet (best " in text
     rows = list(csv.DictReader((tmp_path / "p2" / "plan.csv").open()))
     assert rows and all(r["met"] == "False" and r["replicas"] == "" for r in rows)
+    # nor as a fleet: no GPU count, layout or saving against full KV
+    assert all(r["gpus"] == "" and r["layout"] == "" and float(r["attainment"]) < 1
+               for r in rows)
+    unmet = [line for line in text.splitlines() if "unmet (best " in line]
+    assert unmet and all(line.rstrip().endswith("n/a") for line in unmet)
 
 
 def test_plan_errors_name_the_input(tmp_path, capsys) -> None:

@@ -47,11 +47,12 @@ ON_TINY: dict[str, tuple[str, str]] = {
          "largest HiKV speedup vs full KV"),
     "hikv timing --block sorter --preset tiny":
         ("hikv timing --block sorter --preset tiny", "ASIC estimate: sorter @ tiny"),
-    "hikv serve --rate 20 --requests 2000 --seed 1 --method full,h2o,hikv":
-        ("hikv serve --preset tiny --rate 20 --requests 200 --seed 1 --method full,h2o,hikv",
+    "hikv serve --system hikv --rate 20 --requests 2000 --seed 1 --method full,h2o,hikv":
+        ("hikv serve --system hikv --preset tiny --rate 20 --requests 200 --seed 1 "
+         "--method full,h2o,hikv",
          "Little's law [hikv]"),
-    "hikv cluster --pd 2:2 --dynamic --rate 8 --requests 1200":
-        ("hikv cluster --preset tiny --pd 1:1 --dynamic --rate 8 --requests 200",
+    "hikv cluster --system hikv --pd 2:2 --dynamic --rate 8 --requests 1200":
+        ("hikv cluster --system hikv --preset tiny --pd 1:1 --dynamic --rate 8 --requests 200",
          "P/D 1:1 dopd"),
     "hikv accuracy run --suite seed-smollm2 --out smollm2-seed --workers 2 --threads 1":
         ("hikv accuracy run --help", "usage: hikv accuracy run"),

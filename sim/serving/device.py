@@ -29,12 +29,14 @@ from __future__ import annotations
 import csv
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from hikv.io import regular_file
 from hikv.params import Config, MethodSpec, ModelShape, ParamError, RooflineEfficiency
 from hikv.sim.cost.closed_form import closed_form
 from hikv.sim.cost.closed_form_base import ClosedForm
@@ -64,7 +66,7 @@ __all__ = [
     "PROFILE_MODELS", "DeviceStepCost", "DeviceCost", "derive_efficiency",
     "elementwise_bytes_per_token", "gemm_weight_params", "EfficientRooflineStepCost",
     "EfficientAttentionModelStepCost", "BREAKDOWN_OPS", "device_config", "device_cost_for",
-    "TILE_TOKENS",
+    "TILE_TOKENS", "keyed_decode_run_times_s",
 ]
 
 #: Operators of Vidur's ``mlp.csv``, in file order.
@@ -146,9 +148,7 @@ def read_profile(path: str | os.PathLike[str], *, tensor_parallel: int = 1,
     """Read a Vidur-format ``mlp.csv`` (times in ms) for one tensor-parallel degree."""
     if stat not in ("mean", "median", "min", "max"):
         raise ParamError(f"profile stat = {stat!r} is not one of: mean, median, min, max")
-    p = Path(path)
-    if not p.is_file():
-        raise ParamError(f"profile {p} does not exist")
+    p = regular_file(path, what="a Vidur-format operator profile (mlp.csv)")
     with p.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     if not rows:
@@ -297,6 +297,24 @@ def derive_efficiency(profile: OperatorProfile, model: ModelShape, device: GpuDe
 
 
 # =========================================================================== measured device
+def keyed_decode_run_times_s(kv: ClosedForm, prompt: np.ndarray, step: np.ndarray, k: int,
+                             run_s: Callable[[int, np.ndarray], Any]) -> np.ndarray:
+    """:meth:`~hikv.sim.serving.step_cost.StepCostModel.decode_run_times_s` of a step cost
+    indexed by decode keys: ``run_s(d, x)`` gives the seconds of the ``k`` pure-decode
+    iterations of ``d`` sequences whose decode keys are the ``(d, k)`` array ``x`` (column
+    ``m`` at ``step + m``). Shared by :class:`DeviceStepCost` and
+    :class:`~hikv.sim.serving.systems.OffloadStepCost`."""
+    prompt = np.asarray(prompt, dtype=np.int64).reshape(-1)
+    step = np.asarray(step, dtype=np.int64).reshape(-1)
+    d = prompt.size
+    if k <= 0:
+        return np.zeros(0)
+    if d == 0:
+        return np.zeros(k)
+    x = kv.decode_key(prompt, step)[:, None] + np.arange(k, dtype=np.int64)[None, :]
+    return run_s(d, x)
+
+
 class DeviceStepCost(StepCostBase):
     """Iteration latency on a measured GPU (see the module docstring).
 
@@ -442,16 +460,9 @@ class DeviceStepCost(StepCostBase):
             self._nonattention(batch.tokens) + self.lm_head_time_s(batch.logits), batch)
 
     def decode_run_times_s(self, prompt: np.ndarray, step: np.ndarray, k: int) -> np.ndarray:
-        prompt = np.asarray(prompt, dtype=np.int64).reshape(-1)
-        step = np.asarray(step, dtype=np.int64).reshape(-1)
-        d = prompt.size
-        if k <= 0:
-            return np.zeros(0)
-        if d == 0:
-            return np.zeros(k)
-        x = self.kv.decode_key(prompt, step)[:, None] + np.arange(k, dtype=np.int64)[None, :]
-        return (self._nonattention(d) + self.lm_head_time_s(d)
-                + self.decode_attention_time_s(x, 0))
+        return keyed_decode_run_times_s(
+            self.kv, prompt, step, k, lambda d, x: self._nonattention(d)
+            + self.lm_head_time_s(d) + self.decode_attention_time_s(x, 0))
 
 
 @dataclass(frozen=True)
@@ -494,7 +505,8 @@ _PROFILES: dict[tuple[str, int], OperatorProfile] = {}
 
 def _cached_profile(path: str, tp: int) -> OperatorProfile:
     """Profiles are immutable; reading one takes 50 ms, so each is read once per process."""
-    key = (str(Path(path).resolve()), tp)
+    p = regular_file(path, what="a Vidur-format operator profile (mlp.csv)", flag="--profile")
+    key = (str(p.resolve()), tp)
     if key not in _PROFILES:
         _PROFILES[key] = read_profile(path, tensor_parallel=tp)
     return _PROFILES[key]

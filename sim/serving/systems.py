@@ -45,7 +45,13 @@ from hikv.params import Config, MethodSpec, ParamError
 from hikv.sim.cost.attention_model import Overrides, attention_cost
 from hikv.sim.cost.clocks import Clocks, accelerator_clocks
 from hikv.sim.cost.closed_form import closed_form
-from hikv.sim.serving.device import DeviceCost, DeviceStepCost, GpuDevice, get_device
+from hikv.sim.serving.device import (
+    DeviceCost,
+    DeviceStepCost,
+    GpuDevice,
+    get_device,
+    keyed_decode_run_times_s,
+)
 from hikv.sim.serving.step_cost import (
     DEFAULT_STEP_COST,
     IterationBatch,
@@ -350,15 +356,9 @@ class OffloadStepCost(StepCostBase):
         return t
 
     def decode_run_times_s(self, prompt: np.ndarray, step: np.ndarray, k: int) -> np.ndarray:
-        prompt = np.asarray(prompt, dtype=np.int64).reshape(-1)
-        step = np.asarray(step, dtype=np.int64).reshape(-1)
-        d = prompt.size
-        if k <= 0:
-            return np.zeros(0)
-        if d == 0:
-            return np.zeros(k)
-        x = self.kv.decode_key(prompt, step)[:, None] + np.arange(k, dtype=np.int64)[None, :]
-        return self.gpu.linear_time_s(d, d) + self.decode_s(x, 0)
+        return keyed_decode_run_times_s(
+            self.kv, prompt, step, k,
+            lambda d, x: self.gpu.linear_time_s(d, d) + self.decode_s(x, 0))
 
     def energy_per_step_j(self, x: np.ndarray) -> np.ndarray:
         """The accelerator's energy of one decode step at decode keys ``x`` (all layers)."""
