@@ -98,8 +98,11 @@ def run(args: argparse.Namespace) -> int:
     if device_cost is not None and (args.breakdown or args.section):
         from hikv.sim.serving.device_report import breakdown_table, device_section
 
-        if args.breakdown:
-            print(breakdown_table(cfg, device_cost))
+        if args.breakdown:                        # one table per method asked for
+            from hikv.presets import resolve_methods
+
+            print("\n\n".join(breakdown_table(cfg, device_cost, m)
+                                for m in resolve_methods(cfg, args.method)))
         if args.section:
             print(device_section(cfg, wl, device_cost, methods=args.method,
                                  policy=args.policy))

@@ -306,3 +306,16 @@ def test_report_section_on_the_measured_device(a100_llama3):
     assert "MODELLED" in sec.markdown and sec.rows[0]["requests"] == 150
     missing = report_section(get_preset("default"), trace=ROOT / "no-such-trace.csv")
     assert missing.markdown.startswith("Skipped")
+
+
+def test_serve_breakdown_one_table_per_method(a100_llama3, capsys):
+    """`hikv serve --device a100 --breakdown` prints the breakdown of every method asked for
+    (a compressed method's table carries its selection kernels in `attn_select`)."""
+    from hikv.scripts.cli import main
+
+    rc = main(["serve", "--device", "a100", "--profile", str(a100_llama3), "--method",
+               "full,quest", "--breakdown", "--requests", "3"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    heads = [ln for ln in out.splitlines() if ln.startswith("Per-iteration time")]
+    assert [h.split("method ")[1].split(",")[0] for h in heads] == ["full", "quest"]
