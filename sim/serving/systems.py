@@ -225,14 +225,15 @@ def size_offload(cfg: Config, device: GpuDevice, link: HostLink, *,
 
 def offload_area_m2(acc: OffloadAccelerator) -> tuple[float, str]:
     """Area of the sized accelerator (m^2 at the preset's node) and how it was obtained: the
-    preset's synthesised area (:func:`hikv.sim.eda.area.accelerator_area`, the kit's cached
+    preset's synthesised area with its Stage I engine (:func:`hikv.sim.cost.engines.engine_area`
+    over :func:`hikv.sim.eda.area.accelerator_area`, the kit's cached
     or shipped results, else Yosys) with the MAC lanes, softmax lanes and loaders counted as
     sized (their units are the preset's, so only the counts change)."""
     from hikv.hw.blocks import BLOCKS
-    from hikv.sim.eda.area import accelerator_area
+    from hikv.sim.cost.engines import engine_area
 
     loader_hz = acc.clocks.hz("loader")
-    area = accelerator_area(acc.base, loader_clock_hz=loader_hz)
+    area = engine_area(acc.base, loader_clock_hz=loader_hz)     # the preset's sorter.kind
     a0, a1 = acc.base.accel, acc.cfg.accel
     loaders = BLOCKS["loader"].instances(acc.cfg, clock_hz=loader_hz) if "loader" in BLOCKS \
         else 0
