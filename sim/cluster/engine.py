@@ -75,7 +75,7 @@ from hikv.sim.serving.step_cost import (
     DEFAULT_STEP_COST,
     IterationBatch,
     StepCostModel,
-    make_step_cost,
+    resolve_step_cost,
 )
 from hikv.sim.serving.workload import Workload
 
@@ -550,12 +550,7 @@ def simulate_cluster(cfg: Config, spec: MethodSpec, workload: Workload, params: 
     Pure: nothing is written, no global state is touched."""
     if not isinstance(params, ClusterParams):
         raise ParamError(f"params must be a ClusterParams, not {params!r}")
-    if callable(cost_model):
-        cost = cost_model(cfg, spec)
-        cost_name = str(getattr(cost_model, "name", type(cost).__name__))
-    else:
-        cost = make_step_cost(cost_model, cfg, spec)
-        cost_name = cost_model
+    cost, cost_name = resolve_step_cost(cost_model, cfg, spec)
     t0 = time.perf_counter()
     cl = _Cluster(cfg, spec, workload, cost, params, predictor, fast_forward)
     events = cl.run()

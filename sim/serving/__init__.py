@@ -34,7 +34,7 @@ __all__, __getattr__, __dir__ = lazy_api(__name__, {
     "workload": ("Workload", "TraceError", "poisson_workload", "read_azure_trace"),
     "scheduler": ("Policy", "POLICIES", "get_policy"),
     "step_cost": ("StepCostModel", "IterationBatch", "STEP_COST_MODELS", "DEFAULT_STEP_COST",
-                  "make_step_cost"),
+                  "make_step_cost", "resolve_step_cost"),
     "report": ("Goodput", "goodput", "run_methods", "serving_summary"),
     "device": ("GpuDevice", "DEVICES", "DeviceCost", "device_cost_for"),
     "device_report": (),

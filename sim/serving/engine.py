@@ -70,7 +70,7 @@ from hikv.sim.serving.step_cost import (
     DEFAULT_STEP_COST,
     IterationBatch,
     StepCostModel,
-    make_step_cost,
+    resolve_step_cost,
 )
 from hikv.sim.serving.workload import Workload
 
@@ -507,12 +507,7 @@ def simulate(cfg: Config, spec: MethodSpec, workload: Workload, *, method: str |
     pol = policy if isinstance(policy, Policy) else get_policy(policy or cfg.serving.policy)
     if admission is not None and admission != pol.admission:
         pol = dataclasses.replace(pol, admission=admission)
-    if callable(cost_model):
-        cost = cost_model(cfg, spec)
-        cost_name = str(getattr(cost_model, "name", type(cost).__name__))
-    else:
-        cost = make_step_cost(cost_model, cfg, spec)
-        cost_name = cost_model
+    cost, cost_name = resolve_step_cost(cost_model, cfg, spec)
     t0 = time.perf_counter()
     eng = Engine(cfg, spec, workload, cost, pol, fast_forward)
     eng.run()

@@ -49,6 +49,7 @@ from hikv.sim.cost.closed_form import closed_form
 from hikv.sim.cost.closed_form_base import ClosedForm
 
 __all__ = [
+    "resolve_step_cost",
     "IterationBatch",
     "StepCostModel",
     "StepCostBase",
@@ -394,3 +395,14 @@ def make_step_cost(name: str, cfg: Config, spec: MethodSpec) -> StepCostModel:
         raise ParamError(f"cost model = {name!r} is not one of: "
                          f"{', '.join(sorted(STEP_COST_MODELS))}") from None
     return factory(cfg, spec)
+
+
+def resolve_step_cost(cost_model: str | Callable[[Config, MethodSpec], StepCostModel],
+                      cfg: Config, spec: MethodSpec) -> tuple[StepCostModel, str]:
+    """``(model, name)`` of a run's ``cost_model``: a registered name
+    (:func:`make_step_cost`), or a factory ``(cfg, spec) -> StepCostModel`` whose ``name``
+    attribute (else the model's class name) is recorded."""
+    if callable(cost_model):
+        cost = cost_model(cfg, spec)
+        return cost, str(getattr(cost_model, "name", type(cost).__name__))
+    return make_step_cost(cost_model, cfg, spec), cost_model
