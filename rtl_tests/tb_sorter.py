@@ -114,6 +114,43 @@ def _write(path: str | None, data: dict[str, Any]) -> None:
             json.dump(data, f, indent=1)
 
 
+async def check_job(tb: SorterTB, job: SorterJob, ik: str, ok_: str, rng: random.Random,
+                    st: dict[str, int], failures: list[str], cycle_failures: list[str],
+                    where: str, *, directed: bool, formula: Any) -> tuple[Any, int | None]:
+    """Run ``job`` under the valid/ready patterns ``ik``/``ok_`` and check it: outputs equal to
+    the golden reference, dense beats, no error flag and, without backpressure, cycles equal to
+    ``formula(job)``. Counts go to ``st``; problems to ``failures`` / ``cycle_failures``
+    prefixed with ``where``. Returns the run and the formula's cycles (``None`` under
+    backpressure). Shared by the sorter's and the top-k engine's testbenches."""
+    log = tb.dut._log
+    exp = expected_output(job)
+    run = await tb.run_job(job, ik, ok_, rng)
+    st["jobs"] += 1
+    st["directed" if directed else "random"] += 1
+    st["beats_in"] += len(tb.codec.beats(job))
+    st["items_out"] += sum(len(s) for s in run.segments)
+    if run.segments != exp:
+        msg = (f"{where} patterns={ik}/{ok_} input={job.describe()} expected={exp} "
+               f"actual={run.segments}")
+        failures.append(msg)
+        log.error(msg[:4000])
+    if run.shape_errors:
+        failures.append(f"{where} input={job.describe(8)}: {run.shape_errors} output beats "
+                        "not dense")
+    if int(tb.dut.error.value):
+        failures.append(f"{where}: error flag set")
+    if (ik, ok_) != ("always", "always"):
+        return run, None
+    want = formula(job)
+    st["cycle_checks"] += 1
+    st["cycle_sum"] += run.cycles
+    if run.cycles != want:
+        msg = f"{where} {job.describe(4)}: measured {run.cycles} cycles, formula {want}"
+        cycle_failures.append(msg)
+        log.error(msg)
+    return run, want
+
+
 @cocotb.test()
 async def regression(dut: Any) -> None:
     conf = _load()
@@ -175,32 +212,12 @@ async def regression(dut: Any) -> None:
             if int(dut.busy.value) or int(dut.error.value):
                 failures.append(f"preset={cfg.name} seed={seed} job={n}: busy/error set after "
                                 f"a reset in the middle of {job.describe(8)}")
-        exp = expected_output(job)
-        run = await tb.run_job(job, ik, ok_, rng)
         st = stats[job.mode]
-        st["jobs"] += 1
-        st["directed" if n < n_directed else "random"] += 1
-        st["beats_in"] += len(tb.codec.beats(job))
-        st["items_out"] += sum(len(s) for s in run.segments)
-        if run.segments != exp:
-            msg = (f"preset={cfg.name} seed={seed} job={n} patterns={ik}/{ok_} input="
-                   f"{job.describe()} expected={exp} actual={run.segments}")
-            failures.append(msg)
-            log.error(msg[:4000])
-        if run.shape_errors:
-            failures.append(f"preset={cfg.name} seed={seed} job={n} input={job.describe(8)}: "
-                            f"{run.shape_errors} output beats not dense")
-        if int(dut.error.value):
-            failures.append(f"preset={cfg.name} seed={seed} job={n}: error flag set")
-        if (ik, ok_) == ("always", "always"):
-            want = job.cycles(tb.timing)
-            st["cycle_checks"] += 1
-            st["cycle_sum"] += run.cycles
-            if run.cycles != want:
-                msg = (f"preset={cfg.name} seed={seed} job={n} {job.describe(4)}: measured "
-                       f"{run.cycles} cycles, formula {want}")
-                cycle_failures.append(msg)
-                log.error(msg)
+        run, want = await check_job(tb, job, ik, ok_, rng, st, failures, cycle_failures,
+                                    f"preset={cfg.name} seed={seed} job={n}",
+                                    directed=n < n_directed,
+                                    formula=lambda j: j.cycles(tb.timing))
+        if want is not None:
             if job.mode == STAGE1:
                 args = {"mode": STAGE1, "n": job.length, "k": job.k}
             else:

@@ -33,9 +33,9 @@ from amaranth.hdl import Shape
 
 from hikv.hw.topk_timing import TopKTiming
 from hikv.params import config_from_json
-from hikv.rtl_tests.sorter_jobs import STAGE1, STAGE2, SorterJob, expected_output
+from hikv.rtl_tests.sorter_jobs import STAGE1, STAGE2, SorterJob
 from hikv.rtl_tests.streams import PATTERNS
-from hikv.rtl_tests.tb_sorter import SorterTB
+from hikv.rtl_tests.tb_sorter import SorterTB, check_job
 from hikv.rtl_tests.topk_jobs import directed_topk_jobs, random_topk_job
 
 ENV = "HIKV_TB_CONFIG"
@@ -126,31 +126,11 @@ async def regression(dut: Any) -> None:
             if int(dut.busy.value) or int(dut.error.value):
                 failures.append(f"preset={cfg.name} seed={seed} job={n}: busy/error set after "
                                 f"a reset in the middle of {job.describe(8)}")
-        exp = expected_output(job)
-        run = await tb.run_job(job, ik, ok_, rng)
-        stats["jobs"] += 1
-        stats["directed" if n < n_directed else "random"] += 1
-        stats["beats_in"] += len(tb.codec.beats(job))
-        stats["items_out"] += sum(len(s) for s in run.segments)
-        if run.segments != exp:
-            msg = (f"preset={cfg.name} seed={seed} job={n} patterns={ik}/{ok_} input="
-                   f"{job.describe()} expected={exp} actual={run.segments}")
-            failures.append(msg)
-            log.error(msg[:4000])
-        if run.shape_errors:
-            failures.append(f"preset={cfg.name} seed={seed} job={n} input={job.describe(8)}: "
-                            f"{run.shape_errors} output beats not dense")
-        if int(dut.error.value):
-            failures.append(f"preset={cfg.name} seed={seed} job={n}: error flag set")
-        if (ik, ok_) == ("always", "always"):
-            want = timing.stage1_cycles(job.length, job.k)
-            stats["cycle_checks"] += 1
-            stats["cycle_sum"] += run.cycles
-            if run.cycles != want:
-                msg = (f"preset={cfg.name} seed={seed} job={n} {job.describe(4)}: measured "
-                       f"{run.cycles} cycles, formula {want}")
-                cycle_failures.append(msg)
-                log.error(msg)
+        run, want = await check_job(tb, job, ik, ok_, rng, stats, failures, cycle_failures,
+                                    f"preset={cfg.name} seed={seed} job={n}",
+                                    directed=n < n_directed,
+                                    formula=lambda j: timing.stage1_cycles(j.length, j.k))
+        if want is not None:
             measured.setdefault((job.length, job.k), {
                 "block": "topk", "preset": cfg.name, "mode": STAGE1, "n": job.length,
                 "k": job.k, "cycles": run.cycles})
