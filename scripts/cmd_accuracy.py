@@ -304,6 +304,8 @@ def run(args: argparse.Namespace) -> int:
     _check_numbers(args)
     if args.what == "table":
         _check_inputs(args)
+    # the suite and its flags are checked before --out is taken (a refused run leaves no trace)
+    run_suite_of = _run_suite_of(args) if args.what == "run" else (False, None)
     _prepare_out(args)
     torch.set_num_threads(getattr(args, "threads", 1))
     if args.what == "table":
@@ -320,11 +322,11 @@ def run(args: argparse.Namespace) -> int:
     from hikv.presets import get_preset
 
     if args.what == "run":
-        from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
-        from hikv.model.accuracy.suite import SUITES, run_suite
+        from hikv.model.accuracy.seed_suite import run_seed_suite
+        from hikv.model.accuracy.suite import run_suite
 
-        if args.suite in SEED_SUITES:
-            suite = _seed_suite(SEED_SUITES[args.suite], args)
+        seed_suite, suite = run_suite_of
+        if seed_suite:
             run_seed_suite(suite, args.out, model=args.model or suite.model or _MODEL,
                            preset=args.preset, cache=args.cache,
                            seed=args.seed, batch=args.batch, workers=args.workers,
@@ -332,19 +334,7 @@ def run(args: argparse.Namespace) -> int:
                            redo=args.redo, tables_only=args.tables_only, argv=sys.argv)
             return 0
         args.model = args.model or _MODEL
-        seed_only = {"--workers": args.workers != 1, "--executor": args.executor != "local",
-                     "--variants": args.variants, "--budget-step": args.budget_step is not None,
-                     "--windows": args.windows is not None, "--trials": args.trials is not None,
-                     "--suite-protocols": bool(args.suite_protocols),
-                     "--prune-for": args.prune_for is not None}
-        given = [k for k, v in seed_only.items() if v]
-        if given:
-            raise ParamError(f"{', '.join(given)} apply to the seed suites "
-                             f"({sorted(SEED_SUITES)}), not to --suite {args.suite}")
-        if args.suite not in SUITES:
-            raise ParamError(f"--suite = {args.suite!r} is not one of "
-                             f"{sorted(SUITES) + sorted(SEED_SUITES)}")
-        run_suite(args.model, args.out, suite=SUITES[args.suite], preset=args.preset,
+        run_suite(args.model, args.out, suite=suite, preset=args.preset,
                   cache=args.cache, redo=args.redo, batch=args.batch, ppl_tol=args.ppl_tol,
                   passkey_tol=args.passkey_tol, seed=args.seed, argv=sys.argv)
         return 0
@@ -588,6 +578,30 @@ def _check_inputs(args: argparse.Namespace) -> None:
                         ("--tasks", args.tasks)):
         for path in paths:
             check_result_file(path, flag)
+
+
+def _run_suite_of(args: argparse.Namespace) -> tuple[bool, Any]:
+    """``(is a seed suite, the suite)`` that ``accuracy run`` will run, with every flag checked
+    against it (:class:`~hikv.params.ParamError` naming the flag)."""
+    from hikv.model.accuracy.seed_suite import SEED_SUITES
+    from hikv.model.accuracy.suite import SUITES
+    from hikv.params import ParamError
+
+    if args.suite in SEED_SUITES:
+        return True, _seed_suite(SEED_SUITES[args.suite], args)
+    seed_only = {"--workers": args.workers != 1, "--executor": args.executor != "local",
+                 "--variants": args.variants, "--budget-step": args.budget_step is not None,
+                 "--windows": args.windows is not None, "--trials": args.trials is not None,
+                 "--suite-protocols": bool(args.suite_protocols),
+                 "--prune-for": args.prune_for is not None}
+    given = [k for k, v in seed_only.items() if v]
+    if given:
+        raise ParamError(f"{', '.join(given)} apply to the seed suites "
+                         f"({sorted(SEED_SUITES)}), not to --suite {args.suite}")
+    if args.suite not in SUITES:
+        raise ParamError(f"--suite = {args.suite!r} is not one of "
+                         f"{sorted(SUITES) + sorted(SEED_SUITES)}")
+    return False, SUITES[args.suite]
 
 
 def _prepare_out(args: argparse.Namespace) -> None:

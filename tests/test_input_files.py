@@ -68,3 +68,15 @@ def test_serve_profile_fifo_and_nul_refused(fifo, capsys):
     assert rc == 2 and len(err) == 1 and "--profile" in err[0] and "FIFO" in err[0]
     rc, err = _run([*base, str(fifo) + "\0"], capsys)
     assert rc == 2 and len(err) == 1 and "--profile" in err[0]
+
+
+@pytest.mark.parametrize("extra", [["--suite", "nope"],
+                                   ["--suite", "seed-smollm2", "--suite-lengths", "123"],
+                                   ["--suite", "long", "--variants"]])
+def test_accuracy_run_refused_before_taking_out(extra, tmp_path, capsys):
+    """A refused `accuracy run` (unknown suite, a length or flag the suite does not take)
+    exits 2 before its --out is created or locked."""
+    out = tmp_path / "run"
+    rc, err = _run(["accuracy", "run", *extra, "--out", str(out)], capsys)
+    assert rc == 2 and len(err) == 1
+    assert not out.exists()
