@@ -7,9 +7,6 @@ and Verilator build of the preset.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from hikv.params import Config, ParamError
 
 from .report import RtlReport
@@ -30,30 +27,20 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
     the Stage I jobs of :func:`hikv.model.methods.global_select.sorter_schedule` on the RTL; every
     job checked against the golden sorter and the timing formula, every result against
     :func:`hikv.model.methods.global_select.global_topk`."""
-    from pathlib import Path
 
-    from hikv.io import unique_dir
-    from hikv.params import config_to_json
-    from hikv.toolchain import cache_dir, run_cocotb
 
-    from .sorter_rtl import ENV, TOPLEVEL, sorter_verilog
+    from .launch import run_testbench
+    from .sorter_rtl import TOPLEVEL, sorter_verilog
 
     jobs = default_problems(cfg) if jobs is None else jobs
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ParamError(f"jobs = {jobs!r} is out of range: allowed an integer >= 1 (global "
                          "top-k problems)")
-    if simulator not in ("verilator", "icarus"):
-        raise ParamError(f"simulator = {simulator!r}: allowed 'verilator' or 'icarus'")
-    run_dir = unique_dir(cache_dir() / "runs", f"sorter-{cfg.name}-gadakv-s{seed}")
-    result = run_dir / "result.json"
-    env = {ENV: json.dumps({"config": config_to_json(cfg, indent=None), "result": str(result),
-                            "seed": seed, "jobs": jobs})}
-    run = run_cocotb(verilog=sorter_verilog(cfg), toplevel=TOPLEVEL,
-                     test_module="hikv.rtl_tests.tb_gadakv", build_key=f"sorter-{cfg.name}",
-                     extra_env=env, seed=seed, testcase="gadakv", waves=waves,
-                     simulator=simulator, test_dir=run_dir,
-                     rewrite_files=[str(Path(__file__).with_name("tb_gadakv.py"))])
-    data: dict[str, Any] = json.loads(result.read_text()) if result.exists() else {}
+    run, data = run_testbench(cfg, verilog=sorter_verilog(cfg), toplevel=TOPLEVEL,
+                              tb_file="tb_gadakv.py", testcase="gadakv",
+                              run_name=f"sorter-{cfg.name}-gadakv-s{seed}",
+                              build_key=f"sorter-{cfg.name}", seed=seed, extra={"jobs": jobs},
+                              waves=waves, simulator=simulator)
     passed = bool(run.passed and data and data["n_failures"] == 0
                   and data["stats"]["problems"] == jobs
                   and data["stats"]["cycle_mismatches"] == 0)

@@ -10,10 +10,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hikv.toolchain import cache_dir, text_hash
+from hikv.io import unique_dir
+from hikv.params import Config, ParamError, config_to_json
+from hikv.toolchain import cache_dir, run_cocotb, text_hash
 
-__all__ = ["HW", "cached_verilog", "failure_lines", "regression_tail"]
+__all__ = ["HW", "ENV", "cached_verilog", "failure_lines", "regression_tail", "run_testbench"]
 
+#: the environment variable a testbench reads its configuration, seed and result path from
+ENV = "HIKV_TB_CONFIG"
 #: the RTL sources, hashed into each cached Verilog's key
 HW = Path(__file__).resolve().parent.parent / "hw"
 
@@ -37,6 +41,28 @@ def cached_verilog(name: str, dims: Any, sources: Sequence[str],
     tmp.write_text(text)
     tmp.replace(path)
     return text
+
+
+def run_testbench(cfg: Config, *, verilog: str, toplevel: str, tb_file: str, testcase: str,
+                  run_name: str, build_key: str, seed: int, extra: dict[str, Any],
+                  waves: bool = False, simulator: str = "verilator") -> tuple[Any, dict[str, Any]]:
+    """Run ``testcase`` of the cocotb testbench ``rtl_tests/<tb_file>`` on ``verilog`` in a
+    fresh run folder ``$HIKV_CACHE/runs/<run_name>-*``; the testbench gets ``cfg``, ``seed``,
+    ``extra`` and where to write its result through :data:`ENV`. Returns (CocotbRun, the JSON
+    the testbench wrote, empty if none)."""
+    if simulator not in ("verilator", "icarus"):
+        raise ParamError(f"simulator = {simulator!r}: allowed 'verilator' or 'icarus'")
+    run_dir = unique_dir(cache_dir() / "runs", run_name)
+    result = run_dir / "result.json"
+    env = {ENV: json.dumps({"config": config_to_json(cfg, indent=None), "result": str(result),
+                            "seed": seed, **extra})}
+    run = run_cocotb(verilog=verilog, toplevel=toplevel,
+                     test_module=f"hikv.rtl_tests.{Path(tb_file).stem}", build_key=build_key,
+                     extra_env=env, seed=seed, testcase=testcase, waves=waves,
+                     simulator=simulator, test_dir=run_dir,
+                     rewrite_files=[str(Path(__file__).with_name(tb_file))])
+    data: dict[str, Any] = json.loads(result.read_text()) if result.exists() else {}
+    return run, data
 
 
 def regression_tail(run: Any, data: dict[str, Any], source: str

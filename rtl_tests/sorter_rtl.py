@@ -8,22 +8,16 @@ the sorter parameters, the RTL sources and the Amaranth version); Verilator buil
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from hikv.io import unique_dir
-from hikv.params import Config, ParamError, config_to_json, to_dict
-from hikv.toolchain import cache_dir, run_cocotb
+from hikv.params import Config, ParamError, to_dict
 
-from .launch import cached_verilog, failure_lines, regression_tail
+from .launch import cached_verilog, failure_lines, regression_tail, run_testbench
 from .report import RtlReport
 
 __all__ = ["TOPLEVEL", "default_jobs", "sorter_verilog", "run_sim", "run_regression"]
 
 TOPLEVEL = "hikv_sorter"
-TB_MODULE = "hikv.rtl_tests.tb_sorter"
-ENV = "HIKV_TB_CONFIG"
 _SOURCES = ("sorter.py", "sorter_net.py", "sorter_merge.py", "sorter_queue.py",
             "sorter_compact.py", "sorter_timing.py", "uops.py", "verilog.py")
 
@@ -45,25 +39,14 @@ def sorter_verilog(cfg: Config) -> str:
     return cached_verilog("sorter", to_dict(cfg.sorter), _SOURCES, generate)
 
 
-def _run_dir(cfg: Config, what: str, seed: int) -> Path:
-    return unique_dir(cache_dir() / "runs", f"sorter-{cfg.name}-{what}-s{seed}")
-
-
 def run_sim(cfg: Config, testcase: str, *, seed: int, extra: dict[str, Any],
             waves: bool = False, simulator: str = "verilator") -> tuple[Any, dict[str, Any]]:
     """Run one testcase of the testbench; return (CocotbRun, the JSON it wrote)."""
-    if simulator not in ("verilator", "icarus"):
-        raise ParamError(f"simulator = {simulator!r}: allowed 'verilator' or 'icarus'")
-    run_dir = _run_dir(cfg, testcase, seed)
-    result = run_dir / "result.json"
-    env = {ENV: json.dumps({"config": config_to_json(cfg, indent=None), "result": str(result),
-                            "seed": seed, **extra})}
-    run = run_cocotb(verilog=sorter_verilog(cfg), toplevel=TOPLEVEL, test_module=TB_MODULE,
-                     build_key=f"sorter-{cfg.name}", extra_env=env, seed=seed,
-                     testcase=testcase, waves=waves, simulator=simulator, test_dir=run_dir,
-                     rewrite_files=[str(Path(__file__).with_name("tb_sorter.py"))])
-    data = json.loads(result.read_text()) if result.exists() else {}
-    return run, data
+    return run_testbench(cfg, verilog=sorter_verilog(cfg), toplevel=TOPLEVEL,
+                         tb_file="tb_sorter.py", testcase=testcase,
+                         run_name=f"sorter-{cfg.name}-{testcase}-s{seed}",
+                         build_key=f"sorter-{cfg.name}", seed=seed, extra=extra, waves=waves,
+                         simulator=simulator)
 
 
 def _summary(cfg: Config, data: dict[str, Any], passed: bool) -> list[str]:

@@ -8,22 +8,16 @@ the sorter parameters, the RTL sources and the Amaranth version); Verilator buil
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from hikv.io import unique_dir
-from hikv.params import Config, ParamError, config_to_json, to_dict
-from hikv.toolchain import cache_dir, run_cocotb
+from hikv.params import Config, ParamError, to_dict
 
-from .launch import cached_verilog, failure_lines, regression_tail
+from .launch import cached_verilog, failure_lines, regression_tail, run_testbench
 from .report import RtlReport
 
 __all__ = ["TOPLEVEL", "default_jobs", "topk_verilog", "run_regression"]
 
 TOPLEVEL = "hikv_topk"
-TB_MODULE = "hikv.rtl_tests.tb_topk"
-ENV = "HIKV_TB_CONFIG"
 _SOURCES = ("topk.py", "topk_timing.py", "sorter.py", "sorter_net.py", "sorter_compact.py",
             "sorter_timing.py", "uops.py", "verilog.py")
 
@@ -76,18 +70,11 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
     jobs = default_jobs(cfg) if jobs is None else jobs
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ParamError(f"jobs = {jobs!r} is out of range: allowed an integer >= 0")
-    if simulator not in ("verilator", "icarus"):
-        raise ParamError(f"simulator = {simulator!r}: allowed 'verilator' or 'icarus'")
-    run_dir = unique_dir(cache_dir() / "runs", f"topk-{cfg.name}-regression-s{seed}")
-    result = run_dir / "result.json"
-    env = {ENV: json.dumps({"config": config_to_json(cfg, indent=None), "result": str(result),
-                            "seed": seed, "jobs": jobs})}
-    run = run_cocotb(verilog=topk_verilog(cfg), toplevel=TOPLEVEL, test_module=TB_MODULE,
-                     build_key=f"topk-{cfg.name}", extra_env=env, seed=seed,
-                     testcase="regression", waves=waves, simulator=simulator,
-                     test_dir=run_dir,
-                     rewrite_files=[str(Path(__file__).with_name("tb_topk.py"))])
-    data: dict[str, Any] = json.loads(result.read_text()) if result.exists() else {}
+    run, data = run_testbench(cfg, verilog=topk_verilog(cfg), toplevel=TOPLEVEL,
+                              tb_file="tb_topk.py", testcase="regression",
+                              run_name=f"topk-{cfg.name}-regression-s{seed}",
+                              build_key=f"topk-{cfg.name}", seed=seed, extra={"jobs": jobs},
+                              waves=waves, simulator=simulator)
     passed = bool(run.passed and data and data["n_failures"] == 0
                   and data["n_cycle_failures"] == 0)
     metrics, tail = regression_tail(
