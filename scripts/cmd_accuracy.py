@@ -238,6 +238,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "point rule (default) or the non-inferiority test (a method stops "
                         "only once it can no longer be non-inferior: perplexity bound >= 1 "
                         "%%, best-case task score below full KV's - 5 points)")
+    f.add_argument("--ppl-looks", type=int, nargs="+", default=None, metavar="WINDOWS",
+                   help="seed suites with --prune-for noninferiority: a sequential perplexity "
+                        "cell; after each of these window counts every method whose test "
+                        "decides stops (the error split over the looks, half to the last; "
+                        "full KV runs every window), e.g. 6 12 24 48")
 
 
 def _seed_suite(suite: Any, args: argparse.Namespace) -> Any:
@@ -277,6 +282,8 @@ def _seed_suite(suite: Any, args: argparse.Namespace) -> Any:
         more["protocols"] = tuple(dict.fromkeys(args.suite_protocols))
     if args.prune_for is not None:
         more["prune"] = args.prune_for
+    if args.ppl_looks is not None:
+        more["ppl_looks"] = tuple(args.ppl_looks)
     return dataclasses.replace(suite, families=fams, **more)
 
 
@@ -593,7 +600,8 @@ def _run_suite_of(args: argparse.Namespace) -> tuple[bool, Any]:
                  "--variants": args.variants, "--budget-step": args.budget_step is not None,
                  "--windows": args.windows is not None, "--trials": args.trials is not None,
                  "--suite-protocols": bool(args.suite_protocols),
-                 "--prune-for": args.prune_for is not None}
+                 "--prune-for": args.prune_for is not None,
+                 "--ppl-looks": args.ppl_looks is not None}
     given = [k for k, v in seed_only.items() if v]
     if given:
         raise ParamError(f"{', '.join(given)} apply to the seed suites "

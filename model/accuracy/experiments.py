@@ -262,7 +262,8 @@ def _account_delta(now: ByteAccount, before: ByteAccount) -> dict[str, Any]:
 def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int]],
                prefix: int, *, batch: int = 64, log: Log = _quiet,
                share_prefill: bool = True, resume: Seq[dict[str, Any]] = (),
-               on_window: Callable[[int, dict[str, Any]], None] | None = None
+               on_window: Callable[[int, dict[str, Any]], None] | None = None,
+               stop: Callable[[int, list[dict[str, Any]]], Iterable[str]] | None = None
                ) -> list[dict[str, Any]]:
     """Teacher-forced perplexity of each spec over ``windows`` (see the module docstring).
 
@@ -271,13 +272,21 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
     ``nll_block_tokens`` = :data:`~hikv.model.accuracy.iso.NLL_BLOCK` predictions: the paired
     non-inferiority test's data, :func:`~hikv.model.accuracy.iso.ppl_increase_bound`), and
     ``bytes_*`` per decode step per (layer, KV head) (ideal, burst, k/v/meta,
-    resident, tokens), plus ``units`` (layer, KV head pairs counted), ``length`` (the window)
-    and ``protocol`` = :data:`PPL_PROTOCOL` (no question: the rows serve both protocols).
+    resident, tokens), plus ``units`` (layer, KV head pairs counted), ``length`` (the window),
+    ``windows`` (the windows the spec ran), ``windows_planned`` (``len(windows)``) and
+    ``protocol`` = :data:`PPL_PROTOCOL` (no question: the rows serve both protocols).
+
+    ``stop(n, rows)`` (a sequential cell), called once ``n`` windows are done with the rows of
+    the specs still running (over those ``n`` windows), returns the labels that run no further:
+    their rows keep their first ``n`` windows. (The methods still running decode in batches of
+    their own from then on; a batch's matrix products round in the last bits differently with
+    its size, so a row equals an unstopped run's exactly at ``batch = 1`` only.)
 
     ``on_window(i, record)`` is called after window ``i`` with what the rows need of it (per
-    method label: the NLL sum and count, per-token NLLs, byte account and steps; ``units``);
-    ``resume`` holds such records of windows ``0 .. len(resume) - 1`` from an earlier run,
-    which are not decoded again (the rows are the same as an uninterrupted run's).
+    label of the specs that ran it: the NLL sum and count, per-token NLLs, byte account and
+    steps; ``units``); ``resume`` holds such records of windows ``0 .. len(resume) - 1`` from an
+    earlier run, which are not decoded again (the rows are the same as an uninterrupted run's;
+    a spec missing from a record had stopped before that window).
     """
     specs = list(specs)
     if not specs:
@@ -291,27 +300,65 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
     tok: list[list[list[float]]] = [[[] for _ in windows] for _ in specs]
     acc = [ByteAccount() for _ in specs]
     steps = [0] * len(specs)
+    ran = [0] * len(specs)                      # windows each spec ran (a prefix of them)
     units = 0
-    total_steps = sum(len(w) - 1 - prefix for w in windows) * len(specs)
-    done = 0
     t0 = time.perf_counter()
     batch = _cap_batch(lm, batch, max(len(w) for w in windows))
     labels = [s.label for s in specs]
+    active = list(range(len(specs)))
+
+    def rows_of(idx: Seq[int]) -> list[dict[str, Any]]:
+        out = []
+        for i in idx:
+            n_w, s = ran[i], specs[i]
+            n = sum(cnt[i][:n_w])
+            out.append({
+                **_spec_row(s), "ppl": math.exp(sum(nll[i][:n_w]) / n),
+                "nll": sum(nll[i][:n_w]) / n, "tokens": n, "windows": n_w,
+                "windows_planned": len(windows), "prefix": prefix,
+                "window": len(windows[0]), "length": len(windows[0]),
+                "protocol": PPL_PROTOCOL, "units": units,
+                **{f"ppl_w{w}": math.exp(nll[i][w] / cnt[i][w]) for w in range(n_w)},
+                # the paired test's data (hikv.model.accuracy.iso.ppl_increase_bound)
+                "nll_block_tokens": NLL_BLOCK,
+                "nll_blocks": [[round(x, 6) for x in nll_block_sums(t)] for t in tok[i][:n_w]],
+                **_bytes_row(acc[i], steps[i], units)})
+        return out
+
+    def stops(n: int) -> None:
+        nonlocal active
+        if stop is None or not active:
+            return
+        gone = set(stop(n, rows_of(active)))
+        if gone:
+            active = [i for i in active if labels[i] not in gone]
+            log(f"  perplexity: {len(gone)} method(s) decided after {n} window(s), "
+                f"{len(active)} running")
+
     for wi, rec in enumerate(resume[:len(windows)]):
         units = int(rec["units"])
-        for i, lab in enumerate(labels):
-            m = rec["methods"][lab]
+        active = [i for i in active if labels[i] in rec["methods"]]
+        for i in active:
+            m = rec["methods"][labels[i]]
             nll[i][wi], cnt[i][wi], tok[i][wi] = float(m["nll"]), int(m["cnt"]), list(m["tok"])
             acc[i] = acc[i] + ByteAccount(**m["acc"])
             steps[i] += int(m["steps"])
+            ran[i] += 1
     if resume:
         log(f"  perplexity: {min(len(resume), len(windows))} window(s) resumed")
+        stops(min(len(resume), len(windows)))
+    done = 0
     for wi, ids in enumerate(windows):
         if wi < len(resume):
             continue
+        if not active:
+            break
         acc0, steps0 = list(acc), list(steps)
-        for chunk, seqs, _ in _shared_prefill(lm, specs, cfg, ids[:prefix], batch,
-                                              share_prefill):
+        run = [specs[i] for i in active]
+        left = sum(len(w) - 1 - prefix for w in windows[wi:]) * len(active)
+        for chunk_, seqs, _ in _shared_prefill(lm, run, cfg, ids[:prefix], batch,
+                                               share_prefill):
+            chunk = [active[j] for j in chunk_]
             units = seqs[0].units
             n_dec = len(ids) - 1 - prefix
             for t in range(prefix, len(ids) - 1):
@@ -325,7 +372,8 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
                 k = t - prefix + 1
                 if k % 128 == 0 or k == n_dec:
                     log(f"  perplexity window {wi + 1}/{len(windows)} step {k}/{n_dec} "
-                        f"({len(chunk)} methods) {_eta(t0, done, total_steps)}")
+                        f"({len(chunk)} methods) {_eta(t0, done, done + left)}")
+            left -= n_dec * len(chunk)
             for b, i in enumerate(chunk):
                 for a in seqs[b].accounts:
                     acc[i] = acc[i] + a
@@ -333,25 +381,16 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
             # this batch's caches go before the next batch's are made (the loop variable
             # would hold them until then: two batches' caches at once)
             del seqs
+        for i in active:
+            ran[i] += 1
         if on_window is not None:
             on_window(wi, {"units": units, "methods": {
-                lab: {"nll": nll[i][wi], "cnt": cnt[i][wi], "tok": tok[i][wi],
-                      "acc": _account_delta(acc[i], acc0[i]), "steps": steps[i] - steps0[i]}
-                for i, lab in enumerate(labels)}})
-    rows = []
-    for i, s in enumerate(specs):
-        n = sum(cnt[i])
-        row = {**_spec_row(s), "ppl": math.exp(sum(nll[i]) / n), "nll": sum(nll[i]) / n,
-               "tokens": n, "windows": len(windows), "prefix": prefix,
-               "window": len(windows[0]), "length": len(windows[0]),
-               "protocol": PPL_PROTOCOL, "units": units,
-               **{f"ppl_w{w}": math.exp(nll[i][w] / cnt[i][w]) for w in range(len(windows))},
-               # the paired test's data (hikv.model.accuracy.iso.ppl_increase_bound)
-               "nll_block_tokens": NLL_BLOCK,
-               "nll_blocks": [[round(x, 6) for x in nll_block_sums(t)] for t in tok[i]],
-               **_bytes_row(acc[i], steps[i], units)}
-        rows.append(row)
-    return rows
+                labels[i]: {"nll": nll[i][wi], "cnt": cnt[i][wi], "tok": tok[i][wi],
+                            "acc": _account_delta(acc[i], acc0[i]),
+                            "steps": steps[i] - steps0[i]}
+                for i in active}})
+        stops(wi + 1)
+    return rows_of(range(len(specs)))
 
 
 # =========================================================================== passkey

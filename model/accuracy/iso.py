@@ -72,6 +72,10 @@ __all__ = [
     "PairedBound",
     "nll_block_sums",
     "ppl_increase_bound",
+    "look_levels",
+    "over_windows",
+    "ppl_rel",
+    "ppl_look_verdict",
     "task_difference_bound",
     "split_self_check",
     "noninferiority_table",
@@ -196,7 +200,6 @@ def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), 
     full = [r for r in ppl_rows if r["label"] == "full"]
     if not full:
         raise ParamError("the perplexity rows need a 'full' (full KV) row as reference")
-    ref_ppl = full[0]["ppl"]
     cells: dict[str, dict[tuple[Any, ...], tuple[int, int]]] = {}
     stopped: set[tuple[str, tuple[Any, ...]]] = set()
     for r in pk_rows:
@@ -237,7 +240,7 @@ def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), 
         rows = sorted(rows, key=lambda r: r["budget"])
 
         def ok(r: dict[str, Any]) -> bool:
-            if r["ppl"] > ref_ppl * (1 + ppl_tol):
+            if r["ppl"] > _paired_full(r, full[0])["ppl"] * (1 + ppl_tol):
                 return False
             if ref_cells is None:
                 return True
@@ -263,7 +266,7 @@ def iso_table(ppl_rows: Seq[dict[str, Any]], pk_rows: Seq[dict[str, Any]] = (), 
             "iso_budget": ALL_TOKENS if fam == "full" else (
                 chosen["budget"] if best is not None else None),
             "reached": best is not None, "budgets_tested": [r["budget"] for r in rows],
-            "ppl": chosen["ppl"], "ppl_rel": chosen["ppl"] / ref_ppl - 1,
+            "ppl": chosen["ppl"], "ppl_rel": ppl_rel(chosen, full[0]),
             "passkey_correct": None if got is None else got[0],
             "passkey_trials": None if got is None else got[1],
             "passkey_full_acc": None if got is None else got[2],
@@ -469,6 +472,55 @@ def _boot_means(rng: np.random.Generator, sums: np.ndarray, counts: np.ndarray,
     return np.concatenate(out)
 
 
+def look_levels(looks: Seq[int], windows: int, level: float = NI_LEVEL) -> dict[int, float]:
+    """The one-sided confidence level of the perplexity test at each look of a sequential
+    perplexity cell (window counts ``looks``, the cell's ``windows`` always the last): the
+    error ``1 - level`` is split by a weighted Bonferroni rule, half to the last look and half
+    shared equally by the earlier ones, so a method stopped at any look, or run to the end, is
+    wrongly declared non-inferior (or inferior) with probability at most ``1 - level``
+    whatever the true increase. Without earlier looks the last look has ``level``."""
+    if windows < 1:
+        raise ParamError(f"windows = {windows} is out of range: allowed >= 1")
+    early = sorted({int(x) for x in looks if int(x) != windows})
+    bad = [x for x in early if not 1 <= x < windows]
+    if bad:
+        raise ParamError(f"ppl looks {bad} are out of range: allowed [1, {windows - 1}] window "
+                         f"counts before the cell's {windows}")
+    if not early:
+        return {windows: level}
+    alpha = 1 - level
+    return {**{x: 1 - alpha / 2 / len(early) for x in early}, windows: 1 - alpha / 2}
+
+
+def over_windows(full: dict[str, Any], windows: int) -> dict[str, Any]:
+    """``full``'s perplexity row over its first ``windows`` windows only (the windows a method
+    stopped at a look ran): ``nll_blocks``, ``tokens``, ``windows``, ``nll`` and ``ppl`` of
+    those; ``full`` itself when it has no more."""
+    wins = full.get("nll_blocks") or []
+    if windows >= len(wins):
+        return full
+    if windows < 1:
+        raise ParamError(f"windows = {windows} is out of range: allowed [1, {len(wins)}]")
+    per = int(full["tokens"]) // len(wins)
+    nll = sum(sum(w) for w in wins[:windows]) / (per * windows)
+    return {**full, "nll_blocks": wins[:windows], "tokens": per * windows, "windows": windows,
+            "nll": nll, "ppl": math.exp(nll)}
+
+
+def _paired_full(row: dict[str, Any], full: dict[str, Any]) -> dict[str, Any]:
+    """``full`` over the windows ``row`` ran: all of them, or the first ones where ``row``
+    stopped at a look of a sequential cell (``windows`` < ``windows_planned``)."""
+    n, planned = row.get("windows"), row.get("windows_planned")
+    if n is not None and planned is not None and int(n) < int(planned):
+        return over_windows(full, int(n))
+    return full
+
+
+def ppl_rel(row: dict[str, Any], full: dict[str, Any]) -> float:
+    """``row``'s perplexity over full KV's on the same windows, minus 1."""
+    return float(row["ppl"]) / float(_paired_full(row, full)["ppl"]) - 1
+
+
 def ppl_increase_bound(row: dict[str, Any], full: dict[str, Any], *, level: float = NI_LEVEL,
                        resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
                        ) -> PairedBound | None:
@@ -476,7 +528,9 @@ def ppl_increase_bound(row: dict[str, Any], full: dict[str, Any], *, level: floa
     its one-sided ``level`` bounds: a paired block bootstrap (the blocks of :data:`NLL_BLOCK`
     consecutive predictions of every window, resampled with replacement ``resamples`` times by
     ``numpy.random.default_rng(seed)``; each block's NLL difference to full KV's over the same
-    tokens; percentile bounds). None when either row has no ``nll_blocks``."""
+    tokens; percentile bounds). A row stopped at a look of a sequential cell is paired with
+    full KV's first windows, the ones it ran. None when either row has no ``nll_blocks``."""
+    full = _paired_full(row, full)
     a, b = _blocks(row), _blocks(full)
     if a is None or b is None:
         return None
@@ -524,6 +578,18 @@ def task_difference_bound(scores: Seq[float], full_scores: Seq[float], *,
     t = p1 - p2
     return PairedBound(t, max(-1.0, t - dl), min(1.0, t + du), level, k,
                        "paired score interval (Newcombe's hybrid score method for paired data)")
+
+
+def ppl_look_verdict(row: dict[str, Any], full: dict[str, Any], level: float, *,
+                     margin: float = PPL_MARGIN, resamples: int = BOOTSTRAP_RESAMPLES,
+                     seed: int = 0) -> str:
+    """``yes`` / ``no`` / ``undecided``: the perplexity part of the non-inferiority test of
+    ``row`` against ``full`` at one-sided ``level`` (the point rule where a row has no
+    per-block NLLs)."""
+    b = ppl_increase_bound(row, full, level=level, resamples=resamples, seed=seed)
+    if b is None:
+        return "yes" if ppl_rel(row, full) <= margin + 1e-12 else "no"
+    return "yes" if b.high < margin else "no" if b.low > margin else "undecided"
 
 
 def split_self_check(full: dict[str, Any], *, level: float = NI_LEVEL,
@@ -603,15 +669,22 @@ def noninferiority_table(ppl_rows: Seq[dict[str, Any]], task_rows: Seq[dict[str,
     for r in ppl:
         if r["label"] == "full":
             continue
-        b = ppl_increase_bound(r, f, level=level, resamples=resamples, seed=seed)
-        rel = r["ppl"] / f["ppl"] - 1
+        lv = float(r.get("ppl_level") or level)
+        b = ppl_increase_bound(r, f, level=lv, resamples=resamples, seed=seed)
+        rel = ppl_rel(r, f)
         if b is None:
             pv = "yes" if rel <= ppl_margin + 1e-12 else "no"
             pt = {"ppl_low": None, "ppl_high": None, "ppl_verdict": pv,
-                  "ppl_test": "no paired data: decided by the point rule"}
+                  "ppl_test": "no paired data: decided by the point rule", "ppl_level": lv,
+                  "ppl_windows": r.get("windows")}
         else:
             pv = "yes" if b.high < ppl_margin else "no" if b.low > ppl_margin else "undecided"
-            pt = {"ppl_low": b.low, "ppl_high": b.high, "ppl_verdict": pv, "ppl_test": b.test}
+            test = b.test
+            if r.get("ppl_looks"):
+                test += (f"; sequential: {r['windows']} of {r['windows_planned']} windows, "
+                         f"looks at {r['ppl_looks']}, level {lv:.5g} at this look")
+            pt = {"ppl_low": b.low, "ppl_high": b.high, "ppl_verdict": pv, "ppl_test": test,
+                  "ppl_level": lv, "ppl_windows": r.get("windows")}
         tv, worst, names, trials = [], None, [], []
         for task, fr in sorted(ref.items()):
             row = mine.get((r["label"], task))

@@ -86,7 +86,10 @@ class SeedSuite:
     ``trials`` cases; the methods are :func:`suite_specs` (full KV, each family at each
     budget rule resolved at the length) on the same cases. ``families`` are method labels
     without ``@B`` (data: a new method is one more string). With ``adaptive`` a task cell
-    runs full KV first and only the work the iso decision can use (:func:`run_cell`).
+    runs full KV first and only the work the iso decision can use (:func:`run_cell`). With
+    ``ppl_looks`` (window counts, with ``prune = "noninferiority"``) a perplexity cell is
+    sequential: after each look every method whose non-inferiority test decides at that look's
+    level (:func:`hikv.model.accuracy.iso.look_levels`) stops; full KV runs every window.
     """
 
     name: str
@@ -107,6 +110,7 @@ class SeedSuite:
     adaptive: bool = True        # prune task work the iso decision cannot use (see run_cell)
     prune: str = "point"         # the decision the pruning serves (PRUNE_RULES)
     budget_step: float = 0.0     # > 1: budgets in geometric steps between the rules' (a grid)
+    ppl_looks: tuple[int, ...] = ()   # sequential perplexity: window counts to decide at
 
     @property
     def task_tol(self) -> float:
@@ -131,6 +135,11 @@ class SeedSuite:
                              "range: allowed >= 1")
         if self.budget_step:
             finer_budgets([1, 2], self.budget_step)
+        if self.ppl_looks:
+            if self.prune != "noninferiority":
+                raise ParamError(f"suite {self.name!r}: ppl_looks need prune = "
+                                 "'noninferiority' (the looks decide that test)")
+            NI.look_levels(self.ppl_looks, self.ppl_windows)
         if self.prune not in PRUNE_RULES:
             raise ParamError(f"suite {self.name!r}: prune = {self.prune!r} is not one of "
                              f"{list(PRUNE_RULES)}")
@@ -164,7 +173,8 @@ def suite_key(suite: SeedSuite) -> list[Any]:
            suite.ppl_decode, suite.adaptive, suite.keep_min, suite.acc_tol, suite.ppl_tol]
     # the later fields only where set, so the cells of suites without them keep their keys
     extra = ([suite.prune] if suite.prune != "point" else []) \
-        + ([f"step {suite.budget_step:g}"] if suite.budget_step else [])
+        + ([f"step {suite.budget_step:g}"] if suite.budget_step else []) \
+        + ([f"looks {sorted(set(suite.ppl_looks))}"] if suite.ppl_looks else [])
     return [*key, *extra]
 
 

@@ -77,14 +77,19 @@ def seed_tables(suite: SeedSuite, rows: list[dict[str, Any]], out: Path,
                   ("cpu_s", "CPU s", ".0f")])]
     for n in suite.lengths:
         pr = [r for r in ppl if int(r["length"]) == n]
-        ref = [r["ppl"] for r in pr if r["label"] == "full"]
+        ref = [r for r in pr if r["label"] == "full"]
         if ref:
+            seq = any(r.get("ppl_looks") for r in pr)
             lines += ["", f"## Perplexity, N = {n} (both protocols)", "",
-                      f"{pr[0]['windows']} windows, the last {n - pr[0]['prefix']} tokens "
+                      f"{ref[0]['windows']} windows, the last {n - pr[0]['prefix']} tokens "
                       "decoded; bytes per decode step per (layer, KV head) at burst "
-                      "granularity, metadata included.", "",
-                      markdown_table([{**r, "rel": r["ppl"] / ref[0] - 1} for r in pr], [
+                      "granularity, metadata included."
+                      + (" Sequential cell: a method stops at the first look (window count) "
+                         f"where its test decides (looks {ref[0]['ppl_looks']}); its Δppl is "
+                         "against full KV over the windows it ran." if seq else ""), "",
+                      markdown_table([{**r, "rel": NI.ppl_rel(r, ref[0])} for r in pr], [
                           ("label", "method", ""), ("budget_rule", "rule", ""),
+                          *([("windows", "windows", "")] if seq else []),
                           ("ppl", "ppl", ".3f"), ("rel", "Δppl", "+.4f"),
                           ("bytes_burst", "bytes burst", ".0f")])]
             lines += ["", _self_check_line(next(r for r in pr if r["label"] == "full"))]

@@ -36,18 +36,17 @@ def _ppl_fail(suite: SeedSuite, ppl_rows: list[dict[str, Any]]) -> dict[str, str
     full = [r for r in ppl_rows if r["label"] == "full"]
     if not full:
         return {}
-    ref = full[0]["ppl"]
     if suite.prune == "point":
-        return {r["label"]: f"perplexity {100 * (r['ppl'] / ref - 1):+.2f} % > "
+        return {r["label"]: f"perplexity {100 * NI.ppl_rel(r, full[0]):+.2f} % > "
                 f"{100 * suite.ppl_tol:g} % of full KV's"
                 for r in ppl_rows
-                if r["label"] != "full" and r["ppl"] > ref * (1 + suite.ppl_tol)}
+                if r["label"] != "full" and NI.ppl_rel(r, full[0]) > suite.ppl_tol}
     out = {}
     for r in ppl_rows:
         if r["label"] == "full":
             continue
-        b = NI.ppl_increase_bound(r, full[0])
-        hi = r["ppl"] / ref - 1 if b is None else b.high
+        b = NI.ppl_increase_bound(r, full[0], level=float(r.get("ppl_level") or NI.NI_LEVEL))
+        hi = NI.ppl_rel(r, full[0]) if b is None else b.high
         if hi >= NI.PPL_MARGIN:
             out[r["label"]] = (f"perplexity increase bound {100 * hi:+.2f} % >= "
                                f"{100 * NI.PPL_MARGIN:g} %: cannot be non-inferior")
@@ -61,7 +60,7 @@ def reusable(row: dict[str, Any], cell: Cell, suite: SeedSuite) -> bool:
     non-inferiority test), a task over ``suite.trials`` planned trials. A row measured
     otherwise (a suite given more windows or trials) is measured again."""
     if cell.kind == "ppl":
-        return (int(row.get("windows") or 0) == suite.ppl_windows
+        return (int(row.get("windows_planned") or row.get("windows") or 0) == suite.ppl_windows
                 and int(row.get("prefix") or 0) == cell.length - suite.ppl_decode
                 and (suite.prune == "point" or bool(row.get("nll_blocks"))))
     return int(row.get("trials_planned") or row.get("trials") or 0) == suite.trials
@@ -304,6 +303,26 @@ def _fork_generate(lm: Any, prompt: list[MethodSpec], follow: list[MethodSpec], 
     return out_p, out_f
 
 
+def _ppl_stop(suite: SeedSuite, full_row: dict[str, Any] | None
+              ) -> Callable[[int, list[dict[str, Any]]], list[str]]:
+    """The stopping rule of a sequential perplexity cell (``suite.ppl_looks``): at each look
+    but the last, the labels whose perplexity test (:func:`hikv.model.accuracy.iso.
+    ppl_look_verdict` against full KV over the same windows, at the look's level of
+    :func:`~hikv.model.accuracy.iso.look_levels`) is ``yes`` or ``no``. Full KV never stops;
+    its row is the running one, or ``full_row`` (on disk) when full KV is not run again."""
+    levels = NI.look_levels(suite.ppl_looks, suite.ppl_windows)
+
+    def stop(n: int, rows: list[dict[str, Any]]) -> list[str]:
+        if n not in levels or n >= suite.ppl_windows:
+            return []
+        full = next((r for r in rows if r["label"] == "full"), full_row)
+        if full is None:
+            return []
+        return [r["label"] for r in rows if r["label"] != "full"
+                and NI.ppl_look_verdict(r, full, levels[n]) != "undecided"]
+    return stop
+
+
 def _ppl_journal(partial_dir: Path, cell: Cell, suite: SeedSuite, need: Sequence[MethodSpec],
                  wins: Sequence[Sequence[int]], log: Callable[[str], None] | None) -> Journal:
     """The window journal of a perplexity cell (:mod:`hikv.model.accuracy.journal`): its
@@ -360,7 +379,12 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
             rows = A.perplexity(
                 lm, need, cfg, wins, cell.length - suite.ppl_decode, batch=batch,
                 resume=journal.records if journal else (),
-                on_window=journal.append_record if journal else None)
+                on_window=journal.append_record if journal else None,
+                stop=_ppl_stop(suite, done.get("full")) if suite.ppl_looks else None)
+            if suite.ppl_looks:
+                levels = NI.look_levels(suite.ppl_looks, suite.ppl_windows)
+                rows = [{**r, "ppl_looks": sorted(levels), "ppl_level": levels[r["windows"]]}
+                        for r in rows]
         if progress is not None:
             progress(cell_units(cell, suite))
         got = {**done, **{r["label"]: r for r in rows}}
