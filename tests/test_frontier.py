@@ -126,6 +126,41 @@ def test_frontier_on_a_tiny_cell_set(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert _run(cells, out, "--force") == 0
 
 
+def test_frontier_reads_a_sequential_cell(tmp_path: Path, capsys: pytest.CaptureFixture
+                                          ) -> None:
+    """A perplexity cell with looks: snapkv@16 stopped after 2 of 8 windows is tested at its
+    look's level against full KV's first 2 windows, and the summary names the design."""
+    from hikv.model.accuracy.io import read_rows
+
+    cells = make_cells(tmp_path / "suite")
+    path = cells / "cells" / f"ppl_{N}.json"
+    rows, meta = read_rows(path)
+    levels = I.look_levels((2, 4), 8)
+    for r in rows:
+        if r["label"] == "snapkv@16":
+            blocks = r["nll_blocks"][:2]
+            n = 2 * len(blocks[0]) * I.NLL_BLOCK
+            r.update(nll_blocks=blocks, windows=2, tokens=n,
+                     nll=sum(map(sum, blocks)) / n, ppl=math.exp(sum(map(sum, blocks)) / n))
+        r.update(windows_planned=8, ppl_looks=sorted(levels),
+                 ppl_level=levels[r.get("windows", 8) if r["label"] == "snapkv@16" else 8])
+    write_rows(cells / "cells", f"ppl_{N}", rows, meta)
+    out = tmp_path / "out"
+    assert _run(cells, out) == 0, capsys.readouterr().err
+    s = json.loads((out / f"frontier_tiny_prompt_{N}_tiny.json").read_text())
+    assert "sequential cell" in s["test"]["ppl"]
+    import csv
+
+    got = {r["label"]: r for r in csv.DictReader(
+        (out / f"frontier_tiny_prompt_{N}_tiny.csv").open())}
+    assert float(got["snapkv@16"]["ppl_level"]) == levels[2]
+    assert got["snapkv@16"]["ppl_windows"] == "2"
+    full = next(r for r in rows if r["label"] == "full")
+    stopped = next(r for r in rows if r["label"] == "snapkv@16")
+    assert float(got["snapkv@16"]["ppl_rel"]) == pytest.approx(
+        stopped["ppl"] / I.over_windows(full, 2)["ppl"] - 1)
+
+
 @pytest.mark.parametrize("damage,words", [
     ("missing", ["passkey_prompt_64.json", "missing"]),
     ("journal", ["passkey_prompt_64.json", "unfinished"]),

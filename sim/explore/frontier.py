@@ -401,7 +401,10 @@ def _summary(cells: CellSet, preset: str, cfg: Config, clocks: Clocks,
         "test": {"level": NI_LEVEL, "ppl_margin": PPL_MARGIN, "task_margin": TASK_MARGIN,
                  "ppl": f"one-sided {NI_LEVEL:.0%} upper bound of the perplexity increase over "
                         f"full KV (paired block bootstrap, {NLL_BLOCK}-token blocks; the point "
-                        "rule for rows measured without per-block NLLs)",
+                        "rule for rows measured without per-block NLLs)" + (
+                            "; sequential cell: a row is tested at its look's ppl_level over "
+                            "the windows it ran (the error split over the looks)"
+                            if any(r.get("ppl_looks") for r in cells.ppl_rows) else ""),
                  "tasks": f"one-sided {NI_LEVEL:.0%} lower bound of each kept task's score "
                           "difference to full KV over the same trials (Newcombe's paired "
                           "interval)"},
