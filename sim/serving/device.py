@@ -29,7 +29,6 @@ from __future__ import annotations
 import csv
 import os
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ from hikv.sim.serving.step_cost import (
     StepCostBase,
     StepCostModel,
     elementwise_bytes_per_token,
+    keyed_decode_run_times_s,
     prefill_prefix,
 )
 from hikv.sim.serving.workload import shared_data_file
@@ -66,7 +66,7 @@ __all__ = [
     "PROFILE_MODELS", "DeviceStepCost", "DeviceCost", "derive_efficiency",
     "elementwise_bytes_per_token", "gemm_weight_params", "EfficientRooflineStepCost",
     "EfficientAttentionModelStepCost", "BREAKDOWN_OPS", "device_config", "device_cost_for",
-    "TILE_TOKENS", "keyed_decode_run_times_s",
+    "TILE_TOKENS",
 ]
 
 #: Operators of Vidur's ``mlp.csv``, in file order.
@@ -297,24 +297,6 @@ def derive_efficiency(profile: OperatorProfile, model: ModelShape, device: GpuDe
 
 
 # =========================================================================== measured device
-def keyed_decode_run_times_s(kv: ClosedForm, prompt: np.ndarray, step: np.ndarray, k: int,
-                             run_s: Callable[[int, np.ndarray], Any]) -> np.ndarray:
-    """:meth:`~hikv.sim.serving.step_cost.StepCostModel.decode_run_times_s` of a step cost
-    indexed by decode keys: ``run_s(d, x)`` gives the seconds of the ``k`` pure-decode
-    iterations of ``d`` sequences whose decode keys are the ``(d, k)`` array ``x`` (column
-    ``m`` at ``step + m``). Shared by :class:`DeviceStepCost` and
-    :class:`~hikv.sim.serving.systems.OffloadStepCost`."""
-    prompt = np.asarray(prompt, dtype=np.int64).reshape(-1)
-    step = np.asarray(step, dtype=np.int64).reshape(-1)
-    d = prompt.size
-    if k <= 0:
-        return np.zeros(0)
-    if d == 0:
-        return np.zeros(k)
-    x = kv.decode_key(prompt, step)[:, None] + np.arange(k, dtype=np.int64)[None, :]
-    return run_s(d, x)
-
-
 class DeviceStepCost(StepCostBase):
     """Iteration latency on a measured GPU (see the module docstring).
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -53,6 +53,7 @@ __all__ = [
     "IterationBatch",
     "StepCostModel",
     "StepCostBase",
+    "keyed_decode_run_times_s",
     "RooflineStepCost",
     "AttentionModelStepCost",
     "STEP_COST_MODELS",
@@ -146,6 +147,25 @@ def prefill_prefix(kv: ClosedForm, done: np.ndarray, total: np.ndarray) -> np.nd
     """Tokens each prefilling chunk attends to before its own: ``done`` itself, or what
     stays resident of it when the method evicts during prefill (SnapKV, evicting HiKV)."""
     return kv.resident_after_prefill(done, total) if kv.evicts_during_prefill else done
+
+
+def keyed_decode_run_times_s(kv: ClosedForm, prompt: np.ndarray, step: np.ndarray, k: int,
+                             run_s: Callable[[int, np.ndarray], Any]) -> np.ndarray:
+    """:meth:`~hikv.sim.serving.step_cost.StepCostModel.decode_run_times_s` of a step cost
+    indexed by decode keys: ``run_s(d, x)`` gives the seconds of the ``k`` pure-decode
+    iterations of ``d`` sequences whose decode keys are the ``(d, k)`` array ``x`` (column
+    ``m`` at ``step + m``). Shared by :class:`RooflineStepCost`,
+    :class:`~hikv.sim.serving.device.DeviceStepCost` and
+    :class:`~hikv.sim.serving.systems.OffloadStepCost`."""
+    prompt = np.asarray(prompt, dtype=np.int64).reshape(-1)
+    step = np.asarray(step, dtype=np.int64).reshape(-1)
+    d = prompt.size
+    if k <= 0:
+        return np.zeros(0)
+    if d == 0:
+        return np.zeros(k)
+    x = kv.decode_key(prompt, step)[:, None] + np.arange(k, dtype=np.int64)[None, :]
+    return run_s(d, x)
 
 
 class StepCostBase:
@@ -256,14 +276,9 @@ class RooflineStepCost(StepCostBase):
         return np.maximum(ft[x].sum(axis) / self.flops_per_s, bt[x].sum(axis) / self.bytes_per_s)
 
     def decode_run_times_s(self, prompt: np.ndarray, step: np.ndarray, k: int) -> np.ndarray:
-        prompt, step = _arr(prompt), _arr(step)
-        d = prompt.size
-        if k <= 0:
-            return np.zeros(0)
-        if d == 0:
-            return np.zeros(k)
-        x = self.kv.decode_key(prompt, step)[:, None] + np.arange(k, dtype=_I64)[None, :]
-        return self.linear_time_s(d, d) + self.decode_attention_time_s(x, 0)
+        return keyed_decode_run_times_s(
+            self.kv, prompt, step, k,
+            lambda d, x: self.linear_time_s(d, d) + self.decode_attention_time_s(x, 0))
 
 
 class AttentionModelStepCost(RooflineStepCost):

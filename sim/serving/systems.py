@@ -50,13 +50,13 @@ from hikv.sim.serving.device import (
     DeviceStepCost,
     GpuDevice,
     get_device,
-    keyed_decode_run_times_s,
 )
 from hikv.sim.serving.step_cost import (
     DEFAULT_STEP_COST,
     IterationBatch,
     StepCostBase,
     StepCostModel,
+    keyed_decode_run_times_s,
     make_step_cost,
 )
 
