@@ -157,6 +157,8 @@ def test_the_seed_suite_runs_a_sequential_cell_end_to_end(tiny_model, tmp_path) 
         if r["windows"] < 3:
             assert NI.ppl_look_verdict(r, full, levels[r["windows"]]) != "undecided"
     assert any(r["windows"] < 3 for r in rows), "the stopping branch ran"
+    assert "Sequential perplexity cell: looks after 1, 2, 3 windows" in (
+        tmp_path / "seed_table.md").read_text()
     points, _ = NI.noninferiority_table(rows, length=1024)
     assert {p["label"]: p["ppl_windows"] for p in points} == {
         r["label"]: r["windows"] for r in rows if r["label"] != "full"}

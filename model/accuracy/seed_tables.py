@@ -245,6 +245,15 @@ def _noninferiority(ppl: list[dict[str, Any]], tasks: list[dict[str, Any]], p: s
              f"Newcombe's paired interval) is above -{100 * NI.TASK_MARGIN:.0f} points; "
              "`undecided` where an interval straddles a margin. Iso budget: the smallest "
              "budget passing with every larger one; the iso point lies in [low, iso].", ""]
+    looks = next((r["ppl_looks"] for r in ppl if r.get("ppl_looks")), None)
+    if looks:
+        lv = NI.look_levels(looks, looks[-1])
+        lines += [f"Sequential perplexity cell: looks after {', '.join(map(str, looks))} "
+                  "windows; a method stops at the first look where its perplexity test "
+                  "decides, tested there against full KV over the same windows at that look's "
+                  f"level ({', '.join(f'{lv[k]:.4g}' for k in looks)}: the "
+                  f"{100 * (1 - NI.NI_LEVEL):.0f} % error split over the looks, half to the "
+                  "last), so every verdict keeps the test's level.", ""]
     widths = sorted((r["ppl_high"] - r["ppl_low"]) / 2 for r in pts if r["ppl_low"] is not None)
     if widths:
         lines += [f"Paired perplexity half-width ({100 * NI.NI_LEVEL:.0f} % one-sided "
