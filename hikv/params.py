@@ -91,11 +91,11 @@ class RecordLayout(enum.Enum):
 
 class SorterKind(enum.Enum):
     """The engine of Stage I's top-k (docs/topk.md): the cost model, the area flow and the
-    report price the one named; a policy with a Stage II rule keeps the merge sorter beside the
-    radix engine for Stage II (both priced)."""
+    report price the one named; a policy with a Stage II rule runs Stage II beside the radix
+    engine on the Stage II selection block (hikv.hw.stage2_select; both priced)."""
 
     MERGE = "merge"   # the reconfigurable merge sorter (hikv.hw.sorter): Stage I and Stage II
-    RADIX = "radix"   # radix select (hikv.hw.topk): Stage I only, beside the sorter
+    RADIX = "radix"   # radix select (hikv.hw.topk) for Stage I, hikv.hw.stage2_select for II
 
 
 class MemoryType(enum.Enum):

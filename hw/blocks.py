@@ -118,6 +118,12 @@ def _topk(cfg: Config) -> Any:
     return make_topk(cfg)
 
 
+def _stage2(cfg: Config) -> Any:
+    from hikv.hw.stage2_select import make_stage2
+
+    return make_stage2(cfg)
+
+
 def _loader(cfg: Config) -> Any:
     from hikv.hw.loader import make_loader
 
@@ -158,6 +164,13 @@ BLOCKS: dict[str, Block] = {
                     "pass per key digit over an SRAM (docs/topk.md)",
         toplevel="hikv_topk",
         make=_topk,
+    ),
+    "stage2": Block(
+        name="stage2",
+        description="Stage II selection block: top r of each vector of layout.head_dim keys "
+                    "at the sorter's Stage II rate, beside the top-k engine (docs/topk.md)",
+        toplevel="hikv_stage2",
+        make=_stage2,
     ),
     "loader": Block(
         name="loader",

@@ -5,8 +5,17 @@ unsigned ``W``-bit keys, the ``min(r, d)`` largest, ties to the **lower element 
 in **ascending index order** as dense beats of ``(key, index)`` lanes, the last beat of each
 vector flagged ``last`` (the sorter's Stage II output, ``hikv.hw.sorter_compact.lanes_layout``).
 A vector arrives as ``D = ceil(d / P)`` beats of ``P`` keys in element order (lanes past ``d``
-in the last beat and the beats' ``index``, ``valid`` and ``last`` fields are ignored); the block
-keeps the sorter's steady-state rate of one vector every ``D`` cycles.
+in the last beat and the beats' ``index`` fields are ignored); the block keeps the sorter's
+steady-state rate of one vector every ``D`` cycles (the timing contract,
+:class:`~hikv.hw.stage2_timing.Stage2Timing`).
+
+Contract on ``r`` and the beats (the sorter's Stage II, docs/sorter.md "Interfaces"): ``r`` is
+sampled with each vector's first input beat, so it may change from vector to vector; ``r > d``
+selects the whole vector; ``r = 0`` or ``r > max_r`` (the sorter's ``max_vec``) sets the sticky
+``error``, and that vector still leaves as one output vector whose items carry no meaning. An
+input beat whose ``valid`` mask is not all ones (the vector's tail lanes on its last beat) or
+whose ``last`` is not set exactly on the vector's last beat also sets ``error`` (the vector
+still runs). ``error`` clears only on reset.
 
 Algorithm. Each element becomes the composite ``{key, ~e}`` (``e`` its element index, ``E =
 ceil(log2 d)`` bits), unique per element and ordered as the reference orders (larger key first,
@@ -39,32 +48,39 @@ length : int
 index_width : int
     Bits of the output lanes' ``index`` field (at least ``ceil(log2 d)``; default that).
 bits_per_cycle : int
-    ``B``, radix steps per engine cycle (1 to ``W + E``; default 1, the shortest path).
+    ``B``, radix steps per engine cycle (1 to ``W + E``; default
+    :data:`~hikv.hw.stage2_timing.DEFAULT_BITS_PER_CYCLE`, the shortest path).
+max_r : int
+    Largest ``r`` accepted (``d`` to 4096; default ``d``); the ``r`` port is
+    ``bit_length(max_r)`` bits wide, so ``r > max_r`` is representable and refused.
 
 Members
 -------
 i : ``In(stream.Signature(lanes_layout(P, W, index_width)))``
 o : ``Out(stream.Signature(lanes_layout(P, W, index_width)))``
-r : ``In(range(d + 1))``
-    Elements kept per vector, 1 to ``d`` (``r > d`` is not representable: ``r = d`` keeps
-    all); sampled when a vector enters the select stage, so it may change between vectors.
+r : ``In(unsigned(bit_length(max_r)))``
+    Elements kept per vector, 1 to ``max_r`` (above ``d``: all); sampled with each vector's
+    first input beat.
+error : ``Out(1)``
+    Sticky: a vector with ``r`` out of range or a beat whose ``valid`` or ``last`` disagrees.
 idle : ``Out(1)``
     No vector in the block.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hikv.params import ParamError, SorterParams
+from hikv.params import Config, ParamError, SorterParams
 
 from .sorter_compact import Compactor, lanes_layout, select_prefix
 from .sorter_net import wires
-from .uops import eq_const, log2_int, popcount, select, uge, usub
+from .stage2_timing import DEFAULT_BITS_PER_CYCLE, Stage2Timing
+from .uops import eq_const, is_zero, log2_int, popcount, select, uge, ugt, usub
 
-__all__ = ["Stage2Select", "stage2_select_from_params"]
+__all__ = ["Stage2Select", "stage2_select_from_params", "make_stage2"]
 
 
 def _check(name: str, value: object, lo: int, hi: int) -> int:
@@ -78,22 +94,31 @@ class Stage2Select(wiring.Component):
     """See the module docstring."""
 
     def __init__(self, *, lanes: int, key_width: int, length: int,
-                 index_width: int | None = None, bits_per_cycle: int = 1) -> None:
-        _check("lanes", lanes, 2, 64)
-        if lanes & (lanes - 1):
-            raise ParamError(f"Stage2Select lanes = {lanes} is out of range: allowed a power "
-                             "of two in [2, 64]")
-        self._p = lanes
-        self._w = _check("key_width", key_width, 1, 32)
-        self._d = _check("length", length, 2, 4096)
+                 index_width: int | None = None,
+                 bits_per_cycle: int = DEFAULT_BITS_PER_CYCLE,
+                 max_r: int | None = None) -> None:
+        self._t = Stage2Timing(lanes, key_width, length, bits_per_cycle)
+        self._p, self._w, self._d = lanes, key_width, length
         self._e = log2_int(length)
         iw = self._e if index_width is None else index_width
         self._iw = _check("index_width", iw, max(1, self._e), 32)
-        self._b = _check("bits_per_cycle", bits_per_cycle, 1, key_width + self._e)
+        self._b = bits_per_cycle
+        self._max_r = _check("max_r", length if max_r is None else max_r, length, 4096)
         layout = lanes_layout(lanes, key_width, self._iw)
         super().__init__({"i": In(stream.Signature(layout)),
                           "o": Out(stream.Signature(layout)),
-                          "r": In(range(length + 1)), "idle": Out(1)})
+                          "r": In(unsigned(self._max_r.bit_length())),
+                          "error": Out(1), "idle": Out(1)})
+
+    @property
+    def timing(self) -> Stage2Timing:
+        """The block's sizes and timing contract."""
+        return self._t
+
+    @property
+    def max_r(self) -> int:
+        """Largest ``r`` accepted."""
+        return self._max_r
 
     @property
     def lanes(self) -> int:
@@ -108,7 +133,7 @@ class Stage2Select(wiring.Component):
     @property
     def rows(self) -> int:
         """``D = ceil(d / P)``: beats (and cycles) per vector."""
-        return -(-self._d // self._p)
+        return self._t.rows
 
     @property
     def bits_per_cycle(self) -> int:
@@ -118,28 +143,24 @@ class Stage2Select(wiring.Component):
     @property
     def select_cycles(self) -> int:
         """``S = ceil((W + E) / B)``: cycles an engine spends on a vector."""
-        return -(-(self._w + self._e) // self._b)
+        return self._t.select_cycles
 
     @property
     def engines(self) -> int:
         """``N = ceil(S / D)``: select engines, taking vectors in turn (an engine takes its
         next vector in the cycle its result leaves)."""
-        return -(-self.select_cycles // self.rows)
+        return self._t.engines
 
     @property
     def latency(self) -> int:
-        """Cycles of a job minus ``count * D`` (first input beat accepted to last output beat
-        accepted, inclusive, input every cycle, no backpressure): the hand-over to the select
-        stage, its ``S`` cycles, the emit stage's ``D`` rows, the row register and the
-        compactor's flush and output register, less the ``D`` beats counted per vector."""
-        return self.rows + self.select_cycles + 4
+        """Cycles of a job minus ``count * D`` (:attr:`Stage2Timing.latency`)."""
+        return self._t.latency
 
     def cycles(self, count: int) -> int:
-        """Cycles of ``count`` vectors streamed back to back (the definition of
-        :attr:`latency`)."""
-        return count * self.rows + self.latency
+        """Cycles of ``count`` vectors streamed back to back (:meth:`Stage2Timing.cycles`)."""
+        return self._t.cycles(count)
 
-    def _engine(self, m: Module, k: int, keys_c: Value) -> dict[str, Value]:
+    def _engine(self, m: Module, k: int, keys_c: Value, r_c: Value) -> dict[str, Value]:
         """One select engine: ``S`` cycles of ``B`` radix steps on a vector of ``keys_c``.
 
         Returns its signals: ``take`` / ``leave`` (inputs: load a vector / hand the result
@@ -189,7 +210,7 @@ class Stage2Select(wiring.Component):
             m.d.sync += [mask.eq(cur_m), great.eq(cur_g), need.eq(cur_need), step.eq(step + 1)]
         with m.If(take):
             m.d.sync += [keys_s.eq(keys_c), mask.eq((1 << d) - 1), great.eq(0),
-                         need.eq(self.r), step.eq(0), busy.eq(1)]
+                         need.eq(r_c), step.eq(0), busy.eq(1)]
         with m.Elif(leave):
             m.d.sync += busy.eq(0)
         return {"take": take, "leave": leave, "free": free, "done": done, "busy": busy,
@@ -205,13 +226,25 @@ class Stage2Select(wiring.Component):
 
         # ---------------------------------------------------------------- collect
         keys_c = Signal(keys_l, reset_less=True)
+        r_c = Signal(range(d + 1), reset_less=True)   # min(r, d), sampled on the first beat
         beat = Signal(range(max(2, rows)))
         full_c = Signal()
         sel_free = Signal()
         take = Signal()
+        error = Signal()
         m.d.comb += [take.eq(full_c & sel_free),
-                     self.i.ready.eq(~full_c | sel_free)]
+                     self.i.ready.eq(~full_c | sel_free), self.error.eq(error)]
+        first = eq_const(beat, 0) if rows > 1 else Const(1, 1)
+        is_last = eq_const(beat, rows - 1) if rows > 1 else Const(1, 1)
+        tail = d - (rows - 1) * p                      # valid lanes of the last beat
+        want_valid = Mux(is_last, (1 << tail) - 1, (1 << p) - 1)
         with m.If(self.i.valid & self.i.ready):
+            with m.If(first):
+                m.d.sync += r_c.eq(Mux(ugt(self.r, d), d, self.r[:len(r_c)]))
+                with m.If(is_zero(self.r) | ugt(self.r, self._max_r)):
+                    m.d.sync += error.eq(1)
+            with m.If((self.i.payload.valid != want_valid) | (self.i.payload.last != is_last)):
+                m.d.sync += error.eq(1)
             for q in range(rows):
                 with m.If(eq_const(beat, q) if rows > 1 else Const(1, 1)):
                     for lane in range(p):
@@ -219,7 +252,7 @@ class Stage2Select(wiring.Component):
                             m.d.sync += keys_c[q * p + lane].eq(self.i.payload.lanes[lane].key)
             if rows > 1:
                 m.d.sync += beat.eq(Mux(eq_const(beat, rows - 1), 0, beat + 1))
-        last_beat = self.i.valid & self.i.ready & (eq_const(beat, rows - 1) if rows > 1 else 1)
+        last_beat = self.i.valid & self.i.ready & is_last
         with m.If(last_beat):
             m.d.sync += full_c.eq(1)
         with m.Elif(take):
@@ -230,7 +263,7 @@ class Stage2Select(wiring.Component):
         emit_free = Signal()
         wr = Signal(range(max(2, n_eng)))        # engine that takes the next vector
         rd = Signal(range(max(2, n_eng)))        # engine whose result the emit stage takes next
-        eng = [self._engine(m, k, keys_c) for k in range(n_eng)]
+        eng = [self._engine(m, k, keys_c, r_c) for k in range(n_eng)]
         ptr_w, ptr_r = max(1, log2_int(n_eng)), max(1, log2_int(n_eng))
         wr_one = [eq_const(wr[:ptr_w], k) if n_eng > 1 else Const(1, 1) for k in range(n_eng)]
         rd_one = [eq_const(rd[:ptr_r], k) if n_eng > 1 else Const(1, 1) for k in range(n_eng)]
@@ -303,7 +336,16 @@ class Stage2Select(wiring.Component):
 
 
 def stage2_select_from_params(params: SorterParams, length: int, *,
-                              bits_per_cycle: int = 1) -> Stage2Select:
-    """The block for a preset's sorter lanes and key width and vectors of ``length``."""
+                              bits_per_cycle: int = DEFAULT_BITS_PER_CYCLE) -> Stage2Select:
+    """The block for a preset's sorter lanes, key width and index width and vectors of
+    ``length``, accepting ``r`` up to the sorter's ``max_vec`` (at least ``length``)."""
     return Stage2Select(lanes=params.lanes, key_width=params.key_width, length=length,
-                        index_width=params.index_width, bits_per_cycle=bits_per_cycle)
+                        index_width=params.index_width, bits_per_cycle=bits_per_cycle,
+                        max_r=max(length, params.max_vec))
+
+
+def make_stage2(cfg: Config, *, bits_per_cycle: int = DEFAULT_BITS_PER_CYCLE) -> Stage2Select:
+    """The Stage II block of a configuration preset (block registry entry point): vectors of
+    ``layout.head_dim`` elements, the sorter's lanes and key width, ``B = bits_per_cycle``."""
+    return stage2_select_from_params(cfg.sorter, cfg.layout.head_dim,
+                                     bits_per_cycle=bits_per_cycle)

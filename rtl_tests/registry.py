@@ -16,7 +16,7 @@ from typing import Any
 from hikv.hw.blocks import BLOCKS, get_block
 from hikv.params import Config, ParamError
 
-from . import gadakv_rtl, loader_launch, scorer_launch, topk_rtl
+from . import gadakv_rtl, loader_launch, scorer_launch, stage2_rtl, topk_rtl
 from .report import RtlReport
 
 __all__ = ["RtlReport", "Regression", "REGRESSIONS", "get_regression", "run_regression",
@@ -28,6 +28,7 @@ Regression = Callable[..., RtlReport]
 REGRESSIONS: dict[str, Regression] = {
     "sorter": gadakv_rtl.sorter_regression,        # traffic "random" (default) or "gadakv"
     "topk": topk_rtl.run_regression,
+    "stage2": stage2_rtl.run_regression,
     "loader": loader_launch.run_regression,
     "sorter_loader": loader_launch.run_chain_regression,
     "scorer": scorer_launch.run_regression,

@@ -1,6 +1,7 @@
 """``SorterParams.kind`` is priced wherever the sorter is (hikv.sim.cost.engines): Stage I
-cycles and energy on the radix-select engine, its clock, its area in HiKV's units, the merge
-sorter kept beside it for a policy with a Stage II rule, the report's engine table and the
+cycles and energy on the radix-select engine, its clock, its area in HiKV's units, the Stage II
+block beside it for a policy with a Stage II rule (a baseline's Stage II jobs on the merge
+sorter), the report's engine table and the
 sweep's and trade-off's engine axis. Synthesis is replaced by fixed areas where a test needs
 areas of `default` (the real numbers: docs/topk.md)."""
 
@@ -14,13 +15,19 @@ import numpy as np
 import pytest
 
 from hikv.hw.sorter_timing import SorterTiming
+from hikv.hw.stage2_timing import Stage2Timing, stage2_block_cycles, stage2_radix_steps
 from hikv.hw.topk_timing import TopKTiming
-from hikv.params import MethodSpec, ParamError
+from hikv.params import Method, MethodSpec, ParamError
 from hikv.presets import get_preset
 from hikv.scripts.cli import main
 from hikv.sim.cost import energy as E
 from hikv.sim.cost import engines as EN
-from hikv.sim.cost.attention_model import Overrides, attention_cost, step_work
+from hikv.sim.cost.attention_model import (
+    Overrides,
+    attention_cost,
+    stage2_step_energy_j,
+    step_work,
+)
 from hikv.sim.cost.blocks import block_cost
 from hikv.sim.cost.clocks import assumed_clocks
 
@@ -34,7 +41,7 @@ def test_sort_blocks_follow_the_kind_and_the_stage2_rule():
     assert not EN.hikv_stage2(default) and EN.hikv_stage2(tiny)   # tiny: a STATIC V rule
     assert EN.sort_blocks(default) == ("sorter",)
     assert EN.sort_blocks(EN.with_kind(default, "radix")) == ("topk",)
-    assert EN.sort_blocks(EN.with_kind(tiny, "radix")) == ("topk", "sorter")
+    assert EN.sort_blocks(EN.with_kind(tiny, "radix")) == ("topk", "stage2")
     assert EN.sort_blocks(default, "radix") == ("topk",)
     assert EN.area_blocks(EN.with_kind(default, "radix")) == ("topk", "loader", "scorer")
     assert "both built" in EN.describe(EN.with_kind(tiny, "radix"))
@@ -103,29 +110,79 @@ def test_engine_clocks_relabel_the_sort_blocks():
     assert back.blocks["sorter"].used and not back.blocks["topk"].used
     tiny = get_preset("tiny")
     both = engine_clocks(assumed_clocks(tiny), tiny, "radix")
-    assert both.blocks["topk"].used and both.blocks["sorter"].used
+    assert both.blocks["topk"].used and both.blocks["stage2"].used
+    assert not both.blocks["sorter"].used
+    back = engine_clocks(both, tiny, "merge")
+    assert back.blocks["sorter"].used and not back.blocks["stage2"].used
 
 
-def test_stage2_jobs_stay_on_the_merge_sorter():
-    """tiny's HiKV has a STATIC V rule: with kind radix its Stage I runs on the engine, its
-    Stage II on the merge sorter, the cycles adding up."""
+def test_hikv_stage2_jobs_run_on_the_stage2_block():
+    """tiny's HiKV has a STATIC V rule: with kind radix its Stage I runs on the top-k engine,
+    its Stage II on the Stage II block (Stage2Timing's cycles, its radix steps' energy), the
+    cycles adding up; the Stage II block's clock scales its share alone."""
     tiny = get_preset("tiny")
     cfg = EN.with_kind(tiny, "radix")
     jobs = step_work(_hikv(cfg), cfg).sorts
     assert {j.mode for j in jobs} == {"stage1", "stage2"}
-    c = attention_cost(_hikv(cfg), cfg)
+    base = assumed_clocks(cfg)
+    assert base.blocks["stage2"].used and not base.blocks["sorter"].used
+    c = attention_cost(_hikv(cfg), cfg, clocks=base)
     m = attention_cost(_hikv(tiny), tiny)
     H = cfg.model.kv_heads
-    t, st = TopKTiming.from_params(cfg.sorter), SorterTiming.from_params(cfg.sorter)
-    want = 0.0
+    t = TopKTiming.from_params(cfg.sorter)
+    want1 = want2 = steps = cmp = dig = 0.0
     for j in jobs:
         per = float(j.per_step / H if j.per_layer else j.per_step)
         if j.mode == "stage1":
-            want += t.stage1_cycles(int(j.n), int(j.k)) * per
+            want1 += t.stage1_cycles(int(j.n), int(j.k)) * per
+            cmp += t.stage1_compares(int(j.n), int(j.k)) * per
+            dig += t.stage1_digit_compares(int(j.n), int(j.k)) * per
         else:
-            want += st.stage2_cycles(int(j.count), int(j.d), min(int(j.k), int(j.d))) * per
-    assert float(c.sort_cycles) == pytest.approx(want)
+            assert int(j.d) == cfg.layout.head_dim
+            want2 += Stage2Timing.from_params(cfg.sorter, int(j.d)).cycles(int(j.count)) * per
+            steps += stage2_radix_steps(cfg.sorter, d=int(j.d), count=int(j.count)) * per
+    assert want2 > 0
+    assert float(c.sort_cycles) == pytest.approx(want1 + want2)
     assert float(c.sort_cycles) != pytest.approx(float(m.sort_cycles))
+    tech, units = cfg.accel.tech_nm, cfg.model.layers * H
+    want_e = (E.sorter_energy_j(units * cmp, cfg.sorter.key_width, tech)
+              + E.sorter_energy_j(units * dig, t.digit_bits, tech)
+              + units * steps * stage2_step_energy_j(cfg.layout.head_dim, tech))
+    assert float(c.energy_parts_j["sorter"]) == pytest.approx(float(want_e))
+    slow = dataclasses.replace(base, blocks={**base.blocks, "stage2": dataclasses.replace(
+        base.blocks["stage2"], hz=base.blocks["stage2"].hz / 2)})
+    s = attention_cost(_hikv(cfg), cfg, clocks=slow)
+    assert float(s.sort_cycles) == pytest.approx(want1 + 2 * want2)
+    bc = block_cost("stage2", cfg, clocks=slow)
+    assert bc.used and bc.clock_hz == base.blocks["stage2"].hz / 2
+    assert bc.cycles_fn(d=16, count=3) == stage2_block_cycles(cfg.sorter, d=16, count=3)
+    assert not block_cost("stage2", tiny).used
+
+
+def test_baseline_stage2_jobs_stay_on_the_merge_sorter():
+    """SparQ's top-r channels run on the merge sorter whichever engine HiKV has."""
+    tiny = get_preset("tiny")
+    cfg = EN.with_kind(tiny, "radix")
+    spec = MethodSpec(Method.SPARQ)
+    jobs = step_work(spec, cfg).sorts
+    s2 = [j for j in jobs if j.mode == "stage2"]
+    assert s2
+    st = SorterTiming.from_params(cfg.sorter)
+    c = attention_cost(spec, cfg)
+    m = attention_cost(spec, tiny)
+    H = cfg.model.kv_heads
+    part = sum(st.stage2_cycles(int(j.count), int(j.d), min(int(j.k), int(j.d)))
+               * float(j.per_step / H if j.per_layer else j.per_step) for j in s2)
+    # the Stage II share is the merge sorter's on both; only Stage I moved to the engine
+    assert float(c.sort_cycles) >= part > 0
+    from hikv.sim.cost.timing import sorter_for_job
+
+    s1 = sum(TopKTiming.from_params(sorter_for_job(cfg.sorter, n=int(j.n), k=int(j.k)))
+             .stage1_cycles(int(j.n), int(j.k))
+             * float(j.per_step / H if j.per_layer else j.per_step)
+             for j in jobs if j.mode == "stage1" and int(j.n) > 0 and int(j.k) > 0)
+    assert float(c.sort_cycles) == pytest.approx(part + s1)
+    assert float(m.sort_cycles) >= part
 
 
 def test_kind_override_equals_the_configured_kind():
@@ -144,7 +201,8 @@ def _fake_area(monkeypatch):
     """accelerator_area with 1 mm^2 of baseline and fixed block areas (no synthesis)."""
     import hikv.sim.eda.area as A
 
-    unit = {"sorter": 0.3e-6, "topk": 0.05e-6, "loader": 0.02e-6, "scorer": 0.4e-6}
+    unit = {"sorter": 0.3e-6, "topk": 0.05e-6, "stage2": 0.07e-6, "loader": 0.02e-6,
+            "scorer": 0.4e-6}
 
     def fake(cfg, *, blocks=None, loader_clock_hz=None, **kw):
         blocks = A.hikv_blocks(cfg) if blocks is None else blocks
@@ -171,7 +229,8 @@ def test_engine_area_counts_the_engine_and_the_buffers(monkeypatch):
     assert radix.hikv_m2 == pytest.approx(unit["topk"] + unit["loader"] + unit["scorer"] + buf)
     assert merge.hikv_m2 - radix.hikv_m2 == pytest.approx(unit["sorter"] - unit["topk"])
     both = EN.engine_area(get_preset("tiny"), "radix")
-    assert {"topk", "sorter"} <= {i.name for i in both.hikv}
+    assert {"topk", "stage2"} <= {i.name for i in both.hikv}
+    assert "sorter" not in {i.name for i in both.hikv}
     sh = EN.engine_shares(default)
     assert sh["merge"]["in_use"] and not sh["radix"]["in_use"]
     assert sh["radix"]["share_of_system"] == pytest.approx(radix.share)
@@ -242,6 +301,33 @@ def test_tradeoff_engine_axis(monkeypatch, tmp_path):
     assert "with the merge sorter" in text and "with the top-k engine" in text
     with pytest.raises(ParamError, match="sorter kind"):
         T.tradeoff(cfg, sorter_lanes=[32], scorer_lanes=[32], loaders=[1], kinds=["heap"])
+
+
+def test_tradeoff_prices_the_stage2_block_beside_the_radix_engine(monkeypatch):
+    """``tiny`` has a Stage II rule: its radix rows add the Stage II block's area (sized with
+    the sorter's lanes) to the engine's."""
+    import hikv.sim.eda.area as A
+    from hikv.sim.explore import tradeoff as T
+
+    ge = {"sorter": 200_000, "topk": 20_000, "stage2": 7_000, "scorer": 100_000,
+          "loader": 30_000}
+    seen: list[tuple[str, int]] = []
+
+    def cached(block, cfg):
+        seen.append((block, cfg.sorter.lanes))
+        return SimpleNamespace(nand2_equivalents=ge[block], macro_bytes=0)
+
+    monkeypatch.setattr(T, "cached_synth", cached)
+    monkeypatch.setattr(A, "accelerator_area",
+                        lambda cfg, blocks=(): SimpleNamespace(baseline_m2=1e-6))
+    cfg = get_preset("tiny")
+    r = T.tradeoff(cfg, sorter_lanes=[4], scorer_lanes=[4], loaders=[1],
+                   kinds=["merge", "radix"])
+    assert ("stage2", 4) in seen
+    m = int(np.flatnonzero(r.sorter_kind == "merge")[0])
+    x = int(np.flatnonzero(r.sorter_kind == "radix")[0])
+    d = float(A.logic_area_m2(ge["sorter"] - ge["topk"] - ge["stage2"], cfg.accel.tech_nm))
+    assert r.area_hikv_m2[m] - r.area_hikv_m2[x] == pytest.approx(d)
 
 
 def test_cli_sorter_kind_axis(tmp_path, capsys):

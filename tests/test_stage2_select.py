@@ -52,7 +52,8 @@ def _beats(dut: Stage2Select, vec: list[int]) -> list[dict]:
     for q in range(dut.rows):
         lanes = [{"key": vec[q * p + i] if q * p + i < len(vec) else 0, "index": 0}
                  for i in range(p)]
-        beats.append({"lanes": lanes, "valid": 0, "last": 0})
+        n = min(p, len(vec) - q * p)
+        beats.append({"lanes": lanes, "valid": (1 << n) - 1, "last": int(q == dut.rows - 1)})
     return beats
 
 
@@ -71,11 +72,14 @@ def _run(dut: Stage2Select, vectors: list[list[int]], r: int, rng: random.Random
     def until(g):
         return sum(last for _, last in g) >= len(vectors)
 
+    error = []
+
     async def tb(ctx):
         ctx.set(dut.r, r)
         await pump(ctx, rng, dut.i, dut.o, payloads, got, None, decode, p_in=p_in,
                    p_out=p_out, seed=seed, free=len(payloads) if full else 0,
                    events=events, until=until, deadline=50 * len(payloads) + 500)
+        error.append(ctx.get(dut.error))
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
@@ -87,6 +91,7 @@ def _run(dut: Stage2Select, vectors: list[list[int]], r: int, rng: random.Random
         if last:
             per_vec.append(cur)
             cur = []
+    assert error == [0], f"seed={seed} r={r}: error raised on a well-formed job"
     return per_vec, events["last_out"] - events["first"] + 1
 
 
@@ -115,7 +120,7 @@ def test_against_reference(name, handshake, wide_steps):
     dut = stage2_select_from_params(params, d, bits_per_cycle=b)
     assert dut.engines == (1 if wide_steps else -(-comp // rows))
     name = f"{name} B={b}"
-    for r in sorted({1, rng.randint(2, d - 1), d}):
+    for r in sorted({1, rng.randint(2, d - 1), d, dut.max_r}):
         vectors = _vectors(rng, 5, d, params.key_width)
         p = (1.0, 1.0) if handshake == "full" else (0.7, 0.6)
         got, cycles = _run(dut, vectors, r, rng, p_in=p[0], p_out=p[1], seed=seed)
@@ -141,6 +146,66 @@ def test_rejects_bad_arguments():
         Stage2Select(lanes=4, key_width=8, length=16, index_width=3)
     with pytest.raises(ParamError, match="bits_per_cycle"):
         Stage2Select(lanes=4, key_width=8, length=16, bits_per_cycle=13)
+    with pytest.raises(ParamError, match="max_r"):
+        Stage2Select(lanes=4, key_width=8, length=16, max_r=15)
+
+
+@pytest.mark.parametrize("case", ["r=0", "r>max_r", "valid", "last"])
+def test_error_is_sticky_and_the_stream_stays_in_step(case):
+    """A vector with ``r`` out of range or a beat whose ``valid`` / ``last`` disagrees sets
+    ``error``; the vector still leaves as one output vector, the next one is exact."""
+    cfg = get_preset("tiny")
+    d = 6
+    dut = Stage2Select(lanes=4, key_width=cfg.sorter.key_width, length=d, max_r=9)
+    rng = random.Random(7)
+    vectors = _vectors(rng, 3, d, cfg.sorter.key_width)
+    payloads = [b for v in vectors for b in _beats(dut, v)]
+    bad_r = {"r=0": 0, "r>max_r": 10}.get(case, 3)
+    if case == "valid":
+        payloads[0] = {**payloads[0], "valid": 0b0111}
+    if case == "last":
+        payloads[0] = {**payloads[0], "last": 1}
+    got: list = []
+    seen: list[int] = []
+
+    def decode(op):
+        return ([(int(op.lanes[i].key), int(op.lanes[i].index))
+                 for i in range(dut.lanes) if int(op.valid) >> i & 1], int(op.last))
+
+    async def tb(ctx):
+        ctx.set(dut.r, bad_r)
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.o.ready, 1)
+        sent = 0
+        for _ in range(200):
+            if sent < len(payloads):
+                ctx.set(dut.i.payload, dut.i.payload.shape().const(payloads[sent]))
+            ctx.set(dut.i.valid, sent < len(payloads))
+            *_, iv, ir, ov, op = await ctx.tick().sample(dut.i.valid, dut.i.ready,
+                                                        dut.o.valid, dut.o.payload)
+            if iv and ir:
+                sent += 1
+                if sent == dut.rows:
+                    ctx.set(dut.r, 3)      # the vectors after the first are well formed
+            if ov:
+                got.append(decode(op))
+            seen.append(ctx.get(dut.error))
+            if sum(last for _, last in got) == len(vectors):
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    per_vec, cur = [], []
+    for items, last in got:
+        cur.extend(items)
+        if last:
+            per_vec.append(cur)
+            cur = []
+    assert len(per_vec) == len(vectors), f"case={case}: {len(per_vec)} vectors out"
+    assert seen[-1] == 1, f"case={case}: error not raised"
+    assert per_vec[1:] == stage2_topr(vectors[1:], 3), f"case={case}: {per_vec}"
 
 
 def test_payload_is_the_sorter_beat():

@@ -23,8 +23,10 @@ without it their top-k would run on the PE lanes or a host).
   ``Δ`` steps is amortised). Stage I runs on the engine ``sorter.kind`` names
   (:mod:`hikv.sim.cost.engines`): the merge sorter (:mod:`hikv.hw.sorter_timing`) or the
   radix-select top-k engine (:mod:`hikv.hw.topk_timing`, at its own clock where ``clocks``
-  lists ``topk``); Stage II always on the merge sorter; the two engines' cycles of a head add
-  up (one sort unit per head, a bound where both run);
+  lists ``topk``); Stage II on the merge sorter, except HiKV's Stage II jobs on ``radix``,
+  which run on the Stage II selection block (:mod:`hikv.hw.stage2_timing`, block ``stage2``,
+  at its own clock where ``clocks`` lists it); the engines' cycles of a head add up (one sort
+  unit per head, a bound where both run);
 * *attend* phase: the loader reads the selected K/V; ``G x tokens x (d_k + d)`` MACs and
   ``G x tokens`` exponentials (online softmax, FlashDecoding style).
 
@@ -54,7 +56,9 @@ memory-bound).
 **Energy per step**: DRAM (burst bytes x J/byte of the memory type), SRAM (ideal bytes written
 by the loader and read by the PE lanes, priced by buffer size), MACs, softmax elements, the
 sorter's comparator evaluations (the RTL's per-job count, each comparing ``item_width`` bits;
-on the top-k engine its key and digit comparisons, :class:`hikv.hw.topk_timing.TopKTiming`),
+on the top-k engine its key and digit comparisons, :class:`hikv.hw.topk_timing.TopKTiming`;
+on the Stage II block its radix steps, each a popcount of ``d`` bits priced as ``ceil(d / 32)``
+integer adds of ``min(d, 32)`` bits),
 loader requests and beats, the scoring unit's integer MACs (:mod:`hikv.sim.cost.energy`). Writes of
 the current token's K/V are not counted (one token per step, the same for every method).
 
@@ -72,6 +76,7 @@ import numpy as np
 from hikv.hw.blocks import loader_instances
 from hikv.hw.scorer_timing import ScorerTiming
 from hikv.hw.sorter_timing import SorterTiming
+from hikv.hw.stage2_timing import stage2_block_cycles, stage2_radix_steps
 from hikv.hw.topk_timing import TopKTiming
 from hikv.model.refs.baseline_pe import EXP_LATENCY, MAC_LATENCY
 from hikv.params import (
@@ -87,7 +92,7 @@ from hikv.sim.cost.bursts import Geometry
 from hikv.sim.cost.clocks import Clocks, assumed_clocks
 from hikv.sim.cost.closed_form import closed_form, step_bytes
 from hikv.sim.cost.closed_form_base import SortJob, StepAccount
-from hikv.sim.cost.engines import KINDS
+from hikv.sim.cost.engines import KINDS, hikv_stage2
 from hikv.sim.cost.timing import TimingModel, default_timing, sorter_for_job, unique_apply
 from hikv.sim.eda.area import pipeline_buffers
 from hikv.sim.tech import node_energy_scale
@@ -293,6 +298,7 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     clock = clocks.reference_hz
     f_ld, f_so, f_sc = clocks.hz("loader"), clocks.hz("sorter"), clocks.hz("scorer")
     f_tk = clocks.hz("topk") if "topk" in clocks.blocks else f_so
+    f_s2 = clocks.hz("stage2") if "stage2" in clocks.blocks else f_so
     bw = np.asarray(a.mem_bandwidth_bytes_per_s if ov.mem_bandwidth_bytes_per_s is None
                     else ov.mem_bandwidth_bytes_per_s, dtype=float)
     pe = np.asarray(a.pe_lanes if ov.pe_lanes is None else ov.pe_lanes)
@@ -355,9 +361,14 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
     compares = np.zeros_like(att)
     tk_compares = np.zeros_like(att)
     tk_digits = np.zeros_like(att)
+    sort_s2 = np.zeros_like(att)
+    s2_energy = np.zeros_like(att)
     H = cfg.model.kv_heads
     radix = np.asarray(cfg.sorter.kind.value if ov.sorter_kind is None
                        else ov.sorter_kind) == "radix"
+    # HiKV's Stage II jobs run on the Stage II block beside the top-k engine; a baseline's
+    # stay on the merge sorter (engines.sort_blocks)
+    s2_hikv = spec.method is Method.HIKV and spec.hikv is not None and hikv_stage2(spec.hikv)
     for job in w.sorts:
         per = job.per_step / H if job.per_layer else job.per_step
         c, q = _sorter_eval(timing, sorter_p, ov.sorter_lanes, job)
@@ -367,9 +378,14 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
             tk_compares = tk_compares + np.where(radix, qt, 0.0) * per
             tk_digits = tk_digits + np.where(radix, qd, 0.0) * per
             c, q = np.where(radix, 0.0, c), np.where(radix, 0.0, q)
+        if job.mode == "stage2" and s2_hikv and radix.any():
+            c2, e2 = _stage2_eval(sorter_p, ov.sorter_lanes, job, tech)
+            sort_s2 = sort_s2 + np.where(radix, c2, 0.0) * per
+            s2_energy = s2_energy + np.where(radix, e2, 0.0) * per
+            c, q = np.where(radix, 0.0, c), np.where(radix, 0.0, q)
         sort_so = sort_so + c * per
         compares = compares + q * per
-    sort = sort_so * r_so + sort_tk * (clock / f_tk)
+    sort = sort_so * r_so + sort_tk * (clock / f_tk) + sort_s2 * (clock / f_s2)
     L = cfg.model.layers
     serial = np.maximum(H * (sel + att), np.where(sort > 0, sel + H * sort + att, 0.0))
     if schedule == "serial":
@@ -426,7 +442,8 @@ def attention_cost(spec: MethodSpec, cfg: Config, ov: Overrides | None = None, *
         "sorter": E.sorter_energy_j(units * compares,
                                     SorterTiming.from_params(sorter).item_width, tech)
         + E.sorter_energy_j(units * tk_compares, sorter.key_width, tech)
-        + E.sorter_energy_j(units * tk_digits, TopKTiming.from_params(sorter).digit_bits, tech),
+        + E.sorter_energy_j(units * tk_digits, TopKTiming.from_params(sorter).digit_bits, tech)
+        + units * s2_energy,
         "loader": E.loader_energy_j(units * sb.requests,
                                     np.ceil(bytes_burst / cfg.loader.beat_bytes), tech),
         "scorer": E.scorer_energy_j(units * sc_macs, units * G * np.asarray(w.scorer_tokens),
@@ -521,6 +538,37 @@ def _sorter_eval(timing: TimingModel, params: list, lanes: ArrayLike | None, job
         cyc = cyc + np.where(sel, timing.sorter_cycles(p, job.mode, **kw), 0.0)
         cmp = cmp + np.where(sel, timing.sorter_compares(p, job.mode, **kw), 0.0)
     return cyc, cmp
+
+
+def stage2_step_energy_j(d: ArrayLike, tech_nm: ArrayLike) -> ArrayLike:
+    """Energy of one radix step of the Stage II block: a popcount of ``d`` bits, priced as
+    ``ceil(d / 32)`` integer adds of ``min(d, 32)`` bits (:func:`hikv.sim.cost.energy.
+    sorter_energy_j`; registers and multiplexers not priced, as for the sorter)."""
+    d = np.asarray(d, dtype=float)
+    return E.sorter_energy_j(np.ceil(d / 32), np.minimum(d, 32), tech_nm)
+
+
+def _stage2_eval(params: list, lanes: ArrayLike | None, job: SortJob, tech: ArrayLike
+                 ) -> tuple[ArrayLike, ArrayLike]:
+    """(cycles, energy) of a Stage II job on the Stage II selection block
+    (:func:`hikv.hw.stage2_timing.stage2_block_cycles`: a job of another ``d`` than the built
+    ``head_dim`` on a block built for it), the block's lanes the sorter's."""
+    def one(p: Any) -> tuple[Any, Any]:
+        cyc = unique_apply(lambda d, c: float(stage2_block_cycles(p, d=d, count=c)),
+                           job.d, job.count)
+        steps = unique_apply(lambda d, c: float(stage2_radix_steps(p, d=d, count=c)),
+                             job.d, job.count)
+        return cyc, np.asarray(steps) * stage2_step_energy_j(job.d, tech)
+
+    if lanes is None:
+        return one(params[0])
+    lanes = np.asarray(lanes)
+    cyc, en = 0.0, 0.0
+    for p in params:
+        sel = lanes == p.lanes
+        c, e = one(p)
+        cyc, en = cyc + np.where(sel, c, 0.0), en + np.where(sel, e, 0.0)
+    return cyc, en
 
 
 def _topk_eval(params: list, lanes: ArrayLike | None, job: SortJob

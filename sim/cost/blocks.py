@@ -17,6 +17,7 @@ block           cycles (in the block's own clock)           actions         inst
 ==============  ==========================================  ==============  ====================
 sorter          ``cycles(mode, n=, k=, d=, count=)``        compare         1
 topk            ``cycles("stage1", n=, k=)``                compare, digit  1
+stage2          ``cycles(d=, count=)``                      radix_step      1
 loader          ``cycles(bytes=, requests=, ...)``          request, beat   bandwidth rule
 scorer          ``cycles(tokens=, jobs=1, lanes=None)``     mac, token      1
 sorter_loader   none of its own (its parts' contracts)      its parts'      1, never counted
@@ -25,8 +26,9 @@ scorer_sorter   ``cycles(n=, k=)`` (its chain contract)     its parts'      1, n
 
 Units are SI: m^2, Hz, J, cycles. A chained block (:attr:`hikv.hw.blocks.Block.parts`) runs at
 the slower of its parts' clocks and its actions are its parts', named ``part.action``. The
-top-k engine (``topk``, :mod:`hikv.hw.topk`) takes Stage I jobs in the sorter's place and runs
-at the sorter's clock.
+top-k engine (``topk``, :mod:`hikv.hw.topk`) takes Stage I jobs in the sorter's place and the
+Stage II selection block (``stage2``, :mod:`hikv.hw.stage2_select`) HiKV's Stage II jobs beside
+it; where the clocks list neither, each runs at the sorter's clock.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ from typing import Any
 
 from hikv.hw.blocks import BLOCKS, Block, get_block
 from hikv.hw.sorter_timing import SorterTiming
+from hikv.hw.stage2_timing import stage2_block_cycles
 from hikv.hw.topk_timing import TopKTiming, topk_cycles
 from hikv.params import Config, ParamError
 from hikv.sim.cost import energy as E
-from hikv.sim.cost.attention_model import scorer_cycles
+from hikv.sim.cost.attention_model import scorer_cycles, stage2_step_energy_j
 from hikv.sim.cost.clocks import Clocks, assumed_clocks
 from hikv.sim.cost.engines import area_blocks
 from hikv.sim.cost.timing import TimingModel, default_timing, unique_apply
@@ -130,6 +133,14 @@ def _topk_energy(cfg: Config, tech: int) -> tuple[dict[str, float], str]:
             f"comparison (stage1_digit_compares) one of the {b}-bit digit")
 
 
+def _stage2_energy(cfg: Config, tech: int) -> tuple[dict[str, float], str]:
+    d = cfg.layout.head_dim
+    return ({"radix_step": float(stage2_step_energy_j(d, tech))},
+            f"hikv.sim.cost.attention_model.stage2_step_energy_j: a radix step (W + ceil(log2 "
+            f"d) per vector) is a popcount of d = {d} bits, priced as ceil(d / 32) integer "
+            f"adds of min(d, 32) bits")
+
+
 def _loader_energy(cfg: Config, tech: int) -> tuple[dict[str, float], str]:
     return ({"request": float(E.loader_energy_j(1, 0, tech)),
              "beat": float(E.loader_energy_j(0, 1, tech))},
@@ -150,6 +161,7 @@ def _scorer_energy(cfg: Config, tech: int) -> tuple[dict[str, float], str]:
 _ENERGY: dict[str, Callable[[Config, int], tuple[dict[str, float], str]]] = {
     "sorter": _sorter_energy,
     "topk": _topk_energy,
+    "stage2": _stage2_energy,
     "loader": _loader_energy,
     "scorer": _scorer_energy,
 }
@@ -171,6 +183,16 @@ def _topk_cycles(cfg: Config, timing: TimingModel, clock_hz: float
 
     return cycles, ("hikv.hw.topk_timing.topk_cycles: the radix-select engine's Stage I "
                     "contract, asserted in cocotb")
+
+
+def _stage2_cycles(cfg: Config, timing: TimingModel, clock_hz: float
+                   ) -> tuple[Callable[..., ArrayLike], str]:
+    def cycles(*, d: ArrayLike, count: ArrayLike) -> ArrayLike:
+        return unique_apply(lambda a, b: float(stage2_block_cycles(cfg.sorter, d=a, count=b)),
+                            d, count)
+
+    return cycles, ("hikv.hw.stage2_timing.stage2_block_cycles: the Stage II block's "
+                    "contract (count D + D + S + 4), asserted in cocotb")
 
 
 def _loader_cycles(cfg: Config, timing: TimingModel, clock_hz: float
@@ -215,6 +237,7 @@ _CYCLES: dict[str, Callable[[Config, TimingModel, float],
                             tuple[Callable[..., ArrayLike], str]]] = {
     "sorter": _sorter_cycles,
     "topk": _topk_cycles,
+    "stage2": _stage2_cycles,
     "loader": _loader_cycles,
     "scorer": _scorer_cycles,
     "scorer_sorter": _scorer_sorter_cycles,
@@ -227,8 +250,8 @@ _NO_CYCLES: dict[str, str] = {
 
 
 #: blocks that run at another block's clock where :mod:`hikv.sim.cost.clocks` gives them none:
-#: the top-k engine takes the sorter's Stage I jobs
-_CLOCK_OF: dict[str, str] = {"topk": "sorter"}
+#: the top-k engine takes the sorter's Stage I jobs, the Stage II block HiKV's Stage II jobs
+_CLOCK_OF: dict[str, str] = {"topk": "sorter", "stage2": "sorter"}
 
 
 # --------------------------------------------------------------------------- records

@@ -27,9 +27,11 @@ keys) is listed with ``used = False`` and never lowers the single clock.
 The Stage I engine (:mod:`hikv.sim.cost.engines`): with ``sorter.kind = "radix"`` the top-k
 engine (block ``topk``) is listed beside the sorter and times the Stage I jobs; the sorter is
 then used only where HiKV's policy has a Stage II rule (it still has its clock: a baseline's
-Stage II jobs run on it). A hand-set ``sorter_clock_hz`` is the Stage I engine's clock either
-way. ``kinds`` of :func:`accelerator_clocks` and :func:`assumed_clocks` list the engine also for
-kinds the configuration does not use (a sweep over ``sorter.kind``).
+Stage II jobs run on it); where HiKV's policy has a Stage II rule the Stage II selection block
+(block ``stage2``) is listed too and times HiKV's Stage II jobs. A hand-set ``sorter_clock_hz``
+is every sort block's clock. ``kinds`` of :func:`accelerator_clocks` and :func:`assumed_clocks`
+list the radix kind's blocks also where the configuration does not use them (a sweep over
+``sorter.kind``).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hikv.params import CLOCK_BLOCKS, Config
-from hikv.sim.cost.engines import sort_blocks
+from hikv.sim.cost.engines import SORT_BLOCKS, sort_blocks
 from hikv.sim.eda.area import scorer_used
 
 __all__ = ["BlockClock", "Clocks", "assumed_clocks", "accelerator_clocks", "engine_clocks",
@@ -103,20 +105,23 @@ class Clocks:
 
 
 def _used(cfg: Config, block: str) -> bool:
-    if block in ("sorter", "topk"):
+    if block in SORT_BLOCKS:
         return block in sort_blocks(cfg)
     return block != "scorer" or scorer_used(cfg)
 
 
 def _blocks(cfg: Config, kinds: tuple[str, ...] | None) -> tuple[str, ...]:
-    """CLOCK_BLOCKS, and the top-k engine where ``cfg`` or one of ``kinds`` uses it."""
-    radix = "topk" in sort_blocks(cfg) or "radix" in (kinds or ())
-    return CLOCK_BLOCKS + (("topk",) if radix else ())
+    """CLOCK_BLOCKS, and the radix kind's blocks (the top-k engine, the Stage II block where
+    HiKV's policy has a Stage II rule) where ``cfg`` or one of ``kinds`` uses them."""
+    extra = set(sort_blocks(cfg))
+    if "radix" in (kinds or ()):
+        extra |= set(sort_blocks(cfg, "radix"))
+    return CLOCK_BLOCKS + tuple(b for b in SORT_BLOCKS if b in extra and b not in CLOCK_BLOCKS)
 
 
 def _user(cfg: Config, block: str) -> BlockClock | None:
     a = cfg.accel
-    field_ = "sorter" if block == "topk" else block
+    field_ = "sorter" if block in SORT_BLOCKS else block
     hz = float(getattr(a, f"{field_}_clock_hz"))
     if hz <= 0:
         return None
@@ -178,7 +183,7 @@ def accelerator_clocks(cfg: Config, *, check: bool = True,
     """Every block's clock (see the module docstring). ``check=False``: no synthesis, every
     block not set by hand is assumed at ``clock_hz``. A block the preset does not use is not
     synthesised (assumed), except the sort blocks: the sorter (a baseline's Stage II jobs) and
-    the top-k engine where ``kinds`` asks for it."""
+    the radix kind's blocks where ``kinds`` asks for them."""
     if not check:
         return assumed_clocks(cfg, "synthesis not allowed", kinds=kinds)
     blocks = {}
@@ -186,7 +191,7 @@ def accelerator_clocks(cfg: Config, *, check: bool = True,
         if b == "pe_array":
             blocks[b] = _user(cfg, b) or _pe_reference(cfg)
             continue
-        timed = _used(cfg, b) or b in ("sorter", "topk")
+        timed = _used(cfg, b) or b in SORT_BLOCKS
         blocks[b] = (_user(cfg, b) or (_sta(cfg, b) if timed
                                        else _assumed(cfg, b, "block not used by this preset")))
     return Clocks(cfg.accel.clock_policy, blocks)
@@ -201,7 +206,7 @@ def engine_clocks(clocks: Clocks, cfg: Config, kind: str) -> Clocks:
     used = sort_blocks(cfg, kind)
     checked = any(c.origin == "sta" for c in clocks.blocks.values())
     blocks = dict(clocks.blocks)
-    for b in ("sorter", "topk"):
+    for b in SORT_BLOCKS:
         if b not in blocks:
             if b not in used:
                 continue

@@ -1,24 +1,27 @@
 """HiKV's Stage I engine (``SorterParams.kind``): which block runs each sort job and which
 blocks the area counts.
 
-==========  =====================  =======================  ====================================
-kind        Stage I jobs (top-k)   Stage II jobs (top-r)    HiKV's area
-==========  =====================  =======================  ====================================
-``merge``   ``sorter``             ``sorter``               the sorter
-``radix``   ``topk``               ``sorter``               the engine; the sorter beside it
-                                                            only where HiKV's policy has a
-                                                            Stage II rule
-==========  =====================  =======================  ====================================
+==========  =====================  =========================  ==================================
+kind        Stage I jobs (top-k)   HiKV's Stage II jobs       HiKV's area
+==========  =====================  =========================  ==================================
+``merge``   ``sorter``             ``sorter``                 the sorter
+``radix``   ``topk``               ``stage2``                 the engine; the Stage II block
+                                                              beside it only where HiKV's
+                                                              policy has a Stage II rule
+==========  =====================  =========================  ==================================
 
 The radix-select engine (:mod:`hikv.hw.topk`, docs/topk.md) runs Stage I only, so a policy with
 a Stage II rule (``k_rule`` or ``v_rule`` selecting channels or elements:
-:func:`hikv_stage2`) on ``kind = "radix"`` is priced as an accelerator with both engines: the
-top-k engine for Stage I, the merge sorter for Stage II, both areas counted, each at its own
-clock (:func:`sort_blocks`). A baseline's Stage II jobs (SparQ's top-``r`` channels) run on the
-merge sorter whichever engine HiKV has (the baselines use HiKV's hardware for free: generous to
-them). The pipeline's double-buffered score and index SRAMs
-(:func:`hikv.sim.eda.area.pipeline_buffer_items`) are counted with either engine: the engine's
-key buffer holds the job it runs, not the next head's scores.
+:func:`hikv_stage2`) on ``kind = "radix"`` is priced as an accelerator with two engines: the
+top-k engine for Stage I and the Stage II selection block (:mod:`hikv.hw.stage2_select`, block
+``stage2``: the top ``r`` of each vector of ``layout.head_dim`` keys at the sorter's Stage II
+rate) for HiKV's Stage II, both areas counted, each at its own clock (:func:`sort_blocks`;
+cycles by :class:`hikv.hw.stage2_timing.Stage2Timing`, a job of another length priced on a
+block built for it). A baseline's Stage II jobs (SparQ's top-``r`` channels) run on the merge
+sorter whichever engine HiKV has, and its area is not counted in HiKV's units (the baselines
+use HiKV's hardware for free: generous to them). The pipeline's double-buffered score and index
+SRAMs (:func:`hikv.sim.eda.area.pipeline_buffer_items`) are counted with either engine: the
+engine's key buffer holds the job it runs, not the next head's scores.
 """
 
 from __future__ import annotations
@@ -28,14 +31,18 @@ from typing import Any
 
 from hikv.params import Config, HiKVPolicy, ParamError, SorterKind, Stage2Kind
 
-__all__ = ["KINDS", "ENGINE_BLOCKS", "ENGINE_NAMES", "engine_block", "check_kinds", "with_kind",
-           "hikv_stage2", "sort_blocks", "area_blocks", "engine_area", "engine_shares",
-           "describe"]
+__all__ = ["KINDS", "ENGINE_BLOCKS", "ENGINE_NAMES", "STAGE2_BLOCKS", "SORT_BLOCKS",
+           "engine_block", "check_kinds", "with_kind", "hikv_stage2", "sort_blocks",
+           "area_blocks", "engine_area", "engine_shares", "describe"]
 
 #: the values of ``SorterParams.kind``
 KINDS: tuple[str, ...] = tuple(k.value for k in SorterKind)
 #: kind -> the registered block (:data:`hikv.hw.blocks.BLOCKS`) that runs Stage I
 ENGINE_BLOCKS: dict[str, str] = {"merge": "sorter", "radix": "topk"}
+#: kind -> the registered block that runs HiKV's Stage II jobs
+STAGE2_BLOCKS: dict[str, str] = {"merge": "sorter", "radix": "stage2"}
+#: every block a kind may build for sorting (the clocks the cost model may time)
+SORT_BLOCKS: tuple[str, ...] = ("sorter", "topk", "stage2")
 #: kind -> words for tables
 ENGINE_NAMES: dict[str, str] = {"merge": "merge sorter", "radix": "radix-select top-k engine"}
 
@@ -78,11 +85,12 @@ def hikv_stage2(policy: HiKVPolicy | Config) -> bool:
 
 def sort_blocks(cfg: Config, kind: str | None = None) -> tuple[str, ...]:
     """The sort blocks HiKV's accelerator builds for ``cfg`` (``kind`` in place of
-    ``cfg.sorter.kind`` when given): the Stage I engine, then the merge sorter where it is
-    another block and HiKV's policy has a Stage II rule."""
-    stage1 = engine_block(kind or cfg)
-    if stage1 != "sorter" and hikv_stage2(cfg):
-        return (stage1, "sorter")
+    ``cfg.sorter.kind`` when given): the Stage I engine, then the Stage II block
+    (:data:`STAGE2_BLOCKS`) where it is another block and HiKV's policy has a Stage II rule."""
+    k = _kind(kind or cfg)
+    stage1, stage2 = ENGINE_BLOCKS[k], STAGE2_BLOCKS[k]
+    if stage2 != stage1 and hikv_stage2(cfg):
+        return (stage1, stage2)
     return (stage1,)
 
 
@@ -134,8 +142,9 @@ def describe(cfg: Config, kind: str | None = None) -> str:
     blocks = sort_blocks(cfg, k)
     s = f"sorter.kind = {k}: Stage I on the {ENGINE_NAMES[k]} (block {blocks[0]})"
     if len(blocks) > 1:
-        s += (", Stage II on the merge sorter (HiKV's policy has a Stage II rule, which the "
-              "top-k engine does not run): both built, both areas counted")
+        s += (f", Stage II on the Stage II selection block (block {blocks[1]}; HiKV's policy "
+              "has a Stage II rule, which the top-k engine does not run): both built, both "
+              "areas counted")
     elif k == "radix":
         s += ", no merge sorter (HiKV's policy has no Stage II rule)"
     return s

@@ -140,9 +140,9 @@ def _engine_lines(rep: Report) -> list[str]:
                 ] if e else []
     out = ["", "### HiKV with each Stage I engine (`sorter.kind`)", "",
            "HiKV's units with the merge sorter and with the radix-select top-k engine in its "
-           "place (docs/topk.md; a policy with a Stage II rule keeps the merge sorter beside "
-           "the engine), each engine at its own clock; the HiKV row of the table above is the "
-           "one in use.", "",
+           "place (docs/topk.md; a policy with a Stage II rule adds the Stage II selection "
+           "block `stage2` beside the engine), each engine at its own clock; the HiKV row of "
+           "the table above is the one in use.", "",
            "| sorter.kind | sort blocks | sort blocks (mm^2) | HiKV units (mm^2) | % of system | "
            "Stage I clock (MHz) | sort cycles/head | HiKV time/step (us) | speedup vs full | "
            "energy/step (uJ) | sort energy/step (nJ) | bound |",

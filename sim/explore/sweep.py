@@ -17,8 +17,8 @@ blocks (``hikv sweep --clocks sta``): a sweep does not run the timing flow per p
 Area per design point comes from synthesis results (cached; one synthesis per distinct unit or
 block configuration): baseline = ``pe_lanes`` MAC lanes + ``softmax_lanes`` (exp + MAC) + SRAM;
 HiKV adds the sort blocks (per engine and sorter-lane value: the sorter, or the top-k engine
-and, where HiKV's policy has a Stage II rule, the sorter beside it), ``loader_instances``
-loaders, the pipelined schedule's score and index buffers
+and, where HiKV's policy has a Stage II rule, the Stage II selection block beside it),
+``loader_instances`` loaders, the pipelined schedule's score and index buffers
 (:func:`hikv.sim.eda.area.pipeline_buffers`) and, where the preset scores Stage I from low-bit
 keys, the scoring unit (per scorer-lane value), once those blocks are registered (until then
 their area is NaN and the plots say so).

@@ -9,12 +9,11 @@ schedule of :mod:`hikv.sim.cost.attention_model`) and prices each point's HiKV u
 synthesis:
 
 * **area** of the HiKV units = the sort blocks(``P``: the sorter, or the top-k engine and,
-  where HiKV's policy has a Stage II rule, the sorter beside it) + scoring unit(``L``, where
-  the preset scores Stage I from low-bit keys) + ``I`` x loader + the pipeline's score and
-  index buffers (:func:`hikv.sim.eda.area.pipeline_buffer_items`); the system = the baseline
-  accelerator
-  (``pe_lanes`` MAC lanes, ``softmax_lanes`` softmax lanes, its SRAM; section 3 of
-  docs/cost_model.md) + the HiKV units; **share** = HiKV units / system.
+  where HiKV's policy has a Stage II rule, the Stage II selection block beside it) + scoring
+  unit(``L``, where the preset scores Stage I from low-bit keys) + ``I`` x loader + the
+  pipeline's score and index buffers (:func:`hikv.sim.eda.area.pipeline_buffer_items`); the
+  system = the baseline accelerator (``pe_lanes`` MAC lanes, ``softmax_lanes`` softmax lanes,
+  its SRAM; section 3 of docs/cost_model.md) + the HiKV units; **share** = HiKV units / system.
 * **throughput**: decode-attention steps per second of the whole model (``1 / time_s``) and
   the speedup against full KV on the preset's hardware; the bytes-roofline fraction.
 
@@ -55,7 +54,7 @@ TARGET_SHARE = 0.08
 ROOFLINE_TARGET = 0.90
 
 #: block -> the Config field whose ``lanes`` the trade-off varies
-_LANE_FIELD = {"sorter": "sorter", "topk": "sorter", "scorer": "scorer"}
+_LANE_FIELD = {"sorter": "sorter", "topk": "sorter", "stage2": "sorter", "scorer": "scorer"}
 
 
 @dataclass(frozen=True)
@@ -370,8 +369,8 @@ def write_tradeoff(r: Tradeoff, out: Path) -> list[Path]:
     lines = [f"# HiKV units' area vs attention throughput: preset `{r.preset}`", "",
              f"Baseline accelerator {r.area_baseline_m2 * 1e6:.3f} mm^2; HiKV units = Stage I "
              "engine (`sorter.kind`: `merge`, the merge sorter; `radix`, the radix-select "
-             "top-k engine, with the merge sorter beside it where the policy has a Stage II "
-             "rule)"
+             "top-k engine, with the Stage II selection block beside it where the policy has a "
+             "Stage II rule)"
              + (" + scoring unit" if r.scorer_used else "")
              + " + loaders + pipeline buffers; the instance rule gives "
              f"{r.loader_rule[0]} loaders at this bandwidth and the loader's "
