@@ -41,7 +41,8 @@ Blocks and properties (:data:`PROPERTIES`):
   (``AnyConst``), which covers every label. These are bounded: one whole job of up to
   :data:`SORTER_BMC_ITEMS` items at full rate (labels ``0 .. n - 1``, keys wide enough for
   every order of the items; the sorter only compares keys), as deeper checks of the whole
-  sorter are beyond the solver.
+  sorter are beyond the solver. :class:`SorterJob` sets another job (more items, fewer key
+  bits) for a longer bounded check.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ from hikv.params import Config, ParamError
 from .uops import log2_int, popcount
 
 __all__ = ["FormalProperty", "PROPERTIES", "properties", "find_property", "harness", "Harness",
-           "SorterHarness", "LoaderHarness", "ScorerHarness"]
+           "SorterHarness", "SorterJob", "LoaderHarness", "ScorerHarness"]
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,7 @@ def _sorter_job_depth(cfg: Config) -> int:
     """A whole Stage I job of ``n <= SORTER_BMC_ITEMS`` items (any ``k``) from its configuration
     beat to ``busy`` low: cfg handshake, the job's cycles (first input beat to last output
     beat), the return to idle, one more."""
-    from .sorter_timing import SorterTiming
-
-    t = SorterTiming.from_params(cfg.sorter)
-    n = min(SORTER_BMC_ITEMS, cfg.sorter.max_n)
-    return 1 + max(t.stage1_cycles(n, k) for k in range(1, min(n, cfg.sorter.max_k) + 1)) \
-        + SORTER_IDLE_CYCLES + 1
+    return SorterJob(max_items=min(SORTER_BMC_ITEMS, cfg.sorter.max_n)).depth(cfg)
 
 
 def _scorer_job_depth(cfg: Config) -> int:
@@ -155,6 +151,53 @@ def _scorer_induction(cfg: Config) -> int:
 #: items of the Stage I job the sorter's bounded checks follow (an assumption, with labels
 #: ``0 .. n - 1`` and keys of ``clog2`` of it bits: every order of the items, ties included)
 SORTER_BMC_ITEMS = 8
+
+
+@dataclass(frozen=True)
+class SorterJob:
+    """The Stage I job the sorter's bounded checks follow: one job at full rate of
+    ``min_items .. max_items`` items, labels ``0 .. n - 1``, keys below ``2**key_bits``.
+
+    Parameters
+    ----------
+    max_items, min_items : int
+        Items of the job, ``1 <= min_items <= max_items <= max_n``.
+    key_bits : int or None
+        Key bits the solver may set (the rest are zero), ``1 .. key_width``; None:
+        ``clog2(max_items)`` (every order of the items, ties included).
+    """
+
+    max_items: int = SORTER_BMC_ITEMS
+    min_items: int = 1
+    key_bits: int | None = None
+
+    def check(self, cfg: Config) -> None:
+        """:class:`~hikv.params.ParamError` naming a field outside ``cfg``'s sorter."""
+        s = cfg.sorter
+        for name, v, lo, hi in (("max_items", self.max_items, 1, s.max_n),
+                                ("min_items", self.min_items, 1, self.max_items),
+                                ("key_bits", self.key_bits, 1, s.key_width)):
+            if name == "key_bits" and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ParamError(f"sorter bounded job {name} = {v!r} is out of range: "
+                                 f"allowed [{lo}, {hi}]")
+
+    def keys(self) -> int:
+        """Key bits the solver sets."""
+        return self.key_bits if self.key_bits is not None \
+            else max(1, (self.max_items - 1).bit_length())
+
+    def depth(self, cfg: Config) -> int:
+        """Cycles of the longest job (``max_items``, any ``k``) from its configuration beat
+        to ``busy`` low: cfg handshake, the job's cycles, the return to idle, one more."""
+        from .sorter_timing import SorterTiming
+
+        t = SorterTiming.from_params(cfg.sorter)
+        n = min(self.max_items, cfg.sorter.max_n)
+        return 1 + max(t.stage1_cycles(n, k) for k in range(1, min(n, cfg.sorter.max_k) + 1)) \
+            + SORTER_IDLE_CYCLES + 1
+
 
 #: cycles from the last output beat of a sorter job until ``busy`` is low (the last beat leaves
 #: the compactor's output register; the completion test and ``busy`` are registers behind it)
@@ -763,9 +806,23 @@ def _job_limit(inside: _Inside, dut: object) -> Signal:
 class SorterHarness(Harness):
     """The importance sorter (:class:`~hikv.hw.sorter.Sorter`) under its properties. The
     Stage I function is checked against one input label ``X`` the solver picks (``AnyConst``):
-    whatever holds for it holds for every label."""
+    whatever holds for it holds for every label.
+
+    ``job`` (:class:`SorterJob`) is the Stage I job the bounded properties follow; None: up to
+    :data:`SORTER_BMC_ITEMS` items, keys wide enough for every order of them.
+    """
 
     block = _S
+
+    def __init__(self, cfg: Config, *, only: str | None = None, mutant: str | None = None,
+                 job: SorterJob | None = None) -> None:
+        super().__init__(cfg, only=only, mutant=mutant)
+        if job is None:
+            job = SorterJob(max_items=min(SORTER_BMC_ITEMS, cfg.sorter.max_n))
+        if not isinstance(job, SorterJob):
+            raise TypeError(f"SorterHarness job must be a SorterJob, not {job!r}")
+        job.check(cfg)
+        self.job = job
 
     def elaborate(self, platform: object) -> Module:
         from .sorter import SorterMode, make_sorter
@@ -797,16 +854,19 @@ class SorterHarness(Harness):
             with m.If(cfg_v & cfg_r):
                 m.d.sync += taken.eq(1)
             m.d.comb += [Assume(cfg_v == ~taken), Assume(i_v)]
-            # a Stage I job of at most SORTER_BMC_ITEMS items, its labels 0 .. n - 1 and keys
-            # of clog2(SORTER_BMC_ITEMS) bits: every order of its items, ties included
-            items = min(SORTER_BMC_ITEMS, prm.max_n)
-            beat_no = Signal(range(items + 1), name="f_beat_no")
+            # a Stage I job of min_items .. max_items items (SorterJob), its labels 0 .. n - 1
+            # and keys of key_bits bits (by default clog2(max_items): every order of its items,
+            # ties included)
+            job = self.job
+            beat_no = Signal(range(job.max_items + 1), name="f_beat_no")
             with m.If(i_v & dut.i.ready):
                 m.d.sync += beat_no.eq(beat_no + 1)
-            kb = max(1, (items - 1).bit_length())
-            m.d.comb += [Assume(cfg.mode == SorterMode.STAGE1), Assume(cfg.count <= items)]
-            m.d.comb += [Assume(ib.lanes[j].key < (1 << kb)) for j in range(p)]
-            m.d.comb += [Assume(ib.lanes[j].index == beat_no * p + j) for j in range(p)]
+            m.d.comb += [Assume(cfg.mode == SorterMode.STAGE1),
+                         Assume((cfg.count >= job.min_items) & (cfg.count <= job.max_items))]
+            m.d.comb += [Assume(ib.lanes[j].key < (1 << job.keys())) for j in range(p)]
+            # (wrapped to the index width: after the job's last beat the labels offered
+            # are never taken)
+            m.d.comb += [Assume(ib.lanes[j].index == (beat_no * p + j)[:iw]) for j in range(p)]
 
         # ---- outputs as the environment sees them
         o = Signal(dut.io_layout, name="o_payload")
@@ -935,8 +995,13 @@ _HARNESSES: dict[str, type[Harness]] = {_S: SorterHarness, _L: LoaderHarness, _C
 
 
 def harness(block: str, cfg: Config, *, only: str | None = None,
-            mutant: str | None = None) -> Harness:
+            mutant: str | None = None, job: SorterJob | None = None) -> Harness:
     """The harness of ``block`` built from ``cfg``, asserting ``only`` (None: every property)
-    with ``mutant``'s bug injected (None: none)."""
+    with ``mutant``'s bug injected (None: none); ``job``: the sorter's bounded Stage I job
+    (:class:`SorterJob`; None: the default one; only for the sorter)."""
     properties(block)
+    if job is not None:
+        if block != _S:
+            raise ParamError(f"a bounded job (job=) is the sorter's; block {block!r} has none")
+        return SorterHarness(cfg, only=only, mutant=mutant, job=job)
     return _HARNESSES[block](cfg, only=only, mutant=mutant)

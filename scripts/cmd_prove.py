@@ -31,6 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also check that each property rejects its mutant")
     p.add_argument("--timeout", type=int, dest="timeout_s", metavar="SECONDS",
                    help="solver time limit per property in seconds (default: none)")
+    p.add_argument("--items", type=int, nargs=2, metavar=("MIN", "MAX"),
+                   help="sorter: the Stage I job its bounded checks follow has MIN to MAX items "
+                        "(default 1 to 8; up to the preset's max_n; docs/formal.md)")
+    p.add_argument("--key-bits", type=int, metavar="B",
+                   help="sorter: key bits the solver sets in those jobs (default: "
+                        "ceil(log2 MAX), every order of the items)")
     p.add_argument("--list", action="store_true",
                    help="print the block's properties, methods and depths; prove nothing")
     p.add_argument("--out", help="write prove_<block>_<preset>.json (one row per run) here")
@@ -60,12 +66,23 @@ def run(args: argparse.Namespace) -> int:
             raise ParamError(f"block {args.block!r} has no property {n!r}; its properties: "
                              f"{', '.join(known)}")
     chosen = [p for p in props if not args.names or p.name in args.names]
+    job = None
+    if args.items is not None or args.key_bits is not None:
+        from hikv.hw.formal import SorterJob
+
+        if args.block != "sorter":
+            raise ParamError(f"--items and --key-bits apply to --block sorter, not "
+                             f"{args.block!r}")
+        lo, hi = args.items if args.items is not None else (1, SorterJob().max_items)
+        job = SorterJob(max_items=hi, min_items=lo, key_bits=args.key_bits)
+        job.check(cfg)
     if args.list:
         for p in chosen:
             how = (f"induction, k = {p.depth(cfg)}" if p.method == "induction"
+                   else f"bounded, {job.depth(cfg)} cycles (the --items job)" if job
                    else f"bounded, {p.depth(cfg)} cycles ({p.depth_note})")
             print(f"{p.name:16s} {how}\n  {p.text}\n  mutant {p.mutant}: {p.mutant_text} "
-                  f"(bounded, {p.mutant_depth(cfg)} cycles)")
+                  f"(bounded, {job.depth(cfg) if job else p.mutant_depth(cfg)} cycles)")
         return 0
 
     from hikv.sim.eda.formal import FormalToolMissing, prove_property
@@ -88,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         runs = [False, True] if args.mutants else [False]
         for mutant in runs:
             r = prove_property(args.block, cfg, p.name, depth=args.depth, mutant=mutant,
-                               workdir=root, timeout_s=args.timeout_s)
+                               workdir=root, timeout_s=args.timeout_s, job=job)
             results.append(r)
             if mutant:
                 ok = r.status == "fail"

@@ -26,9 +26,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hikv.params import Config, ParamError
+
+if TYPE_CHECKING:
+    from hikv.hw.formal import SorterJob
 
 __all__ = ["ProofResult", "FormalToolMissing", "tools", "prove_property", "sby_text"]
 
@@ -108,15 +111,17 @@ def sby_text(method: str, depth: int, *, top: str = "top", timeout_s: int | None
             "[files]\ndesign.il\n")
 
 
-def _design(block: str, cfg: Config, name: str, mutant: str | None) -> str:
+def _design(block: str, cfg: Config, name: str, mutant: str | None,
+            job: SorterJob | None = None) -> str:
     from amaranth.back import rtlil
 
     from hikv.hw.formal import harness
 
-    h = harness(block, cfg, only=name, mutant=mutant)
+    h = harness(block, cfg, only=name, mutant=mutant, job=job)
     return rtlil.convert(h, name="top", ports=[h.clock], emit_src=False)
 
 
+_STEP = re.compile(r"Checking assertions in step (\d+)")
 _FAILED = re.compile(r"Assert failed in [^:]*: (\S+)")
 _CHECK = re.compile(r'cell \$check \$(\d+)\n\s*parameter \\FORMAT "([^"]*)"')
 
@@ -156,11 +161,14 @@ def _trace(workdir: Path) -> str | None:
 
 def prove_property(block: str, cfg: Config, name: str, *, depth: int | None = None,
                    mutant: bool = False, workdir: str | os.PathLike[str] | None = None,
-                   timeout_s: int | None = None) -> ProofResult:
+                   timeout_s: int | None = None, job: SorterJob | None = None) -> ProofResult:
     """Prove property ``name`` of ``block`` on ``cfg`` (``mutant``: against the block with the
     property's bug injected, where the expected result is ``fail``).
 
     ``depth`` overrides the property's own (:attr:`~hikv.hw.formal.FormalProperty.depth`).
+    ``job`` (sorter only): the Stage I job the bounded checks follow
+    (:class:`~hikv.hw.formal.SorterJob`); a bounded check (and a mutant) then goes to that
+    job's depth unless ``depth`` says otherwise.
     The run's files (design, SymbiYosys file, logs, counterexample) go to ``workdir``
     (default: a new folder under ``$HIKV_CACHE/formal``).
     """
@@ -168,6 +176,9 @@ def prove_property(block: str, cfg: Config, name: str, *, depth: int | None = No
 
     prop = find_property(block, name)
     method = "bmc" if mutant else prop.method
+    if job is not None and depth is None and method == "bmc":
+        job.check(cfg)
+        depth = job.depth(cfg)
     d = (prop.mutant_depth(cfg) if mutant else prop.depth(cfg)) if depth is None else depth
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:
         raise ParamError(f"proof depth = {d!r} is out of range: allowed >= 1")
@@ -184,7 +195,7 @@ def prove_property(block: str, cfg: Config, name: str, *, depth: int | None = No
 
     yosys_command()     # YoWASP's module cache complete before SymbiYosys starts Yosys
     t0 = time.perf_counter()
-    design = _design(block, cfg, name, prop.mutant if mutant else None)
+    design = _design(block, cfg, name, prop.mutant if mutant else None, job)
     (root / f"{label}.il").write_text(design)
     sby = root / f"{label}.sby"
     sby.write_text(sby_text(method, d, timeout_s=timeout_s).replace(
@@ -208,7 +219,10 @@ def prove_property(block: str, cfg: Config, name: str, *, depth: int | None = No
     full = logfile.read_text() if logfile.exists() else log
     status, detail = _status(run_dir, full + log, _check_names(design))
     if status == "error" and timeout_s is not None and seconds >= timeout_s:
-        detail = f"ran out of time ({timeout_s} s)"
+        steps = _STEP.findall(full + log)
+        detail = f"ran out of time ({timeout_s} s)" + (
+            f" in step {steps[-1]} of a depth of {d} (steps 0 to {int(steps[-1]) - 1} checked)"
+            if steps else "")
     return ProofResult(block=block, preset=cfg.name, name=name, text=prop.text,
                        method=method, depth=d, status=status, seconds=seconds,
                        mutant=prop.mutant if mutant else None,
