@@ -14,12 +14,34 @@ from hikv.io import unique_dir
 from hikv.params import Config, ParamError, config_to_json
 from hikv.toolchain import cache_dir, run_cocotb, text_hash
 
-__all__ = ["HW", "ENV", "cached_verilog", "failure_lines", "regression_tail", "run_testbench"]
+__all__ = ["HW", "ENV", "LINT_FLAGS", "cached_verilog", "failure_lines", "lint_clean",
+           "regression_tail", "run_testbench"]
 
 #: the environment variable a testbench reads its configuration, seed and result path from
 ENV = "HIKV_TB_CONFIG"
 #: the RTL sources, hashed into each cached Verilog's key
 HW = Path(__file__).resolve().parent.parent / "hw"
+
+
+#: verilator lint of generated Verilog: every warning but these two (docs/toolchain.md)
+LINT_FLAGS = ["--lint-only", "-Wall", "-Wno-PROCASSINIT", "-Wno-UNUSEDSIGNAL"]
+
+
+def lint_clean(path: str | os.PathLike[str]) -> None:
+    """Assert that ``verilator`` :data:`LINT_FLAGS` passes ``path`` without a warning (the
+    first 20 in the message otherwise)."""
+    import shutil
+    import subprocess
+
+    from hikv.toolchain import setup_environ
+
+    setup_environ()
+    exe = shutil.which("verilator")
+    assert exe, "verilator not found"
+    out = subprocess.run([exe, *LINT_FLAGS, str(path)], capture_output=True, text=True,
+                         timeout=600)
+    warnings = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("%")]
+    assert out.returncode == 0 and not warnings, "\n".join(warnings[:20])
 
 
 def cached_verilog(name: str, dims: Any, sources: Sequence[str],

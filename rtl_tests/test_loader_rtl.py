@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hikv.presets import get_preset
+from hikv.rtl_tests.launch import LINT_FLAGS
 from hikv.rtl_tests.loader_launch import (
     CHAIN_TOPLEVEL,
     TOPLEVEL,
@@ -26,7 +27,6 @@ from hikv.rtl_tests.loader_launch import (
 #: Fixed seeds keep CI reproducible; `hikv rtl --block loader --seed N` explores others.
 SEED = 20240611
 
-LINT_FLAGS = ["--lint-only", "-Wall", "-Wno-PROCASSINIT", "-Wno-UNUSEDSIGNAL"]
 
 
 def _variant(name: str):

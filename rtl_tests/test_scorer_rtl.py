@@ -15,13 +15,13 @@ import pytest
 
 from hikv.hw.blocks import get_block
 from hikv.presets import get_preset
+from hikv.rtl_tests.launch import LINT_FLAGS
 from hikv.rtl_tests.registry import run_regression
 from hikv.toolchain import cache_dir, setup_environ
 
 pytestmark = pytest.mark.rtl
 
 SEED = int(os.environ.get("HIKV_SEED", "20261201"))
-LINT_FLAGS = ["--lint-only", "-Wall", "-Wno-PROCASSINIT", "-Wno-UNUSEDSIGNAL"]
 
 
 def _tiny(bits: int):

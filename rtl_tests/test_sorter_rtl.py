@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from hikv.hw.sorter_timing import SorterTiming
 from hikv.model.refs.sorter import stage1_topk, stage2_topr
 from hikv.presets import PRESETS, get_preset
+from hikv.rtl_tests.launch import lint_clean
 from hikv.rtl_tests.sorter_rtl import run_regression
-from hikv.toolchain import setup_environ
 
 pytestmark = pytest.mark.rtl
 
@@ -75,15 +73,6 @@ def test_sorter_replay_user_vectors():
     assert res.indices == [[3, 8]]
 
 
-def _lint(path: Path) -> None:
-    setup_environ()
-    exe = shutil.which("verilator")
-    assert exe, "verilator not found"
-    out = subprocess.run([exe, "--lint-only", "-Wall", "-Wno-PROCASSINIT",
-                          "-Wno-UNUSEDSIGNAL", str(path)], capture_output=True, text=True,
-                         timeout=600)
-    warnings = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("%")]
-    assert out.returncode == 0 and not warnings, "\n".join(warnings[:20])
 
 
 #: ``paper`` is ``default``'s sorter (32 lanes, 16-bit keys) with deeper counters and buffers
@@ -98,4 +87,4 @@ def test_verilog_generates_and_lints(preset, tmp_path):
     assert main(["verilog", "--preset", preset, "--block", "sorter", "--out", str(out)]) == 0
     text = out.read_text()
     assert "module hikv_sorter(" in text and text.count("\nmodule ") == 1
-    _lint(out)
+    lint_clean(out)

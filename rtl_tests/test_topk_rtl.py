@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from hikv.hw.topk_timing import topk_cycles
 from hikv.presets import PRESETS, get_preset
+from hikv.rtl_tests.launch import lint_clean
 from hikv.rtl_tests.topk_rtl import default_jobs, run_regression
-from hikv.toolchain import setup_environ
 
 pytestmark = pytest.mark.rtl
 
@@ -57,15 +55,6 @@ def test_topk_regression_full(preset):
     _check(preset, None)
 
 
-def _lint(path: Path) -> None:
-    setup_environ()
-    exe = shutil.which("verilator")
-    assert exe, "verilator not found"
-    out = subprocess.run([exe, "--lint-only", "-Wall", "-Wno-PROCASSINIT",
-                          "-Wno-UNUSEDSIGNAL", str(path)], capture_output=True, text=True,
-                         timeout=600)
-    warnings = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("%")]
-    assert out.returncode == 0 and not warnings, "\n".join(warnings[:20])
 
 
 @pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.extended) if p == "paper"
@@ -78,4 +67,4 @@ def test_verilog_generates_and_lints(preset, tmp_path):
     assert main(["verilog", "--preset", preset, "--block", "topk", "--out", str(out)]) == 0
     text = out.read_text()
     assert "module hikv_topk(" in text and text.count("\nmodule ") == 1
-    _lint(out)
+    lint_clean(out)
