@@ -31,9 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also check that each property rejects its mutant")
     p.add_argument("--timeout", type=int, dest="timeout_s", metavar="SECONDS",
                    help="solver time limit per property in seconds (default: none)")
-    p.add_argument("--items", type=int, nargs=2, metavar=("MIN", "MAX"),
-                   help="sorter: the Stage I job its bounded checks follow has MIN to MAX items "
-                        "(default 1 to 8; up to the preset's max_n; docs/formal.md)")
+    p.add_argument("--items", type=int, metavar="MAX",
+                   help="sorter: the Stage I job its bounded checks follow has up to MAX items "
+                        "(default 8; at most the preset's max_n; docs/formal.md)")
+    p.add_argument("--min-items", type=int, metavar="MIN",
+                   help="sorter: ... and at least MIN (default 1)")
     p.add_argument("--key-bits", type=int, metavar="B",
                    help="sorter: key bits the solver sets in those jobs (default: "
                         "ceil(log2 MAX), every order of the items)")
@@ -67,14 +69,15 @@ def run(args: argparse.Namespace) -> int:
                              f"{', '.join(known)}")
     chosen = [p for p in props if not args.names or p.name in args.names]
     job = None
-    if args.items is not None or args.key_bits is not None:
+    if args.items is not None or args.min_items is not None or args.key_bits is not None:
         from hikv.hw.formal import SorterJob
 
         if args.block != "sorter":
-            raise ParamError(f"--items and --key-bits apply to --block sorter, not "
-                             f"{args.block!r}")
-        lo, hi = args.items if args.items is not None else (1, SorterJob().max_items)
-        job = SorterJob(max_items=hi, min_items=lo, key_bits=args.key_bits)
+            raise ParamError(f"--items, --min-items and --key-bits apply to --block sorter, "
+                             f"not {args.block!r}")
+        job = SorterJob(max_items=SorterJob().max_items if args.items is None else args.items,
+                        min_items=1 if args.min_items is None else args.min_items,
+                        key_bits=args.key_bits)
         job.check(cfg)
     if args.list:
         for p in chosen:

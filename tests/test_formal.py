@@ -104,19 +104,22 @@ def test_sorter_job():
 
 
 def test_cli_sorter_job(capsys):
-    """``hikv prove --items MIN MAX --key-bits B`` sets the sorter's bounded job: its depth in
-    ``--list``; another block, or a field outside the preset, exits 2 naming it."""
+    """``hikv prove --items MAX --min-items MIN --key-bits B`` sets the sorter's bounded job:
+    its depth in ``--list``; another block, or a field outside the preset, exits 2 naming it."""
     from hikv.hw.formal import SorterJob
     from hikv.scripts.cli import main
 
-    assert main(["prove", "--block", "sorter", "--items", "1", "16", "--key-bits", "1",
+    assert main(["prove", "--block", "sorter", "--items", "16", "--key-bits", "1",
                  "--property", "s1.topk", "--list"]) == 0
     out = capsys.readouterr().out
     assert f"bounded, {SorterJob(16, key_bits=1).depth(TINY)} cycles (the --items job)" in out
-    assert main(["prove", "--block", "loader", "--items", "1", "4", "--list"]) == 2
+    assert main(["prove", "--block", "loader", "--items", "4", "--list"]) == 2
     assert "apply to --block sorter" in capsys.readouterr().err
-    assert main(["prove", "--block", "sorter", "--items", "1", "99", "--list"]) == 2
+    assert main(["prove", "--block", "sorter", "--items", "99", "--list"]) == 2
     assert "max_items = 99 is out of range: allowed [1, 64]" in capsys.readouterr().err
+    assert main(["prove", "--block", "sorter", "--items", "4", "--min-items", "5",
+                 "--list"]) == 2
+    assert "min_items = 5 is out of range: allowed [1, 4]" in capsys.readouterr().err
 
 
 def test_sby_text():
