@@ -15,7 +15,7 @@ from hikv.params import Config, ParamError, config_to_json
 from hikv.toolchain import cache_dir, run_cocotb, text_hash
 
 __all__ = ["HW", "ENV", "LINT_FLAGS", "cached_verilog", "failure_lines", "lint_clean",
-           "regression_tail", "run_testbench"]
+           "regression_tail", "run_testbench", "run_block_regression"]
 
 #: the environment variable a testbench reads its configuration, seed and result path from
 ENV = "HIKV_TB_CONFIG"
@@ -121,3 +121,29 @@ def failure_lines(data: dict[str, Any], passed: bool) -> list[str]:
     elif not passed:
         lines.append("FAILED")
     return lines
+
+
+def run_block_regression(cfg: Config, *, block: str, verilog: Callable[[Config], str],
+                         toplevel: str, tb_file: str, seed: int, jobs: int,
+                         summary: Callable[[dict[str, Any], bool], list[str]],
+                         waves: bool = False, simulator: str = "verilator") -> Any:
+    """The ``regression`` testcase of ``tb_file`` on ``block``'s Verilog (``verilog(cfg)``)
+    with ``jobs`` random jobs: passed when the run passed with no mismatch and no cycle
+    failure; an :class:`~hikv.rtl_tests.report.RtlReport` with ``summary(data, passed)`` and
+    the run's tail (the command that reruns it)."""
+    from .report import RtlReport
+
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ParamError(f"jobs = {jobs!r} is out of range: allowed an integer >= 0")
+    run, data = run_testbench(cfg, verilog=verilog(cfg), toplevel=toplevel, tb_file=tb_file,
+                              testcase="regression",
+                              run_name=f"{block}-{cfg.name}-regression-s{seed}",
+                              build_key=f"{block}-{cfg.name}", seed=seed, extra={"jobs": jobs},
+                              waves=waves, simulator=simulator)
+    passed = bool(run.passed and data and data["n_failures"] == 0
+                  and data["n_cycle_failures"] == 0)
+    metrics, tail = regression_tail(
+        run, data, f"hikv rtl --block {block} --preset {cfg.name} --seed {seed} --jobs {jobs}")
+    return RtlReport(block=block, preset=cfg.name, seed=seed, jobs=jobs, passed=passed,
+                     lines=tuple(summary(data, passed) + tail), metrics=metrics,
+                     waves=run.waves)

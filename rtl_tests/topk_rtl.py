@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hikv.params import Config, ParamError, to_dict
+from hikv.params import Config, to_dict
 
-from .launch import cached_verilog, failure_lines, regression_tail, run_testbench
+from .launch import cached_verilog, failure_lines, run_block_regression
 from .report import RtlReport
 
 __all__ = ["TOPLEVEL", "default_jobs", "topk_verilog", "run_regression"]
@@ -68,17 +68,6 @@ def run_regression(cfg: Config, *, seed: int, jobs: int | None = None, waves: bo
     :meth:`hikv.hw.topk_timing.TopKTiming.stage1_cycles`.
     """
     jobs = default_jobs(cfg) if jobs is None else jobs
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
-        raise ParamError(f"jobs = {jobs!r} is out of range: allowed an integer >= 0")
-    run, data = run_testbench(cfg, verilog=topk_verilog(cfg), toplevel=TOPLEVEL,
-                              tb_file="tb_topk.py", testcase="regression",
-                              run_name=f"topk-{cfg.name}-regression-s{seed}",
-                              build_key=f"topk-{cfg.name}", seed=seed, extra={"jobs": jobs},
-                              waves=waves, simulator=simulator)
-    passed = bool(run.passed and data and data["n_failures"] == 0
-                  and data["n_cycle_failures"] == 0)
-    metrics, tail = regression_tail(
-        run, data, f"hikv rtl --block topk --preset {cfg.name} --seed {seed} --jobs {jobs}")
-    lines = _summary(data, passed) + tail
-    return RtlReport(block="topk", preset=cfg.name, seed=seed, jobs=jobs, passed=passed,
-                     lines=tuple(lines), metrics=metrics, waves=run.waves)
+    return run_block_regression(cfg, block="topk", verilog=topk_verilog, toplevel=TOPLEVEL,
+                                tb_file="tb_topk.py", seed=seed, jobs=jobs, summary=_summary,
+                                waves=waves, simulator=simulator)
