@@ -67,6 +67,8 @@ def cell_rows(path: Path, aligns: tuple[int, ...] = (8, 2)) -> list[dict[str, An
     if meta.get("cell", "").split("_")[0] != "ppl" or any("ppl" not in r for r in rows):
         raise ValueError(f"{path}: cell {meta.get('cell')!r} is not a perplexity cell "
                          f"(ppl_<N>.json)")
+    from hikv.model.accuracy.iso import ppl_rel  # over the windows each row ran
+
     full = [r for r in rows if r["family"] == "full"]
     if not full:
         raise ValueError(f"{path}: no full-KV row")
@@ -82,8 +84,7 @@ def cell_rows(path: Path, aligns: tuple[int, ...] = (8, 2)) -> list[dict[str, An
         row: dict[str, Any] = {
             "model": meta.get("model"), "length": int(s["length"]), "budget": int(s["budget"]),
             "seed_family": s["family"], "ppl_full": ppl_full,
-            "evict_ppl_delta": float(e["ppl"]) / ppl_full - 1,
-            "seed_ppl_delta": float(s["ppl"]) / ppl_full - 1,
+            "evict_ppl_delta": ppl_rel(e, full[0]), "seed_ppl_delta": ppl_rel(s, full[0]),
             "evict_bytes": float(e["bytes_burst"]), "seed_bytes_64": float(s["bytes_burst"]),
             "cf_over_cell_64": cf64 / float(s["bytes_burst"])}
         for a in aligns:
