@@ -15,7 +15,7 @@ from hikv.params import Config, ParamError, config_to_json
 from hikv.toolchain import cache_dir, run_cocotb, text_hash
 
 __all__ = ["HW", "ENV", "LINT_FLAGS", "cached_verilog", "failure_lines", "lint_clean",
-           "regression_tail", "run_testbench", "run_block_regression"]
+           "generated_verilog_lints", "regression_tail", "run_testbench", "run_block_regression"]
 
 #: the environment variable a testbench reads its configuration, seed and result path from
 ENV = "HIKV_TB_CONFIG"
@@ -43,6 +43,18 @@ def lint_clean(path: str | os.PathLike[str]) -> None:
     warnings = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("%")]
     assert out.returncode == 0 and not warnings, "\n".join(warnings[:20])
 
+
+
+def generated_verilog_lints(block: str, preset: str, out_dir: str | os.PathLike[str]) -> None:
+    """``hikv verilog --block <block> --preset <preset>`` writes one module ``hikv_<block>``
+    that :func:`lint_clean` passes."""
+    from hikv.scripts.cli import main
+
+    out = Path(out_dir) / f"hikv_{block}.v"
+    assert main(["verilog", "--preset", preset, "--block", block, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert f"module hikv_{block}(" in text and text.count("\nmodule ") == 1
+    lint_clean(out)
 
 def cached_verilog(name: str, dims: Any, sources: Sequence[str],
                    generate: Callable[[], str]) -> str:

@@ -14,7 +14,7 @@ import pytest
 from hikv.hw.sorter_timing import SorterTiming
 from hikv.model.refs.sorter import stage1_topk, stage2_topr
 from hikv.presets import PRESETS, get_preset
-from hikv.rtl_tests.launch import lint_clean
+from hikv.rtl_tests.launch import generated_verilog_lints
 from hikv.rtl_tests.sorter_rtl import run_regression
 
 pytestmark = pytest.mark.rtl
@@ -73,18 +73,10 @@ def test_sorter_replay_user_vectors():
     assert res.indices == [[3, 8]]
 
 
-
-
 #: ``paper`` is ``default``'s sorter (32 lanes, 16-bit keys) with deeper counters and buffers
 #: (max_n 32,768 against 4,096): its lint is ``--extended`` (66 s of CI on 2 cores)
 @pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.extended) if p == "paper"
                                     else p for p in sorted(PRESETS)])
 def test_verilog_generates_and_lints(preset, tmp_path):
     """``hikv verilog --block sorter`` for every preset; verilator -Wall lint clean."""
-    from hikv.scripts.cli import main
-
-    out = tmp_path / "hikv_sorter.v"
-    assert main(["verilog", "--preset", preset, "--block", "sorter", "--out", str(out)]) == 0
-    text = out.read_text()
-    assert "module hikv_sorter(" in text and text.count("\nmodule ") == 1
-    lint_clean(out)
+    generated_verilog_lints("sorter", preset, tmp_path)

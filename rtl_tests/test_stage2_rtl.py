@@ -17,7 +17,7 @@ import pytest
 
 from hikv.hw.stage2_timing import stage2_block_cycles
 from hikv.presets import PRESETS, get_preset
-from hikv.rtl_tests.launch import lint_clean
+from hikv.rtl_tests.launch import generated_verilog_lints
 from hikv.rtl_tests.stage2_rtl import default_jobs, run_regression
 
 pytestmark = pytest.mark.rtl
@@ -57,16 +57,8 @@ def test_stage2_regression_full(preset):
     _check(preset, None)
 
 
-
-
 @pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.extended) if p == "paper"
                                     else p for p in sorted(PRESETS)])
 def test_verilog_generates_and_lints(preset, tmp_path):
     """``hikv verilog --block stage2`` for every preset; verilator -Wall lint clean."""
-    from hikv.scripts.cli import main
-
-    out = tmp_path / "hikv_stage2.v"
-    assert main(["verilog", "--preset", preset, "--block", "stage2", "--out", str(out)]) == 0
-    text = out.read_text()
-    assert "module hikv_stage2(" in text and text.count("\nmodule ") == 1
-    lint_clean(out)
+    generated_verilog_lints("stage2", preset, tmp_path)

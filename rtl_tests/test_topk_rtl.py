@@ -17,7 +17,7 @@ import pytest
 
 from hikv.hw.topk_timing import topk_cycles
 from hikv.presets import PRESETS, get_preset
-from hikv.rtl_tests.launch import lint_clean
+from hikv.rtl_tests.launch import generated_verilog_lints
 from hikv.rtl_tests.topk_rtl import default_jobs, run_regression
 
 pytestmark = pytest.mark.rtl
@@ -55,16 +55,8 @@ def test_topk_regression_full(preset):
     _check(preset, None)
 
 
-
-
 @pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.extended) if p == "paper"
                                     else p for p in sorted(PRESETS)])
 def test_verilog_generates_and_lints(preset, tmp_path):
     """``hikv verilog --block topk`` for every preset; verilator -Wall lint clean."""
-    from hikv.scripts.cli import main
-
-    out = tmp_path / "hikv_topk.v"
-    assert main(["verilog", "--preset", preset, "--block", "topk", "--out", str(out)]) == 0
-    text = out.read_text()
-    assert "module hikv_topk(" in text and text.count("\nmodule ") == 1
-    lint_clean(out)
+    generated_verilog_lints("topk", preset, tmp_path)

@@ -57,6 +57,22 @@ def _beats(dut: Stage2Select, vec: list[int]) -> list[dict]:
     return beats
 
 
+def _run_vectors(dut, tb, got: list) -> list[list]:
+    """Simulate ``tb`` on ``dut``; the output beats it collected in ``got`` (``(items,
+    last)``) grouped into vectors."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    per_vec, cur = [], []
+    for items, last in got:
+        cur.extend(items)
+        if last:
+            per_vec.append(cur)
+            cur = []
+    return per_vec
+
+
 def _run(dut: Stage2Select, vectors: list[list[int]], r: int, rng: random.Random, *,
          p_in: float, p_out: float, seed: int) -> tuple[list[list[tuple[int, int]]], int]:
     payloads = [b for v in vectors for b in _beats(dut, v)]
@@ -81,16 +97,7 @@ def _run(dut: Stage2Select, vectors: list[list[int]], r: int, rng: random.Random
                    events=events, until=until, deadline=50 * len(payloads) + 500)
         error.append(ctx.get(dut.error))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    sim.run()
-    per_vec, cur = [], []
-    for items, last in got:
-        cur.extend(items)
-        if last:
-            per_vec.append(cur)
-            cur = []
+    per_vec = _run_vectors(dut, tb, got)
     assert error == [0], f"seed={seed} r={r}: error raised on a well-formed job"
     return per_vec, events["last_out"] - events["first"] + 1
 
@@ -193,16 +200,7 @@ def test_error_is_sticky_and_the_stream_stays_in_step(case):
             if sum(last for _, last in got) == len(vectors):
                 break
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    sim.run()
-    per_vec, cur = [], []
-    for items, last in got:
-        cur.extend(items)
-        if last:
-            per_vec.append(cur)
-            cur = []
+    per_vec = _run_vectors(dut, tb, got)
     assert len(per_vec) == len(vectors), f"case={case}: {len(per_vec)} vectors out"
     assert seen[-1] == 1, f"case={case}: error not raised"
     assert per_vec[1:] == stage2_topr(vectors[1:], 3), f"case={case}: {per_vec}"
