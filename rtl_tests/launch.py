@@ -45,13 +45,12 @@ def lint_clean(path: str | os.PathLike[str]) -> None:
 
 
 
-def generated_verilog_lints(block: str, preset: str, out_dir: str | os.PathLike[str]) -> None:
-    """``hikv verilog --block <block> --preset <preset>`` writes one module ``hikv_<block>``
-    that :func:`lint_clean` passes."""
-    from hikv.scripts.cli import main
-
+def generated_verilog_lints(cli: Callable[[list[str]], int], block: str, preset: str,
+                            out_dir: str | os.PathLike[str]) -> None:
+    """``hikv verilog --block <block> --preset <preset>`` (through ``cli``, the command line's
+    ``main``) writes one module ``hikv_<block>`` that :func:`lint_clean` passes."""
     out = Path(out_dir) / f"hikv_{block}.v"
-    assert main(["verilog", "--preset", preset, "--block", block, "--out", str(out)]) == 0
+    assert cli(["verilog", "--preset", preset, "--block", block, "--out", str(out)]) == 0
     text = out.read_text()
     assert f"module hikv_{block}(" in text and text.count("\nmodule ") == 1
     lint_clean(out)

@@ -79,4 +79,6 @@ def test_sorter_replay_user_vectors():
                                     else p for p in sorted(PRESETS)])
 def test_verilog_generates_and_lints(preset, tmp_path):
     """``hikv verilog --block sorter`` for every preset; verilator -Wall lint clean."""
-    generated_verilog_lints("sorter", preset, tmp_path)
+    from hikv.scripts.cli import main
+
+    generated_verilog_lints(main, "sorter", preset, tmp_path)

@@ -61,4 +61,6 @@ def test_stage2_regression_full(preset):
                                     else p for p in sorted(PRESETS)])
 def test_verilog_generates_and_lints(preset, tmp_path):
     """``hikv verilog --block stage2`` for every preset; verilator -Wall lint clean."""
-    generated_verilog_lints("stage2", preset, tmp_path)
+    from hikv.scripts.cli import main
+
+    generated_verilog_lints(main, "stage2", preset, tmp_path)

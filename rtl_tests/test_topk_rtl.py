@@ -59,4 +59,6 @@ def test_topk_regression_full(preset):
                                     else p for p in sorted(PRESETS)])
 def test_verilog_generates_and_lints(preset, tmp_path):
     """``hikv verilog --block topk`` for every preset; verilator -Wall lint clean."""
-    generated_verilog_lints("topk", preset, tmp_path)
+    from hikv.scripts.cli import main
+
+    generated_verilog_lints(main, "topk", preset, tmp_path)
