@@ -21,6 +21,7 @@ from .params import (
     ParamError,
     ScorerParams,
     ServingParams,
+    SorterKind,
     SorterParams,
     Stage1Scorer,
     Stage1Variant,
@@ -73,7 +74,11 @@ def _tiny() -> Config:
         layout=KVLayout(head_dim=16, elem_bytes=2, burst_bytes=16, align_bytes=16,
                         page_tokens=4),
         policy=policy,
-        sorter=SorterParams(lanes=4, key_width=8, max_n=64, max_k=16, max_vec=16),
+        # the radix-select top-k engine (Stage I) and the Stage II selection block (the V
+        # rule): the same step as the merge sorter at half its area, so the numbers favour it
+        # (hikv.sim.cost.engines.favoured_kind; `hikv report --preset tiny`, docs/topk.md)
+        sorter=SorterParams(lanes=4, key_width=8, max_n=64, max_k=16, max_vec=16,
+                            kind=SorterKind.RADIX),
         # beats narrower than a burst: the tests reach the loader's sub-burst corners
         loader=LoaderParams(addr_width=16, data_width=32, max_burst_beats=8,
                             max_outstanding=2, id_width=2, max_tokens=64,

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hikv.params import Config, ParamError
+from hikv.params import Config, HiKVPolicy, ParamError, SorterKind, Stage2Kind
 
-__all__ = ["Block", "BLOCKS", "get_block", "loader_instances"]
+__all__ = ["Block", "BLOCKS", "get_block", "loader_instances", "KINDS", "ENGINE_BLOCKS",
+           "STAGE2_BLOCKS", "SORT_BLOCKS", "engine_block", "hikv_stage2", "kind_name",
+           "sort_blocks"]
 
 
 @dataclass(frozen=True)
@@ -212,3 +214,46 @@ def get_block(name: str) -> Block:
     except KeyError:
         known = sorted(BLOCKS) or ["(none yet)"]
         raise ParamError(f"unknown block {name!r}; known blocks: {known}") from None
+
+
+# HiKV's sort blocks per ``SorterParams.kind`` (priced by hikv.sim.cost.engines)
+
+#: the values of ``SorterParams.kind``
+KINDS: tuple[str, ...] = tuple(k.value for k in SorterKind)
+#: kind -> the registered block (:data:`hikv.hw.blocks.BLOCKS`) that runs Stage I
+ENGINE_BLOCKS: dict[str, str] = {"merge": "sorter", "radix": "topk"}
+#: kind -> the registered block that runs HiKV's Stage II jobs
+STAGE2_BLOCKS: dict[str, str] = {"merge": "sorter", "radix": "stage2"}
+#: every block a kind may build for sorting (the clocks the cost model may time)
+SORT_BLOCKS: tuple[str, ...] = ("sorter", "topk", "stage2")
+
+
+def kind_name(cfg_or_kind: Config | str | SorterKind) -> str:
+    """The ``SorterParams.kind`` value of a configuration, or of a kind given by name."""
+    if isinstance(cfg_or_kind, Config):
+        return cfg_or_kind.sorter.kind.value
+    return SorterKind(cfg_or_kind).value
+
+
+def engine_block(kind: Config | str | SorterKind) -> str:
+    """The block that runs Stage I for ``kind`` (or a configuration's ``sorter.kind``)."""
+    return ENGINE_BLOCKS[kind_name(kind)]
+
+
+def hikv_stage2(policy: HiKVPolicy | Config) -> bool:
+    """Whether HiKV's policy has Stage II sort jobs (a ``k_rule`` selecting channels per
+    query or a ``STATIC`` rule on K or V; ThinK's channels are fixed at prefill, no job)."""
+    p = policy.policy if isinstance(policy, Config) else policy
+    sorted_k = (Stage2Kind.QUERY_CHANNELS, Stage2Kind.CHANNEL_GROUPS, Stage2Kind.STATIC)
+    return p.k_rule.kind in sorted_k or p.v_rule.kind is Stage2Kind.STATIC
+
+
+def sort_blocks(cfg: Config, kind: str | None = None) -> tuple[str, ...]:
+    """The sort blocks HiKV's accelerator builds for ``cfg`` (``kind`` in place of
+    ``cfg.sorter.kind`` when given): the Stage I engine, then the Stage II block
+    (:data:`STAGE2_BLOCKS`) where it is another block and HiKV's policy has a Stage II rule."""
+    k = kind_name(kind or cfg)
+    stage1, stage2 = ENGINE_BLOCKS[k], STAGE2_BLOCKS[k]
+    if stage2 != stage1 and hikv_stage2(cfg):
+        return (stage1, stage2)
+    return (stage1,)

@@ -18,6 +18,7 @@ from hikv.hw.blocks import loader_instances
 from hikv.hw.verilog import to_verilog
 from hikv.params import ParamError
 from hikv.presets import get_preset
+from hikv.sim.cost.engines import with_kind
 from hikv.sim.eda import area as A
 from hikv.sim.eda import cells as C
 from hikv.sim.tech import load_data
@@ -182,7 +183,7 @@ def test_accelerator_area_works_once_blocks_register(monkeypatch):
     cells_or_skip()
     from hikv.hw import blocks
 
-    cfg = get_preset("tiny")
+    cfg = with_kind(get_preset("tiny"), "merge")   # the stand-ins replace the merge sorter
     monkeypatch.setattr(blocks, "BLOCKS", {})
     ar = A.accelerator_area(cfg)
     assert set(ar.missing) == {"sorter", "loader"} and math.isnan(ar.overhead)
@@ -214,10 +215,12 @@ def test_chained_sorter_loader_is_never_counted_beside_its_parts(monkeypatch):
     counts the sorter once and the loader per instance, never the chain as well."""
     from hikv.hw import blocks
 
+    merge = with_kind(get_preset("tiny"), "merge")
+
     assert "sorter_loader" in blocks.BLOCKS
     assert "sorter_loader" not in A.HIKV_BLOCKS and "sorter_loader" in A.COMPOSITE_BLOCKS
     with pytest.raises(ParamError, match="count them twice"):
-        A.accelerator_area(get_preset("tiny"), blocks=("sorter", "loader", "sorter_loader"))
+        A.accelerator_area(merge, blocks=("sorter", "loader", "sorter_loader"))
     cells_or_skip()
     seen = []
     real = A.block_synth
@@ -227,13 +230,13 @@ def test_chained_sorter_loader_is_never_counted_beside_its_parts(monkeypatch):
         return real(block, cfg, **kw)
 
     monkeypatch.setattr(A, "block_synth", spy)
-    ar = A.accelerator_area(get_preset("tiny"))
+    ar = A.accelerator_area(merge)
     assert seen == ["sorter", "loader"]
     assert [i.name for i in ar.hikv if "." not in i.name
             and not i.name.startswith("SRAM: pipeline")] == ["sorter", "loader"]
     assert [i.count for i in ar.hikv if "." not in i.name
             and not i.name.startswith("SRAM: pipeline")] == [1, loader_instances(
-        get_preset("tiny"))]
+        merge)]
 
 
 def test_scorer_sorter_chain_is_composite():

@@ -39,12 +39,15 @@ def _model_numbers() -> dict:
 
 
 def _area_numbers() -> dict:
+    from hikv.sim.cost.engines import KINDS, with_kind
     from hikv.sim.eda.area import accelerator_area
 
-    ar = accelerator_area(get_preset("tiny"))
-    return {"yosys": ar.synth["mac_lane"].yosys,
+    synth = {}
+    for kind in KINDS:                  # tiny's area with each Stage I engine
+        synth.update(accelerator_area(with_kind(get_preset("tiny"), kind)).synth)
+    return {"yosys": synth["mac_lane"].yosys,
             "units": {k: {"nand2_equivalents": v.nand2_equivalents, "cells": v.cells}
-                      for k, v in sorted(ar.synth.items())}}
+                      for k, v in sorted(synth.items())}}
 
 
 def _diff(a, b, path=""):

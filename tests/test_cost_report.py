@@ -190,7 +190,7 @@ def test_clocks_from_the_timing_flow_and_each_unit_in_the_area():
     cfg = get_preset("tiny")
     rep = R.build_report(cfg, fetch_cells=False)
     ck = rep.clocks
-    for b in ("sorter", "loader"):
+    for b in ("topk", "stage2", "loader"):     # tiny: the radix engine and the Stage II block
         c = ck["blocks"][b]
         assert c["origin"] == "sta" and c["critical_path"] and c["hz"] > 0, b
     pe = ck["blocks"]["pe_array"]   # the reference clock, our lanes' estimate beside it
@@ -198,13 +198,13 @@ def test_clocks_from_the_timing_flow_and_each_unit_in_the_area():
     assert "would close" in pe["source"]
     assert not ck["blocks"]["scorer"]["used"] and ck["assumed"] == ["pe_array"]
     text = markdown(rep)
-    assert "| sorter | " in text and "Stillmaker-Baas" in text
+    assert "| topk | " in text and "Stillmaker-Baas" in text
     assert "Baseline accelerator (the system the overhead is measured against): our " \
            "assumption" in text
     units = [i["name"] for i in rep.area["items"] if i["part"] == "hikv" and "." not in i["name"]]
     buffers = [u for u in units if u.startswith("SRAM: pipeline")]   # the pipeline's SRAMs
     assert len(buffers) == 2
-    assert [u for u in units if u not in buffers] == ["sorter", "loader"]   # tiny: no scorer
+    assert [u for u in units if u not in buffers] == ["topk", "stage2", "loader"]   # no scorer
     assert rep.area["loader_clock_hz"] == ck["blocks"]["loader"]["effective_hz"]
     from hikv.sim.cost.attention_model import attention_cost
     from hikv.sim.cost.clocks import accelerator_clocks

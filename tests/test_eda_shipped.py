@@ -216,11 +216,14 @@ def test_report_from_shipped_results_on_an_empty_cache(fresh):
 
     rep = build_report(get_preset("tiny"), fetch_cells=False)
     assert rep.area["available"]
-    assert set(rep.provenance["area"]) == {"mac_lane", "exp_unit", "sorter", "loader"}
+    # tiny's engines (the top-k engine and the Stage II block; the merge sorter timed beside)
+    assert set(rep.provenance["area"]) == {"mac_lane", "exp_unit", "topk", "stage2", "loader"}
     assert set(rep.provenance["area"].values()) == {"shipped"}
     assert rep.provenance["clocks"] == {"pe_array": "shipped", "sorter": "shipped",
-                                        "loader": "shipped"}
-    assert "sorter shipped" in markdown(rep)
+                                        "loader": "shipped", "topk": "shipped",
+                                        "stage2": "shipped"}
+    assert "topk shipped" in markdown(rep)
+    assert rep.area["engines"]["kinds"]["merge"]["hikv_m2"] > 0    # priced from shipped too
 
 
 @pytest.mark.slow

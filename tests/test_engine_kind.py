@@ -120,7 +120,7 @@ def test_hikv_stage2_jobs_run_on_the_stage2_block():
     """tiny's HiKV has a STATIC V rule: with kind radix its Stage I runs on the top-k engine,
     its Stage II on the Stage II block (Stage2Timing's cycles, its radix steps' energy), the
     cycles adding up; the Stage II block's clock scales its share alone."""
-    tiny = get_preset("tiny")
+    tiny = EN.with_kind(get_preset("tiny"), "merge")
     cfg = EN.with_kind(tiny, "radix")
     jobs = step_work(_hikv(cfg), cfg).sorts
     assert {j.mode for j in jobs} == {"stage1", "stage2"}
@@ -207,7 +207,7 @@ def _fake_area(monkeypatch):
     def fake(cfg, *, blocks=None, loader_clock_hz=None, **kw):
         blocks = A.hikv_blocks(cfg) if blocks is None else blocks
         hikv = tuple(A.AreaItem(b, 1, unit[b], 1.0, "fake") for b in blocks)
-        if "sorter" in blocks:
+        if set(blocks) & set(EN.SORT_BLOCKS):
             hikv += tuple(A.pipeline_buffer_items(cfg))
         base = (A.AreaItem("baseline", 1, 1e-6, 1.0, "fake"),)
         return A.AcceleratorArea(tech_nm=cfg.accel.tech_nm, baseline=base, hikv=hikv)
@@ -268,6 +268,34 @@ def test_report_names_the_engine_and_shares_with_each(monkeypatch, tmp_path):
     assert row["sorter_kind"] == "radix" and row["alt_sorter_kind"] == "merge"
     assert float(row["alt_share_of_system"]) == pytest.approx(
         kinds["merge"]["share_of_system"])
+
+
+def test_favoured_kind_rule():
+    """The faster step wins; within TIME_TIE of each other the smaller HiKV units win."""
+    k = {"merge": {"time_s": 1.0, "hikv_m2": 2.0}, "radix": {"time_s": 1.2, "hikv_m2": 1.0}}
+    assert EN.favoured_kind(k)[0] == "merge" and "16.7 % shorter" in EN.favoured_kind(k)[1]
+    k["radix"]["time_s"] = 1.0 + 0.9 * EN.TIME_TIE
+    assert EN.favoured_kind(k)[0] == "radix"
+    assert "same HiKV step time" in EN.favoured_kind(k)[1]
+    k["radix"]["hikv_m2"] = 3.0
+    assert EN.favoured_kind(k)[0] == "merge"
+    with pytest.raises(ParamError, match="two engines"):
+        EN.favoured_kind({"merge": k["merge"]})
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default", "paper"])
+def test_each_preset_uses_the_engine_the_numbers_favour(preset):
+    """Each preset's sorter.kind is the one its report favours (the shipped areas and clocks:
+    no synthesis), and the report says so next to the alternative."""
+    from hikv.sim.explore.render import markdown
+    from hikv.sim.explore.report import build_report
+
+    rep = build_report(get_preset(preset), fetch_cells=False)
+    eng = rep.area["engines"]
+    assert eng["available"], eng
+    assert eng["favoured"] == get_preset(preset).sorter.kind.value == eng["in_use"]
+    assert f"The numbers favour **{eng['favoured']}**" in markdown(rep)
+    assert "this configuration uses it" in markdown(rep)
 
 
 def test_tradeoff_engine_axis(monkeypatch, tmp_path):

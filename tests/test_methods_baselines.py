@@ -322,9 +322,10 @@ def test_tova_sorts_once_per_layer_not_per_kv_head(preset: str) -> None:
     (attention averaged over all query heads): the cost model's sorter cycles and compares,
     summed over the layer's KV heads, are those of one such job."""
     from hikv.sim.cost.attention_model import attention_cost
+    from hikv.sim.cost.engines import with_kind
     from hikv.sim.cost.timing import default_timing
 
-    cfg = get_preset(preset)
+    cfg = with_kind(get_preset(preset), "merge")      # the merge sorter's jobs
     B = cfg.policy.budget
     spec = MethodSpec(Method.TOVA, budget=B, recent=0)
     c = attention_cost(spec, cfg)

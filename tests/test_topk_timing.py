@@ -81,14 +81,15 @@ def test_rejected_jobs(n, k, words):
 
 
 def test_kind_and_digit_bits_are_parameters():
-    cfg = get_preset("tiny")
+    assert get_preset("tiny").sorter.kind is SorterKind.RADIX      # each preset's own engine
+    cfg = get_preset("default")
     assert cfg.sorter.kind is SorterKind.MERGE and cfg.sorter.digit_bits == 4
     radix = with_overrides(cfg, ["sorter.kind=radix", "sorter.digit_bits=2"])
     assert radix.sorter.kind is SorterKind.RADIX and radix.sorter.digit_bits == 2
     assert config_from_json(config_to_json(radix)) == radix
     with pytest.raises(ParamError, match="kind.*'merge', 'radix'"):
         with_overrides(cfg, ["sorter.kind=bitonic"])
-    assert TopKTiming.from_params(radix.sorter).digits == 4
+    assert TopKTiming.from_params(radix.sorter).digits == 8      # 16-bit keys, 2-bit digits
 
 
 def _radix_select(keys: list[int], k: int, width: int, b: int) -> list[int]:
@@ -139,10 +140,12 @@ def test_formula_scales_with_digits():
 
 def test_cost_record_is_the_contract():
     """The cost model's record of the engine: its cycles are the contract's, its clock the
-    sorter's (it takes the sorter's Stage I jobs), one instance, not counted by default."""
+    sorter's (it takes the sorter's Stage I jobs), one instance, not counted with the merge
+    sorter."""
     from hikv.sim.cost.blocks import block_cost
+    from hikv.sim.cost.engines import with_kind
 
-    cfg = get_preset("tiny")
+    cfg = with_kind(get_preset("tiny"), "merge")
     r = block_cost("topk", cfg)
     assert r.cycles("stage1", n=64, k=16) == 60 and r.instances == 1 and not r.used
     assert r.clock_hz == block_cost("sorter", cfg).clock_hz and "sorter" in r.clock_source

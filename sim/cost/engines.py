@@ -29,33 +29,28 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hikv.params import Config, HiKVPolicy, ParamError, SorterKind, Stage2Kind
+from hikv.hw.blocks import (
+    ENGINE_BLOCKS,
+    KINDS,
+    SORT_BLOCKS,
+    STAGE2_BLOCKS,
+    engine_block,
+    hikv_stage2,
+    kind_name,
+    sort_blocks,
+)
+from hikv.params import Config, ParamError, SorterKind
 
 __all__ = ["KINDS", "ENGINE_BLOCKS", "ENGINE_NAMES", "STAGE2_BLOCKS", "SORT_BLOCKS",
            "engine_block", "check_kinds", "with_kind", "hikv_stage2", "sort_blocks",
-           "area_blocks", "engine_area", "engine_shares", "describe"]
+           "area_blocks", "engine_area", "engine_shares", "describe", "TIME_TIE",
+           "favoured_kind"]
 
-#: the values of ``SorterParams.kind``
-KINDS: tuple[str, ...] = tuple(k.value for k in SorterKind)
-#: kind -> the registered block (:data:`hikv.hw.blocks.BLOCKS`) that runs Stage I
-ENGINE_BLOCKS: dict[str, str] = {"merge": "sorter", "radix": "topk"}
-#: kind -> the registered block that runs HiKV's Stage II jobs
-STAGE2_BLOCKS: dict[str, str] = {"merge": "sorter", "radix": "stage2"}
-#: every block a kind may build for sorting (the clocks the cost model may time)
-SORT_BLOCKS: tuple[str, ...] = ("sorter", "topk", "stage2")
+#: two engines whose HiKV step times differ by less than this fraction are equally fast
+#: (:func:`favoured_kind` then takes the smaller)
+TIME_TIE = 0.005
 #: kind -> words for tables
 ENGINE_NAMES: dict[str, str] = {"merge": "merge sorter", "radix": "radix-select top-k engine"}
-
-
-def _kind(cfg_or_kind: Config | str | SorterKind) -> str:
-    if isinstance(cfg_or_kind, Config):
-        return cfg_or_kind.sorter.kind.value
-    return SorterKind(cfg_or_kind).value
-
-
-def engine_block(kind: Config | str | SorterKind) -> str:
-    """The block that runs Stage I for ``kind`` (or a configuration's ``sorter.kind``)."""
-    return ENGINE_BLOCKS[_kind(kind)]
 
 
 def check_kinds(kinds: Any, what: str = "sorter.kind") -> list[str]:
@@ -75,47 +70,23 @@ def with_kind(cfg: Config, kind: str | SorterKind) -> Config:
     return cfg.replace(sorter=dataclasses.replace(cfg.sorter, kind=SorterKind(kind)))
 
 
-def hikv_stage2(policy: HiKVPolicy | Config) -> bool:
-    """Whether HiKV's policy has Stage II sort jobs (a ``k_rule`` selecting channels per
-    query or a ``STATIC`` rule on K or V; ThinK's channels are fixed at prefill, no job)."""
-    p = policy.policy if isinstance(policy, Config) else policy
-    sorted_k = (Stage2Kind.QUERY_CHANNELS, Stage2Kind.CHANNEL_GROUPS, Stage2Kind.STATIC)
-    return p.k_rule.kind in sorted_k or p.v_rule.kind is Stage2Kind.STATIC
-
-
-def sort_blocks(cfg: Config, kind: str | None = None) -> tuple[str, ...]:
-    """The sort blocks HiKV's accelerator builds for ``cfg`` (``kind`` in place of
-    ``cfg.sorter.kind`` when given): the Stage I engine, then the Stage II block
-    (:data:`STAGE2_BLOCKS`) where it is another block and HiKV's policy has a Stage II rule."""
-    k = _kind(kind or cfg)
-    stage1, stage2 = ENGINE_BLOCKS[k], STAGE2_BLOCKS[k]
-    if stage2 != stage1 and hikv_stage2(cfg):
-        return (stage1, stage2)
-    return (stage1,)
-
-
 def area_blocks(cfg: Config, kind: str | None = None) -> tuple[str, ...]:
-    """HiKV's blocks for the area flow: :func:`hikv.sim.eda.area.hikv_blocks` with the sorter
-    replaced by :func:`sort_blocks`."""
+    """HiKV's blocks for the area flow (:func:`hikv.sim.eda.area.hikv_blocks`: the sort
+    blocks of :func:`sort_blocks`, the loaders, the scoring unit where used), ``kind`` in
+    place of ``cfg.sorter.kind`` when given."""
     from hikv.sim.eda.area import hikv_blocks
 
-    out: list[str] = []
-    for b in hikv_blocks(cfg):
-        out += list(sort_blocks(cfg, kind)) if b == "sorter" else [b]
-    return tuple(out)
+    return hikv_blocks(with_kind(cfg, kind) if kind else cfg)
 
 
 def engine_area(cfg: Config, kind: str | None = None, *, loader_clock_hz: float | None = None,
                 **kw: Any) -> Any:
     """:func:`hikv.sim.eda.area.accelerator_area` of the blocks of :func:`area_blocks` (the
     pipeline's score and index SRAMs counted with either engine)."""
-    from hikv.sim.eda.area import accelerator_area, pipeline_buffer_items
+    from hikv.sim.eda.area import accelerator_area
 
-    blocks = area_blocks(cfg, kind)
-    ar = accelerator_area(cfg, blocks=blocks, loader_clock_hz=loader_clock_hz, **kw)
-    if "sorter" not in blocks:
-        ar = dataclasses.replace(ar, hikv=ar.hikv + tuple(pipeline_buffer_items(cfg)))
-    return ar
+    return accelerator_area(cfg, blocks=area_blocks(cfg, kind), loader_clock_hz=loader_clock_hz,
+                            **kw)
 
 
 def engine_shares(cfg: Config, *, loader_clock_hz: float | None = None,
@@ -138,7 +109,7 @@ def engine_shares(cfg: Config, *, loader_clock_hz: float | None = None,
 
 def describe(cfg: Config, kind: str | None = None) -> str:
     """One sentence naming the engines of ``cfg`` (``kind`` in place of its own)."""
-    k = _kind(kind or cfg)
+    k = kind_name(kind or cfg)
     blocks = sort_blocks(cfg, k)
     s = f"sorter.kind = {k}: Stage I on the {ENGINE_NAMES[k]} (block {blocks[0]})"
     if len(blocks) > 1:
@@ -148,3 +119,26 @@ def describe(cfg: Config, kind: str | None = None) -> str:
     elif k == "radix":
         s += ", no merge sorter (HiKV's policy has no Stage II rule)"
     return s
+
+
+def favoured_kind(kinds: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """The engine the numbers favour, and why: the faster HiKV step (``time_s``); where the
+    step times differ by less than :data:`TIME_TIE`, the smaller HiKV units (``hikv_m2``).
+
+    ``kinds``: per kind, at least ``time_s`` and ``hikv_m2`` (the report's engine section).
+    Both engines are compared at the same configuration (lanes, loaders, scoring unit, clocks
+    from the timing flow): the rule each preset's ``sorter.kind`` follows.
+    """
+    if len(kinds) < 2:
+        raise ParamError(f"favoured_kind needs two engines to compare, got {list(kinds)}")
+    names = sorted(kinds, key=lambda k: kinds[k]["time_s"])
+    fast, slow = names[0], names[1]
+    tf, ts = kinds[fast]["time_s"], kinds[slow]["time_s"]
+    if ts - tf >= TIME_TIE * ts:
+        return fast, (f"its HiKV step is {100 * (ts - tf) / ts:.1f} % shorter than the "
+                      f"{ENGINE_NAMES[slow]}'s")
+    small = min(names[:2], key=lambda k: kinds[k]["hikv_m2"])
+    other = names[1] if small == names[0] else names[0]
+    return small, (f"the same HiKV step time within {100 * TIME_TIE:g} % and "
+                   f"{kinds[small]['hikv_m2'] * 1e6:.4f} against "
+                   f"{kinds[other]['hikv_m2'] * 1e6:.4f} mm^2 of HiKV units")

@@ -779,9 +779,14 @@ def scorer_used(cfg: Config) -> bool:
 
 
 def hikv_blocks(cfg: Config) -> tuple[str, ...]:
-    """HiKV's blocks for ``cfg``: the sorter, the loader(s) and, when the preset's HiKV scores
-    Stage I from low-bit keys (:func:`hikv.sim.cost.clocks.scorer_used`), the scoring unit."""
-    return HIKV_BLOCKS + ((SCORER_BLOCK,) if scorer_used(cfg) else ())
+    """HiKV's blocks for ``cfg``: the sort blocks of its ``sorter.kind``
+    (:func:`hikv.hw.blocks.sort_blocks`: the merge sorter, or the top-k engine and, for a
+    policy with a Stage II rule, the Stage II block), the loader(s) and, when the preset's
+    HiKV scores Stage I from low-bit keys (:func:`scorer_used`), the scoring unit."""
+    out: list[str] = []
+    for b in HIKV_BLOCKS:
+        out += list(registry.sort_blocks(cfg)) if b == "sorter" else [b]
+    return tuple(out) + ((SCORER_BLOCK,) if scorer_used(cfg) else ())
 
 
 def area_items(name: str, count: float, res: SynthResult, tech_nm: int, what: str
@@ -843,9 +848,9 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
     sorter, :func:`hikv.hw.blocks.loader_instances` loaders at ``loader_clock_hz`` (each
     block's count is the registry's, :meth:`hikv.hw.blocks.Block.instances`; counted in full: the
     baseline's own DMA is not subtracted, so the overhead is an upper bound), one scoring
-    unit where the preset uses it and, with the sorter, the pipeline's double-buffered score
-    and index SRAMs (:func:`pipeline_buffer_items`). Blocks not registered yet are listed in
-    ``missing`` and the ratios are NaN.
+    unit where the preset uses it and, with a sort block (the sorter or the top-k engine), the
+    pipeline's double-buffered score and index SRAMs (:func:`pipeline_buffer_items`). Blocks
+    not registered yet are listed in ``missing`` and the ratios are NaN.
     """
     blocks = hikv_blocks(cfg) if blocks is None else blocks
 
@@ -879,7 +884,7 @@ def accelerator_area(cfg: Config, *, blocks: tuple[str, ...] | None = None,
         synth[name] = res
         count = registry.BLOCKS[name].instances(cfg, clock_hz=clock_hz.get(name))
         hikv += area_items(name, count, res, t, "synthesised")
-    if "sorter" in blocks:
+    if set(blocks) & set(registry.SORT_BLOCKS):
         hikv += pipeline_buffer_items(cfg)
     return AcceleratorArea(tech_nm=t, baseline=tuple(base), hikv=tuple(hikv),
                            missing=tuple(missing), synth=synth)

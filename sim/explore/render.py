@@ -23,6 +23,7 @@ from hikv.params import (
     config_to_json,
     from_dict,
 )
+from hikv.sim.cost.engines import TIME_TIE
 from hikv.sim.explore.report import MethodRow, Report
 
 __all__ = ["markdown", "rows_csv", "report_json", "save_figure", "plot_report", "write_report",
@@ -155,6 +156,14 @@ def _engine_lines(rep: Report) -> list[str]:
                    f"{v['time_s'] * 1e6:.2f} | {v['speedup_vs_full']:.2f}x | "
                    f"{v['energy_j'] * 1e6:.2f} | {v['sorter_energy_j'] * 1e9:.2f} | "
                    f"{v['bottleneck']} |")
+    fav = e.get("favoured")
+    if fav:
+        use = ("this configuration uses it" if e["kinds"][fav]["in_use"] else
+               f"this configuration does not (`--set sorter.kind={fav}` for it)")
+        out += ["", f"The numbers favour **{fav}** ({e['favoured_why']}; the faster step, or "
+                f"the smaller HiKV units where the steps are within {100 * TIME_TIE:g} %, the "
+                "rule each "
+                f"preset's `sorter.kind` follows): {use}."]
     return out
 
 
@@ -287,14 +296,15 @@ def rows_csv(rep: Report) -> str:
     alt = [k for k in shares if k != kind]
     w.writerow(["preset", "code_version", "timing_model", "budgets", *CSV_FIELDS,
                 *(f"energy_{p}_j" for p in parts), "sorter_kind", "share_of_system",
-                "alt_sorter_kind", "alt_share_of_system"])
+                "alt_sorter_kind", "alt_share_of_system", "favoured_sorter_kind"])
     share = shares.get(kind, {}).get("share_of_system", math.nan)
     alt_share = shares[alt[0]]["share_of_system"] if alt else math.nan
     for r in rep.rows:
         w.writerow([rep.preset, rep.code_version, rep.timing_model, rep.budgets,
                     *(_cell(getattr(r, f)) for f in CSV_FIELDS),
                     *(r.energy_parts_j.get(p, 0.0) for p in parts), kind, _cell(share),
-                    alt[0] if alt else "", _cell(alt_share)])
+                    alt[0] if alt else "", _cell(alt_share),
+                    (rep.area.get("engines") or {}).get("favoured", "")])
     return buf.getvalue()
 
 

@@ -379,7 +379,13 @@ def _engine_section(cfg: Config, spec: MethodSpec, timing: TimingModel, clocks: 
     time, energy and speedup, each engine at its clocks (the engine not in use timed by the
     timing flow where ``clocks`` are, :func:`hikv.sim.cost.clocks.engine_clocks`)."""
     from hikv.sim.cost.clocks import engine_clocks
-    from hikv.sim.cost.engines import KINDS, describe, engine_shares, with_kind
+    from hikv.sim.cost.engines import (
+        KINDS,
+        describe,
+        engine_shares,
+        favoured_kind,
+        with_kind,
+    )
     from hikv.sim.eda.cells import CellsUnavailable
 
     own = cfg.sorter.kind.value
@@ -401,6 +407,7 @@ def _engine_section(cfg: Config, spec: MethodSpec, timing: TimingModel, clocks: 
                            "sorter_energy_j": _f(cost.energy_parts_j["sorter"]),
                            "speedup_vs_full": full_time_s / _f(cost.time_s),
                            "bottleneck": str(np.asarray(cost.bottleneck).reshape(-1)[0])}
+    out["favoured"], out["favoured_why"] = favoured_kind(out["kinds"])
     return out
 
 
