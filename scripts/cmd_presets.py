@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
     for name, c in PRESETS.items():
         s, p = c.sorter, c.policy
         print(f"{name:8s} model={c.model.name:13s} d={c.layout.head_dim:<4d} N={c.context:<6d} "
-              f"B={p.budget:<5d} stage1={p.stage1.value:12s} sorter P={s.lanes} W={s.key_width} "
+              f"B={p.budget:<5d} stage1={p.stage1.value:12s} sorter={s.kind.value} P={s.lanes} "
+              f"W={s.key_width} "
               f"max_n={s.max_n} max_k={s.max_k} | loader {c.loader.data_width}-bit "
               f"burst={c.layout.burst_bytes} B")
     return 0
