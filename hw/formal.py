@@ -43,6 +43,15 @@ Blocks and properties (:data:`PROPERTIES`):
   every order of the items; the sorter only compares keys), as deeper checks of the whole
   sorter are beyond the solver. :class:`SorterJob` sets another job (more items, fewer key
   bits) for a longer bounded check.
+* ``topk``: the radix-select top-k engine (:class:`~hikv.hw.topk.TopK`) has the sorter's
+  Stage I contract (ports, layouts, ``busy``, sticky ``error``, outputs and tie order), so
+  :class:`TopKHarness` is :class:`SorterHarness` around it, with the same properties and
+  mutants: ``o`` stable by induction, the Stage I ones bounded to one whole job of the same
+  kind (:class:`SorterJob`), whose depth comes from the engine's timing contract
+  (:class:`~hikv.hw.topk_timing.TopKTiming`; :meth:`SorterJob.depth` takes the engine) and
+  its idle cycles, :data:`TOPK_IDLE_CYCLES` (``busy`` is low in the cycle after a job's last
+  output beat). It refuses Stage II configurations with ``error``; the job's configuration is
+  assumed Stage I, as the sorter's is.
 """
 
 from __future__ import annotations
@@ -72,7 +81,8 @@ from hikv.params import Config, ParamError
 from .uops import log2_int, popcount
 
 __all__ = ["FormalProperty", "PROPERTIES", "properties", "find_property", "harness", "Harness",
-           "SorterHarness", "SorterJob", "LoaderHarness", "ScorerHarness"]
+           "SorterHarness", "TopKHarness", "SorterJob", "STAGE1_ENGINES", "stage1_engine",
+           "SORTER_IDLE_CYCLES", "TOPK_IDLE_CYCLES", "LoaderHarness", "ScorerHarness"]
 
 
 @dataclass(frozen=True)
@@ -118,11 +128,12 @@ def _const(n: int) -> Callable[[Config], int]:
     return lambda cfg: n
 
 
-def _sorter_job_depth(cfg: Config) -> int:
-    """A whole Stage I job of ``n <= SORTER_BMC_ITEMS`` items (any ``k``) from its configuration
-    beat to ``busy`` low: cfg handshake, the job's cycles (first input beat to last output
-    beat), the return to idle, one more."""
-    return SorterJob(max_items=min(SORTER_BMC_ITEMS, cfg.sorter.max_n)).depth(cfg)
+def _stage1_job_depth(block: str) -> Callable[[Config], int]:
+    """A whole Stage I job of ``n <= SORTER_BMC_ITEMS`` items (any ``k``) on ``block``'s
+    engine from its configuration beat to ``busy`` low: cfg handshake, the job's cycles (first
+    input beat to last output beat), the return to idle, one more."""
+    return lambda cfg: SorterJob(max_items=min(SORTER_BMC_ITEMS, cfg.sorter.max_n)).depth(
+        cfg, block)
 
 
 def _scorer_job_depth(cfg: Config) -> int:
@@ -180,7 +191,7 @@ class SorterJob:
             if name == "key_bits" and v is None:
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ParamError(f"sorter bounded job {name} = {v!r} is out of range: "
+                raise ParamError(f"Stage I bounded job {name} = {v!r} is out of range: "
                                  f"allowed [{lo}, {hi}]")
 
     def keys(self) -> int:
@@ -188,24 +199,50 @@ class SorterJob:
         return self.key_bits if self.key_bits is not None \
             else max(1, (self.max_items - 1).bit_length())
 
-    def depth(self, cfg: Config) -> int:
-        """Cycles of the longest job (``max_items``, any ``k``) from its configuration beat
-        to ``busy`` low: cfg handshake, the job's cycles, the return to idle, one more."""
-        from .sorter_timing import SorterTiming
-
-        t = SorterTiming.from_params(cfg.sorter)
+    def depth(self, cfg: Config, block: str = "sorter") -> int:
+        """Cycles of the longest job (``max_items``, any ``k``) on the Stage I engine
+        ``block`` (``"sorter"`` or ``"topk"``, :data:`STAGE1_ENGINES`) from its configuration
+        beat to ``busy`` low: cfg handshake, the job's cycles (the engine's timing contract),
+        the return to idle (its idle cycles), one more."""
+        timing, idle = stage1_engine(block)
+        t = timing.from_params(cfg.sorter)
         n = min(self.max_items, cfg.sorter.max_n)
         return 1 + max(t.stage1_cycles(n, k) for k in range(1, min(n, cfg.sorter.max_k) + 1)) \
-            + SORTER_IDLE_CYCLES + 1
+            + idle + 1
 
 
 #: cycles from the last output beat of a sorter job until ``busy`` is low (the last beat leaves
 #: the compactor's output register; the completion test and ``busy`` are registers behind it)
 SORTER_IDLE_CYCLES = 2
+#: cycles from the last output beat of a top-k engine job until ``busy`` is low: none (the
+#: beat itself returns the phase register from DRAIN to IDLE, and ``busy`` is that register
+#: decoded, so ``busy`` is low in the next cycle)
+TOPK_IDLE_CYCLES = 0
 
-_S, _L, _C = "sorter", "loader", "scorer"
-_JOB = {_S: _sorter_job_depth, _L: _loader_job_depth, _C: _scorer_job_depth}
+
+def stage1_engine(block: str) -> tuple[type, int]:
+    """(timing contract class, idle cycles) of the Stage I engine ``block``: ``"sorter"``
+    (:class:`~hikv.hw.sorter_timing.SorterTiming`, :data:`SORTER_IDLE_CYCLES`) or ``"topk"``
+    (:class:`~hikv.hw.topk_timing.TopKTiming`, :data:`TOPK_IDLE_CYCLES`);
+    :class:`~hikv.params.ParamError` for another block."""
+    from .sorter_timing import SorterTiming
+    from .topk_timing import TopKTiming
+
+    engines = {_S: (SorterTiming, SORTER_IDLE_CYCLES), _T: (TopKTiming, TOPK_IDLE_CYCLES)}
+    if block not in engines:
+        raise ParamError(f"block {block!r} runs no Stage I job; Stage I engines: "
+                         f"{sorted(engines)}")
+    return engines[block]
+
+
+_S, _T, _L, _C = "sorter", "topk", "loader", "scorer"
+#: the blocks that run the sorter's Stage I contract (their bounded job is a SorterJob)
+STAGE1_ENGINES = (_S, _T)
+_JOB = {_S: _stage1_job_depth(_S), _T: _stage1_job_depth(_T), _L: _loader_job_depth,
+        _C: _scorer_job_depth}
 _JOB_NOTE = {_S: "a whole Stage I job of n <= SORTER_BMC_ITEMS items at full rate, "
+                 "configuration to idle",
+             _T: "a whole Stage I job of n <= SORTER_BMC_ITEMS items at full rate, "
                  "configuration to idle",
              _L: "a one-token dense job with a one-cycle memory, configuration to done",
              _C: "a job of sorter.max_n tokens, configuration to its last output beat"}
@@ -225,24 +262,33 @@ def _p(block: str, name: str, text: str, method: str, mutant: str, mutant_text: 
 _STABLE = "valid held and payload unchanged until ready"
 _DROP = "o.valid drops after one cycle of waiting for ready"
 
-#: Every property, by block.
-PROPERTIES: dict[str, tuple[FormalProperty, ...]] = {
-    _S: (
-        _p(_S, "o.stable", f"o: {_STABLE}", "induction", "o_valid_drop", _DROP),
-        _p(_S, "s1.count", "a Stage I job outputs exactly min(k, n) entries, its last beat "
+
+def _stage1(block: str, engine: str, idle: str) -> tuple[FormalProperty, ...]:
+    """The Stage I contract's properties on ``block`` (``engine``: its name in the mutants'
+    text; ``idle``: its idle-cycles constant)."""
+    b = block
+    return (
+        _p(b, "o.stable", f"o: {_STABLE}", "induction", "o_valid_drop", _DROP),
+        _p(b, "s1.count", "a Stage I job outputs exactly min(k, n) entries, its last beat "
            "marked last", "bmc", "extra_entry",
            "the last beat of a job carries one valid lane too many"),
-        _p(_S, "s1.order", "Stage I output indices strictly ascend within a job", "bmc",
+        _p(b, "s1.order", "Stage I output indices strictly ascend within a job", "bmc",
            "lanes_swapped", "lanes 0 and 1 of a full output beat are exchanged"),
-        _p(_S, "s1.member", "every Stage I output (key, index) is an input item of the job",
+        _p(b, "s1.member", "every Stage I output (key, index) is an input item of the job",
            "bmc", "key_plus_one", "lane 0's key leaves one larger than it came in"),
-        _p(_S, "s1.topk", "no unselected input beats a selected one (larger key, or equal key "
+        _p(b, "s1.topk", "no unselected input beats a selected one (larger key, or equal key "
            "and earlier arrival)", "bmc", "smallest_k",
-           "the sorter selects the k smallest keys (keys inverted into and out of it)"),
-        _p(_S, "idle", "busy falls within SORTER_IDLE_CYCLES of a job's last output beat; "
+           f"the {engine} selects the k smallest keys (keys inverted into and out of it)"),
+        _p(b, "idle", f"busy falls within {idle} of a job's last output beat; "
            "cfg.ready == ~busy; no output while idle", "bmc", "stuck_busy",
            "busy stays high after the first job"),
-    ),
+    )
+
+
+#: Every property, by block.
+PROPERTIES: dict[str, tuple[FormalProperty, ...]] = {
+    _S: _stage1(_S, "sorter", "SORTER_IDLE_CYCLES"),
+    _T: _stage1(_T, "engine", "TOPK_IDLE_CYCLES"),
     _L: (
         _p(_L, "o.stable", f"o: {_STABLE}", "induction", "o_valid_drop", _DROP),
         _p(_L, "ar.legal", "while ARVALID: ARBURST INCR, ARSIZE the bus width, ARLEN < "
@@ -810,9 +856,21 @@ class SorterHarness(Harness):
 
     ``job`` (:class:`SorterJob`) is the Stage I job the bounded properties follow; None: up to
     :data:`SORTER_BMC_ITEMS` items, keys wide enough for every order of them.
+
+    Another engine with the sorter's Stage I contract (ports, layouts, ``busy``, ``error``)
+    is checked by a subclass that names its block, builds it (:meth:`engine`) and states its
+    idle cycles (:attr:`idle_cycles`); :class:`TopKHarness` is one.
     """
 
     block = _S
+    #: cycles from a job's last output beat until ``busy`` is low (property ``idle``)
+    idle_cycles = SORTER_IDLE_CYCLES
+
+    def engine(self) -> Elaboratable:
+        """The block under check, built from the configuration."""
+        from .sorter import make_sorter
+
+        return make_sorter(self.cfg)
 
     def __init__(self, cfg: Config, *, only: str | None = None, mutant: str | None = None,
                  job: SorterJob | None = None) -> None:
@@ -820,16 +878,16 @@ class SorterHarness(Harness):
         if job is None:
             job = SorterJob(max_items=min(SORTER_BMC_ITEMS, cfg.sorter.max_n))
         if not isinstance(job, SorterJob):
-            raise TypeError(f"SorterHarness job must be a SorterJob, not {job!r}")
+            raise TypeError(f"{type(self).__name__} job must be a SorterJob, not {job!r}")
         job.check(cfg)
         self.job = job
 
     def elaborate(self, platform: object) -> Module:
-        from .sorter import SorterMode, make_sorter
+        from .sorter import SorterMode
 
         m = Module()
         past = self._domain(m)
-        m.submodules.dut = dut = make_sorter(self.cfg)
+        m.submodules.dut = dut = self.engine()
         prm = dut.params
         p, kw, iw = prm.lanes, prm.key_width, prm.index_width
 
@@ -966,42 +1024,61 @@ class SorterHarness(Harness):
         self._check(m, "s1.topk", ~end | ~seen_x | nxo
                     | ((nlo >= key_x) & (~nhany | (nhi > key_x))))
 
-        # ---- idle: busy falls within SORTER_IDLE_CYCLES of a job's last beat (Stage I: the
-        # beat marked last; Stage II: the last beat of its last vector)
+        # ---- idle: busy falls within idle_cycles of a job's last beat (Stage I: the beat
+        # marked last; Stage II: the last beat of its last vector)
         segs = Signal(unsigned(prm.count_width), name="f_segments_left")
         job_end = o_fire & o.last & (segs == 1)
         with m.If(o_fire & o.last):
             m.d.sync += segs.eq(segs - 1)
         with m.If(cfg_fire):
             m.d.sync += segs.eq(Mux(cfg.mode == SorterMode.STAGE1, 1, cfg.count))
-        since = Signal(range(SORTER_IDLE_CYCLES + 2), name="f_since_last")
+        idle = self.idle_cycles
+        since = Signal(range(idle + 2), name="f_since_last")
         after = Signal(name="f_after_last")
         with m.If(job_end):
             m.d.sync += [after.eq(1), since.eq(0)]
-        with m.Elif(after & (since <= SORTER_IDLE_CYCLES)):
+        with m.Elif(after & (since <= idle)):
             m.d.sync += since.eq(since + 1)
         with m.If(cfg_fire):
             m.d.sync += after.eq(0)
         self._check(m, "idle", (cfg_r == ~busy) & (busy | ~o_v)
-                    & (~after | ~busy | (since < SORTER_IDLE_CYCLES)))
+                    & (~after | ~busy | (since < idle)))
         return m
+
+
+class TopKHarness(SorterHarness):
+    """The radix-select top-k engine (:class:`~hikv.hw.topk.TopK`) under the sorter's Stage I
+    properties (:class:`SorterHarness`: the same ports, layouts, job, checks and mutants). It
+    refuses Stage II configurations with ``error``; the Stage I job's configuration is assumed
+    Stage I, as the sorter's is. Its ``busy`` is low :data:`TOPK_IDLE_CYCLES` after a job's
+    last output beat."""
+
+    block = _T
+    idle_cycles = TOPK_IDLE_CYCLES
+
+    def engine(self) -> Elaboratable:
+        from .topk import make_topk
+
+        return make_topk(self.cfg)
 
 
 #: sorter properties checked on one job at full rate (bounded model checking of the whole
 #: sorter is out of reach otherwise)
 _SORTER_FULL_RATE = ("s1.count", "s1.order", "s1.member", "s1.topk", "idle")
 
-_HARNESSES: dict[str, type[Harness]] = {_S: SorterHarness, _L: LoaderHarness, _C: ScorerHarness}
+_HARNESSES: dict[str, type[Harness]] = {_S: SorterHarness, _T: TopKHarness, _L: LoaderHarness,
+                                        _C: ScorerHarness}
 
 
 def harness(block: str, cfg: Config, *, only: str | None = None,
             mutant: str | None = None, job: SorterJob | None = None) -> Harness:
     """The harness of ``block`` built from ``cfg``, asserting ``only`` (None: every property)
-    with ``mutant``'s bug injected (None: none); ``job``: the sorter's bounded Stage I job
-    (:class:`SorterJob`; None: the default one; only for the sorter)."""
+    with ``mutant``'s bug injected (None: none); ``job``: the bounded Stage I job of a Stage I
+    engine (:data:`STAGE1_ENGINES`: sorter, topk; :class:`SorterJob`; None: the default one)."""
     properties(block)
     if job is not None:
-        if block != _S:
-            raise ParamError(f"a bounded job (job=) is the sorter's; block {block!r} has none")
-        return SorterHarness(cfg, only=only, mutant=mutant, job=job)
+        if block not in STAGE1_ENGINES:
+            raise ParamError(f"a bounded job (job=) is the Stage I engines' "
+                             f"({', '.join(STAGE1_ENGINES)}); block {block!r} has none")
+        return _HARNESSES[block](cfg, only=only, mutant=mutant, job=job)
     return _HARNESSES[block](cfg, only=only, mutant=mutant)

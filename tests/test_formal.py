@@ -22,13 +22,15 @@ TINY = get_preset("tiny")
 
 #: properties (block, name) whose proof takes about a minute or more on 2 cores
 #: (docs/formal.md); CI keeps the sorter's s1.topk, idle and o.stable proofs and s1.count's
-#: shallower variant, ``pytest --extended`` runs these too
-SLOW = {("sorter", "s1.count"), ("sorter", "s1.order"), ("sorter", "s1.member")}
+#: shallower variant, ``pytest --extended`` runs these too. The top-k engine's proofs take
+#: seconds; its s1.count (the slowest, over 10 s) runs to a one-beat job in CI.
+SLOW = {("sorter", "s1.count"), ("sorter", "s1.order"), ("sorter", "s1.member"),
+        ("topk", "s1.count")}
 #: properties whose mutant check takes over a minute (their proofs stay in CI)
 SLOW_MUTANTS = {("sorter", "o.stable")}
 #: BMC depth of the CI variant of a slow property: a Stage I job of one beat (n <= P), from its
 #: configuration beat to its last output beat
-CI_DEPTH = {("sorter", "s1.count"): 22}
+CI_DEPTH = {("sorter", "s1.count"): 22, ("topk", "s1.count"): 16}
 assert set(CI_DEPTH) <= SLOW
 
 
@@ -57,7 +59,7 @@ def _param(block: str, name: str, *, mutant: bool) -> object:
 def test_property_table():
     """Every block's properties: unique names and mutants, a known method, positive depths on
     tiny, and BMC depths that cover at least the block's job (its mutants' depth)."""
-    assert set(PROPERTIES) == {"sorter", "loader", "scorer"}
+    assert set(PROPERTIES) == {"sorter", "topk", "loader", "scorer"}
     for block, props in PROPERTIES.items():
         names = [p.name for p in props]
         assert len(set(names)) == len(names), block
@@ -97,10 +99,36 @@ def test_sorter_job():
                        (SorterJob(key_bits=0), "key_bits")):
         with pytest.raises(ParamError, match=f"job {field} = .* out of range"):
             harness("sorter", TINY, only="s1.topk", job=bad)
-    with pytest.raises(ParamError, match="sorter's"):
+    with pytest.raises(ParamError, match="Stage I engines' .sorter, topk.; block 'loader'"):
         harness("loader", TINY, job=SorterJob())
     with pytest.raises(TypeError, match="SorterJob"):
         harness("sorter", TINY, job=(1, 8))
+
+
+def test_topk_job_depth():
+    """The top-k engine's bounded job follows its own timing contract (TopKTiming, no
+    dependence on k) and idle cycles, not the sorter's; its properties are the sorter's Stage I
+    ones with the same mutants."""
+    from hikv.hw.formal import TOPK_IDLE_CYCLES, SorterJob, TopKHarness, find_property
+    from hikv.hw.topk_timing import TopKTiming
+
+    t = TopKTiming.from_params(TINY.sorter)
+    for n in (1, TINY.sorter.lanes, 8, 33, TINY.sorter.max_n):
+        for kb in (None, 1):
+            want = 1 + t.stage1_cycles(n, 1) + TOPK_IDLE_CYCLES + 1
+            assert SorterJob(n, key_bits=kb).depth(TINY, "topk") == want, n
+    for p in properties("topk"):
+        if p.method == "bmc":
+            assert p.depth(TINY) == SorterJob().depth(TINY, "topk") == p.mutant_depth(TINY), p
+    assert SorterJob().depth(TINY, "topk") != SorterJob().depth(TINY, "sorter")
+    assert [(p.name, p.method, p.mutant) for p in properties("topk")] == \
+        [(p.name, p.method, p.mutant) for p in properties("sorter")]
+    assert "TOPK_IDLE_CYCLES" in find_property("topk", "idle").text
+    assert isinstance(harness("topk", TINY, job=SorterJob(16, key_bits=1)), TopKHarness)
+    with pytest.raises(ParamError, match="runs no Stage I job"):
+        SorterJob().depth(TINY, "loader")
+    with pytest.raises(ParamError, match="job max_items = 65 is out of range"):
+        harness("topk", TINY, only="idle", job=SorterJob(TINY.sorter.max_n + 1))
 
 
 def test_cli_sorter_job(capsys):
@@ -120,6 +148,14 @@ def test_cli_sorter_job(capsys):
     assert main(["prove", "--block", "sorter", "--items", "4", "--min-items", "5",
                  "--list"]) == 2
     assert "min_items = 5 is out of range: allowed [1, 4]" in capsys.readouterr().err
+    # the top-k engine takes the same job, to its own depth
+    assert main(["prove", "--block", "topk", "--items", "64", "--key-bits", "1",
+                 "--list"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"bounded, {SorterJob(64, key_bits=1).depth(TINY, 'topk')} cycles "
+                     "(the --items job)") == 5 and "mutant smallest_k" in out
+    assert main(["prove", "--block", "scorer", "--key-bits", "1", "--list"]) == 2
+    assert "apply to --block sorter or topk, not 'scorer'" in capsys.readouterr().err
 
 
 def test_sby_text():
@@ -156,6 +192,10 @@ def test_prove_cli_bad_input(capsys):
     assert main(["prove", "--block", "loader", "--list"]) == 0
     out = capsys.readouterr().out
     assert "ar.4k" in out and "induction, k = 2" in out and "mutant cross_4k" in out
+    assert main(["prove", "--block", "topk", "--list"]) == 0
+    out = capsys.readouterr().out
+    depth = properties("topk")[1].depth(TINY)
+    assert "s1.topk" in out and f"bounded, {depth} cycles" in out and "TOPK_IDLE_CYCLES" in out
 
 
 # --------------------------------------------------------------------------- proofs
@@ -231,6 +271,25 @@ def test_sorter_four_beat_jobs(name, tmp_path):
     r = prove_property("sorter", TINY, name, mutant=True, job=job,
                        workdir=tmp_path / "mutant")
     assert r.status == "fail", (name, r.mutant, r.status, r.detail)
+
+
+@pytest.mark.slow
+@pytest.mark.extended
+def test_topk_full_length_job(tmp_path):
+    """The top-k engine's s1.topk to a full-length tiny job (max_n items less at most three,
+    every beat of the buffer, any k) with 1-bit keys: passes to that job's depth
+    (docs/formal.md, "Top-k engine": about 3 minutes), and its mutant is rejected there."""
+    from hikv.hw.formal import SorterJob
+    from hikv.sim.eda.formal import prove_property
+
+    _tools_or_skip()
+    n = TINY.sorter.max_n
+    job = SorterJob(n, n - TINY.sorter.lanes + 1, key_bits=1)
+    r = prove_property("topk", TINY, "s1.topk", job=job, workdir=tmp_path / "proof")
+    assert r.passed and r.depth == job.depth(TINY, "topk"), (r.status, r.detail)
+    r = prove_property("topk", TINY, "s1.topk", mutant=True, job=job,
+                       workdir=tmp_path / "mutant")
+    assert r.status == "fail", (r.mutant, r.status, r.detail)
 
 
 @pytest.mark.slow

@@ -166,9 +166,9 @@ def prove_property(block: str, cfg: Config, name: str, *, depth: int | None = No
     property's bug injected, where the expected result is ``fail``).
 
     ``depth`` overrides the property's own (:attr:`~hikv.hw.formal.FormalProperty.depth`).
-    ``job`` (sorter only): the Stage I job the bounded checks follow
-    (:class:`~hikv.hw.formal.SorterJob`); a bounded check (and a mutant) then goes to that
-    job's depth unless ``depth`` says otherwise.
+    ``job`` (Stage I engines only: ``sorter``, ``topk``): the Stage I job the bounded checks
+    follow (:class:`~hikv.hw.formal.SorterJob`); a bounded check (and a mutant) then goes to
+    that job's depth on ``block``'s engine unless ``depth`` says otherwise.
     The run's files (design, SymbiYosys file, logs, counterexample) go to ``workdir``
     (default: a new folder under ``$HIKV_CACHE/formal``).
     """
@@ -178,7 +178,7 @@ def prove_property(block: str, cfg: Config, name: str, *, depth: int | None = No
     method = "bmc" if mutant else prop.method
     if job is not None and depth is None and method == "bmc":
         job.check(cfg)
-        depth = job.depth(cfg)
+        depth = job.depth(cfg, block)
     d = (prop.mutant_depth(cfg) if mutant else prop.depth(cfg)) if depth is None else depth
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:
         raise ParamError(f"proof depth = {d!r} is out of range: allowed >= 1")
