@@ -293,6 +293,19 @@ def test_topk_full_length_job(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extended
+@pytest.mark.parametrize("name", [p.name for p in PROPERTIES["scorer"]])
+def test_scorer_default_proven(name, tmp_path):
+    """The scoring unit's properties on `default` (32 lanes of 64 4-bit MACs): each by its
+    induction, as on tiny (docs/formal.md, "Properties on `default`": 3 to 6 minutes each)."""
+    from hikv.sim.eda.formal import prove_property
+
+    _tools_or_skip()
+    r = prove_property("scorer", get_preset("default"), name, workdir=tmp_path)
+    assert r.passed and r.method == "induction", (name, r.status, r.detail)
+
+
+@pytest.mark.slow
 def test_prove_cli_scorer(tmp_path, monkeypatch, capsys):
     """`hikv prove --block scorer --preset tiny` proves every property and exits 0; a
     property that does not close is exit 1, naming it."""
