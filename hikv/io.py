@@ -56,6 +56,7 @@ __all__ = [
     "prepare_out_dir",
     "check_writable",
     "file_lock",
+    "out_dir_holder",
     "unique_dir",
     "MANIFEST",
     "RunFolder",
@@ -443,6 +444,26 @@ def hold_out_dir(folder: str | os.PathLike[str], flag: str = "--out",
     os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)}"[:400].encode(), 0)
     _HELD[p] = fd
     return p
+
+
+def out_dir_holder(folder: str | os.PathLike[str]) -> str | None:
+    """The run holding ``folder`` (its lock file's ``pid ...: command`` line), or None when no
+    process holds it; looks without taking the folder (a shared ``flock`` tried and dropped)."""
+    lock = Path(folder) / OUT_LOCK
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            return os.pread(fd, 400, 0).decode("utf-8", "replace").strip() or "unknown"
+        except OSError:
+            return "unknown"
+    finally:
+        os.close(fd)
+    return None
 
 
 def release_out_dir(folder: str | os.PathLike[str]) -> None:

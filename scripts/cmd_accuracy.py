@@ -18,6 +18,8 @@ version, into --out; progress goes to stdout):
   run         the whole study (Stage I and baselines, Stage II, layout, fidelity, iso table,
               plots) as one resumable run; --suite seed-smollm2 / seed-gemma: the protocol x
               length x task grid of cells (resumable per cell, --workers N, --executor ray)
+  status      where a seed-suite run folder stands (cells written, cells in progress with
+              their windows or trials and the methods still running); reads only
 
 Protocols (--protocol): prompt = context and question prefilled but the question's last token,
 which is decoded through the method's cache (compression decided at the end of prefill with the
@@ -244,6 +246,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "decides stops (the error split over the looks, half to the last; "
                         "full KV runs every window), e.g. 6 12 24 48")
 
+    g = sub.add_parser("status", help="where a seed-suite run folder stands: cells written, "
+                       "cells in progress, the run writing into it (reads only)")
+    g.add_argument("--out", type=Path, required=True,
+                   help="the folder of a `hikv accuracy run --suite seed-...` run")
+
+
+def _status(args: argparse.Namespace) -> int:
+    from hikv.model.accuracy.status import status_lines, suite_status
+
+    print("\n".join(status_lines(suite_status(args.out))))
+    return 0
+
 
 def _seed_suite(suite: Any, args: argparse.Namespace) -> Any:
     """The seed suite with ``--suite-lengths``, ``--families`` and ``--add-families``."""
@@ -306,6 +320,8 @@ def run(args: argparse.Namespace) -> int:
 
     from hikv.params import ParamError
 
+    if args.what == "status":          # reads the folder only: no lock, no torch
+        return _status(args)
     if getattr(args, "threads", 1) < 1:
         raise ParamError(f"--threads = {args.threads} is out of range: allowed >= 1")
     _check_numbers(args)

@@ -29,7 +29,7 @@ from typing import Any
 
 from hikv.io import atomic_write_text
 
-__all__ = ["Journal", "partial_path"]
+__all__ = ["Journal", "partial_path", "read_journal"]
 
 #: the journal format (the header's ``partial``)
 JOURNAL_VERSION = 1
@@ -38,6 +38,30 @@ JOURNAL_VERSION = 1
 def partial_path(cells_dir: Path, key: str) -> Path:
     """The journal of cell ``key`` in ``cells_dir``: ``<key>.partial.jsonl``."""
     return Path(cells_dir) / f"{key}.partial.jsonl"
+
+
+def read_journal(path: Path) -> tuple[Any, list[dict[str, Any]], bool]:
+    """(header, the records in order, whether a torn line ended them) of the journal at
+    ``path``, read without changing it."""
+    recs: list[dict[str, Any]] = []
+    head: Any = None
+    torn = False
+    for i, raw in enumerate(Path(path).read_bytes().split(b"\n")):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            torn = True                         # killed mid-write: the rest is lost
+            break
+        if i == 0:
+            head = obj
+        elif isinstance(obj, dict) and obj.get("trial") == len(recs):
+            recs.append(obj)
+        else:
+            torn = True
+            break
+    return head, recs, torn
 
 
 def _norm(obj: Any) -> Any:
@@ -66,25 +90,7 @@ class Journal:
     def _load(self) -> None:
         if not self.path.is_file():
             return
-        lines = self.path.read_bytes().split(b"\n")
-        recs: list[dict[str, Any]] = []
-        head: Any = None
-        torn = False
-        for i, raw in enumerate(lines):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                torn = True                     # killed mid-write: the rest is lost
-                break
-            if i == 0:
-                head = obj
-            elif isinstance(obj, dict) and obj.get("trial") == len(recs):
-                recs.append(obj)
-            else:
-                torn = True
-                break
+        head, recs, torn = read_journal(self.path)
         if head != self.header:
             self.dropped = f"{self.path.name}: written for other settings, discarded"
             self.path.unlink()

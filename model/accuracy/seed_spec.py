@@ -15,7 +15,8 @@ from hikv.params import Config, MethodSpec, ParamError
 
 __all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "EXTRA_BASELINES_GEMMA",
            "THINK_ALONE", "ALL_TOKENS_RULE", "PRUNE_RULES", "Cell", "suite_cells",
-           "suite_specs", "suite_key", "finer_budgets", "budget_grid", "variant_families"]
+           "suite_specs", "suite_key", "suite_key_sizes", "finer_budgets", "budget_grid",
+           "variant_families"]
 
 
 #: the seed's HiKV as a family (:func:`hikv.presets.seed_hikv`'s policy):
@@ -176,6 +177,12 @@ def suite_key(suite: SeedSuite) -> list[Any]:
         + ([f"step {suite.budget_step:g}"] if suite.budget_step else []) \
         + ([f"looks {sorted(set(suite.ppl_looks))}"] if suite.ppl_looks else [])
     return [*key, *extra]
+
+
+def suite_key_sizes(key: list[Any]) -> dict[str, int]:
+    """The planned ``trials`` per task cell and perplexity ``windows`` of a :func:`suite_key`
+    (as a cell file or journal records it)."""
+    return {"trials": int(key[2]), "windows": int(key[3])}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,74 @@
+"""``hikv accuracy status``: a seed-suite folder's cells written and in progress, read from
+its cell files and journals without changing them, and the run holding the folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hikv.io import hold_out_dir, release_out_dir
+from hikv.model.accuracy.journal import Journal, partial_path
+from hikv.model.accuracy.seed_spec import SEED_SUITES, suite_key, suite_key_sizes
+from hikv.model.accuracy.status import status_lines, suite_status
+from hikv.params import ParamError
+from hikv.scripts.cli import main
+
+SUITE = SEED_SUITES["seed-smoke"]
+
+
+def _folder(tmp_path):
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    (cells / "passkey_prompt_64.json").write_text(json.dumps({"meta": {}, "rows": [{}] * 3}))
+    key = suite_key(SUITE)
+    ppl = Journal(partial_path(cells, "ppl_64"), {"cell": "ppl_64", "suite_key": key,
+                                                  "labels": ["full", "a", "b"], "windows": "h"})
+    ppl.append_record(0, {"units": 1, "methods": {"full": {}, "a": {}, "b": {}}})
+    ppl.append_record(1, {"units": 1, "methods": {"full": {}, "b": {}}})
+    task = Journal(partial_path(cells, "niah_prompt_64"), {"cell": "niah_prompt_64",
+                                                          "suite_key": key, "seed": 0})
+    task.append(0, 50, ["full", "a"], [1.0, 0.0], ["x", "y"])
+    with open(task.path, "ab") as f:
+        f.write(b'{"trial": 1, "torn')              # killed mid-write
+    return tmp_path, key
+
+
+def test_status_reads_cells_and_journals(tmp_path):
+    out, key = _folder(tmp_path)
+    before = {p.name: p.read_bytes() for p in (out / "cells").iterdir()}
+    st = suite_status(out)
+    assert {p.name: p.read_bytes() for p in (out / "cells").iterdir()} == before   # read only
+    assert st["holder"] is None and not st["finished"]
+    assert st["done"] == [{"cell": "passkey_prompt_64", "rows": 3}]
+    run = {r["cell"]: r for r in st["running"]}
+    sizes = suite_key_sizes(key)
+    assert sizes == {"trials": SUITE.trials, "windows": SUITE.ppl_windows}
+    p = run["ppl_64"]
+    assert (p["unit"], p["finished"], p["planned"]) == ("windows", 2, SUITE.ppl_windows)
+    assert (p["methods_first"], p["methods_last"]) == (3, 2) and not p["torn"]
+    t = run["niah_prompt_64"]
+    assert (t["unit"], t["finished"], t["planned"], t["torn"]) == ("trials", 1, SUITE.trials,
+                                                                   True)
+    text = "\n".join(status_lines(st))
+    assert "no run is writing here" in text and "cells with rows written: 1 (3 rows)" in text
+    assert f"ppl_64: 2 of {SUITE.ppl_windows} windows finished; methods running 2" in text
+    assert "a torn last line" in text
+
+
+def test_status_names_the_run_holding_the_folder(tmp_path, capsys):
+    out, _ = _folder(tmp_path)
+    hold_out_dir(out)
+    try:
+        assert main(["accuracy", "status", "--out", str(out)]) == 0
+        assert "a run is writing here (pid " in capsys.readouterr().out
+    finally:
+        release_out_dir(out)
+    assert suite_status(out)["holder"] is None
+
+
+def test_status_of_a_folder_without_cells(tmp_path, capsys):
+    with pytest.raises(ParamError, match="--out .*no seed-suite cells"):
+        suite_status(tmp_path)
+    assert main(["accuracy", "status", "--out", str(tmp_path / "none")]) == 2
+    assert "--out" in capsys.readouterr().err
