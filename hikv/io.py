@@ -415,6 +415,15 @@ _HELD: dict[Path, int] = {}
 _OWNED: dict[Path, tuple[str, ...]] = {}
 
 
+def _holder_line(fd: int) -> str:
+    """The ``pid ...: command`` line a holder wrote into the lock file ``fd`` ("unknown" when
+    unreadable or empty)."""
+    try:
+        return os.pread(fd, 400, 0).decode("utf-8", "replace").strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
 def hold_out_dir(folder: str | os.PathLike[str], flag: str = "--out",
                  owned: Sequence[str] = ()) -> Path:
     """Make this process the one run writing into ``folder`` until it exits: an exclusive
@@ -433,12 +442,9 @@ def hold_out_dir(folder: str | os.PathLike[str], flag: str = "--out",
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        try:
-            holder = os.pread(fd, 400, 0).decode("utf-8", "replace").strip()
-        except OSError:
-            holder = ""
+        holder = _holder_line(fd)
         os.close(fd)
-        raise ParamError(f"{flag} {p} is in use by another run ({holder or 'unknown'}); wait "
+        raise ParamError(f"{flag} {p} is in use by another run ({holder}); wait "
                          "for it to finish or give another folder") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)}"[:400].encode(), 0)
@@ -457,10 +463,7 @@ def out_dir_holder(folder: str | os.PathLike[str]) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
-        try:
-            return os.pread(fd, 400, 0).decode("utf-8", "replace").strip() or "unknown"
-        except OSError:
-            return "unknown"
+        return _holder_line(fd)
     finally:
         os.close(fd)
     return None

@@ -240,10 +240,9 @@ _S, _T, _L, _C = "sorter", "topk", "loader", "scorer"
 STAGE1_ENGINES = (_S, _T)
 _JOB = {_S: _stage1_job_depth(_S), _T: _stage1_job_depth(_T), _L: _loader_job_depth,
         _C: _scorer_job_depth}
-_JOB_NOTE = {_S: "a whole Stage I job of n <= SORTER_BMC_ITEMS items at full rate, "
-                 "configuration to idle",
-             _T: "a whole Stage I job of n <= SORTER_BMC_ITEMS items at full rate, "
-                 "configuration to idle",
+_STAGE1_JOB = ("a whole Stage I job of n <= SORTER_BMC_ITEMS items at full rate, "
+               "configuration to idle")
+_JOB_NOTE = {_S: _STAGE1_JOB, _T: _STAGE1_JOB,
              _L: "a one-token dense job with a one-cycle memory, configuration to done",
              _C: "a job of sorter.max_n tokens, configuration to its last output beat"}
 

@@ -29,15 +29,19 @@ from typing import Any
 
 from hikv.io import atomic_write_text
 
-__all__ = ["Journal", "partial_path", "read_journal"]
+__all__ = ["Journal", "PARTIAL_SUFFIX", "partial_path", "read_journal"]
 
 #: the journal format (the header's ``partial``)
 JOURNAL_VERSION = 1
 
 
+#: the file name ending of a cell's journal (:func:`partial_path`)
+PARTIAL_SUFFIX = ".partial.jsonl"
+
+
 def partial_path(cells_dir: Path, key: str) -> Path:
     """The journal of cell ``key`` in ``cells_dir``: ``<key>.partial.jsonl``."""
-    return Path(cells_dir) / f"{key}.partial.jsonl"
+    return Path(cells_dir) / f"{key}{PARTIAL_SUFFIX}"
 
 
 def read_journal(path: Path) -> tuple[Any, list[dict[str, Any]], bool]:

@@ -13,14 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from hikv.io import MANIFEST, out_dir_holder
-from hikv.model.accuracy.journal import read_journal
+from hikv.model.accuracy.journal import PARTIAL_SUFFIX, read_journal
 from hikv.model.accuracy.seed_spec import suite_key_sizes
 from hikv.params import ParamError
 
 __all__ = ["suite_status", "status_lines"]
-
-_PARTIAL = ".partial.jsonl"
-
 
 def _methods(rec: dict[str, Any]) -> int:
     """Methods run in one journal record: a window's ``methods`` or a trial's ``labels``."""
@@ -44,21 +41,23 @@ def suite_status(out: str | Path) -> dict[str, Any]:
             raise ParamError(f"--out {out}: cell file {f.name} is not JSON ({e})") from None
         done.append({"cell": f.stem, "rows": len(data.get("rows", []))})
     running = []
-    for f in sorted(cells.glob("*" + _PARTIAL)):
+    for f in sorted(cells.glob("*" + PARTIAL_SUFFIX)):
         head, recs, torn = read_journal(f)
+        key = f.name[:-len(PARTIAL_SUFFIX)]
         if not isinstance(head, dict):
-            running.append({"cell": f.name[:-len(_PARTIAL)], "unreadable": True})
+            running.append({"cell": key, "unreadable": True})
             continue
-        cell = str(head.get("cell", f.name[:-len(_PARTIAL)]))
+        cell = str(head.get("cell", key))
         ppl = "windows" in head             # a perplexity cell's header hashes its windows
         sizes = suite_key_sizes(head["suite_key"]) if head.get("suite_key") else {}
         planned = sizes.get("windows" if ppl else "trials")
         last = recs[-1] if recs else {}
+        start = len(head.get("labels", []))     # the methods active when the journal began
         running.append({
             "cell": cell, "unit": "windows" if ppl else "trials", "finished": len(recs),
             "planned": planned, "torn": torn,
-            "methods_first": _methods(recs[0]) if recs else len(head.get("labels", [])),
-            "methods_last": _methods(last) if recs else len(head.get("labels", [])),
+            "methods_first": _methods(recs[0]) if recs else start,
+            "methods_last": _methods(last) if recs else start,
             "wall_s": float(last.get("wall_s", 0.0)), "cpu_s": float(last.get("cpu_s", 0.0))})
     return {"out": str(out), "holder": out_dir_holder(out),
             "finished": (out / MANIFEST).is_file(), "done": done, "running": running}

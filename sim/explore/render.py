@@ -162,8 +162,7 @@ def _engine_lines(rep: Report) -> list[str]:
                f"this configuration does not (`--set sorter.kind={fav}` for it)")
         out += ["", f"The numbers favour **{fav}** ({e['favoured_why']}; the faster step, or "
                 f"the smaller HiKV units where the steps are within {100 * TIME_TIE:g} %, the "
-                "rule each "
-                f"preset's `sorter.kind` follows): {use}."]
+                f"rule each preset's `sorter.kind` follows): {use}."]
     return out
 
 
@@ -292,7 +291,8 @@ def rows_csv(rep: Report) -> str:
     parts = list(ENERGY_PARTS)
     w = csv.writer(buf, lineterminator="\n")
     kind = rep.engine.get("kind", "")
-    shares = (rep.area.get("engines") or {}).get("kinds", {})
+    engines = rep.area.get("engines") or {}
+    shares = engines.get("kinds", {})
     alt = [k for k in shares if k != kind]
     w.writerow(["preset", "code_version", "timing_model", "budgets", *CSV_FIELDS,
                 *(f"energy_{p}_j" for p in parts), "sorter_kind", "share_of_system",
@@ -303,8 +303,7 @@ def rows_csv(rep: Report) -> str:
         w.writerow([rep.preset, rep.code_version, rep.timing_model, rep.budgets,
                     *(_cell(getattr(r, f)) for f in CSV_FIELDS),
                     *(r.energy_parts_j.get(p, 0.0) for p in parts), kind, _cell(share),
-                    alt[0] if alt else "", _cell(alt_share),
-                    (rep.area.get("engines") or {}).get("favoured", "")])
+                    alt[0] if alt else "", _cell(alt_share), engines.get("favoured", "")])
     return buf.getvalue()
 
 
