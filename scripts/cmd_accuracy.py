@@ -250,12 +250,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        "cells in progress, the run writing into it (reads only)")
     g.add_argument("--out", type=Path, required=True,
                    help="the folder of a `hikv accuracy run --suite seed-...` run")
+    g.add_argument("--each", action="store_true",
+                   help="every method's verdict so far in a perplexity cell in progress "
+                        "(default: the non-inferior ones)")
 
 
 def _status(args: argparse.Namespace) -> int:
     from hikv.model.accuracy.status import status_lines, suite_status
 
-    print("\n".join(status_lines(suite_status(args.out))))
+    print("\n".join(status_lines(suite_status(args.out), each=args.each)))
     return 0
 
 

@@ -3,11 +3,14 @@ its cell files and journals without changing them, and the run holding the folde
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 
 import pytest
 
 from hikv.io import hold_out_dir, release_out_dir
+from hikv.model.accuracy import iso as NI
 from hikv.model.accuracy.journal import Journal, partial_path
 from hikv.model.accuracy.seed_spec import SEED_SUITES, suite_key, suite_key_sizes
 from hikv.model.accuracy.status import status_lines, suite_status
@@ -17,6 +20,11 @@ from hikv.scripts.cli import main
 SUITE = SEED_SUITES["seed-smoke"]
 
 
+def _win(tok):
+    """One method's record of a perplexity window: NLL sum, count and per-token NLLs."""
+    return {"nll": sum(tok), "cnt": len(tok), "tok": tok}
+
+
 def _folder(tmp_path):
     cells = tmp_path / "cells"
     cells.mkdir()
@@ -24,8 +32,9 @@ def _folder(tmp_path):
     key = suite_key(SUITE)
     ppl = Journal(partial_path(cells, "ppl_64"), {"cell": "ppl_64", "suite_key": key,
                                                   "labels": ["full", "a", "b"], "windows": "h"})
-    ppl.append_record(0, {"units": 1, "methods": {"full": {}, "a": {}, "b": {}}})
-    ppl.append_record(1, {"units": 1, "methods": {"full": {}, "b": {}}})
+    ppl.append_record(0, {"units": 1, "methods": {x: _win([2.0] * 32) for x in "full a b"
+                                                   .split()}})
+    ppl.append_record(1, {"units": 1, "methods": {x: _win([2.0] * 32) for x in ("full", "b")}})
     task = Journal(partial_path(cells, "niah_prompt_64"), {"cell": "niah_prompt_64",
                                                           "suite_key": key, "seed": 0})
     task.append(0, 50, ["full", "a"], [1.0, 0.0], ["x", "y"])
@@ -43,7 +52,7 @@ def test_status_reads_cells_and_journals(tmp_path):
     assert st["done"] == [{"cell": "passkey_prompt_64", "rows": 3}]
     run = {r["cell"]: r for r in st["running"]}
     sizes = suite_key_sizes(key)
-    assert sizes == {"trials": SUITE.trials, "windows": SUITE.ppl_windows}
+    assert sizes == {"trials": SUITE.trials, "windows": SUITE.ppl_windows, "looks": ()}
     p = run["ppl_64"]
     assert (p["unit"], p["finished"], p["planned"]) == ("windows", 2, SUITE.ppl_windows)
     assert (p["methods_first"], p["methods_last"]) == (3, 2) and not p["torn"]
@@ -72,3 +81,41 @@ def test_status_of_a_folder_without_cells(tmp_path, capsys):
         suite_status(tmp_path)
     assert main(["accuracy", "status", "--out", str(tmp_path / "none")]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_status_gives_a_sequential_cells_verdicts_so_far(tmp_path):
+    """A perplexity journal's verdicts so far: a method stopped at a look with the verdict of
+    that look's level, the running ones as they would stand were the cell to end now, and
+    full KV against itself on disjoint halves of the windows finished."""
+    suite = dataclasses.replace(SUITE, ppl_windows=8, ppl_looks=(2,), prune="noninferiority")
+    key = suite_key(suite)
+    assert suite_key_sizes(key) == {"trials": suite.trials, "windows": 8, "looks": (2,)}
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    j = Journal(partial_path(cells, "ppl_64"), {"cell": "ppl_64", "suite_key": key,
+                                                "labels": ["full", "worse", "same"],
+                                                "windows": "h"})
+    rng = random.Random(0)
+    for w in range(3):
+        tok = [rng.uniform(0.5, 4.0) for _ in range(32)]
+        methods = {"full": _win(tok), "same": _win(list(tok))}
+        if w < 2:                                   # 20 % more NLL: stopped at the 2-window look
+            methods["worse"] = _win([1.2 * x for x in tok])
+        j.append_record(w, {"units": 1, "methods": methods})
+    st = suite_status(tmp_path)
+    it = st["running"][0]["interim"]
+    m = {x["label"]: x for x in it["methods"]}
+    levels = NI.look_levels((2,), 8)
+    assert (m["worse"]["state"], m["worse"]["windows"], m["worse"]["verdict"]) == (
+        "stopped", 2, "no")
+    assert m["worse"]["level"] == levels[2]
+    assert (m["same"]["state"], m["same"]["windows"], m["same"]["verdict"]) == (
+        "running", 3, "yes")
+    assert m["same"]["level"] == levels[8] and m["same"]["estimate"] == 0
+    assert it["self_check"]["windows"] == 3
+    text = "\n".join(status_lines(st))
+    assert "stopped at a look: 1 (0 non-inferior, 1 inferior); running: 1 besides full KV" in text
+    assert "were the cell to end now (97.5 % one-sided): 1 yes, 0 no, 0 undecided" in text
+    assert "full KV against itself, disjoint halves of 3 windows" in text
+    assert "same: yes (running, 3 windows" not in text        # the running ones: with --each
+    assert "same: yes (running, 3 windows" in "\n".join(status_lines(st, each=True))

@@ -133,6 +133,42 @@ def test_a_sequential_cell_resumes_from_its_journal_to_the_same_rows(tiny_lm) ->
         assert got == ref
 
 
+def test_the_journal_gives_the_rows_and_verdicts_the_cell_will_write(tiny_lm) -> None:
+    """``hikv accuracy status`` reads a cell in progress from its window journal: the rows it
+    rebuilds are the rows the cell writes (over the windows each method ran), and a stopped
+    method's verdict is the one it stopped on."""
+    from hikv.model.accuracy.status import journal_ppl_rows, ppl_interim
+
+    env, wins = tiny_lm
+    lm, cfg = env["lm"], env["cfg"]
+    specs = [A.parse_method(x, cfg.policy, cfg.layout.head_dim)
+             for x in ("full", "snapkv@16", "hikv-evict@16")]
+    recs: list[dict] = []
+    ref = A.perplexity(lm, specs, cfg, wins, 88, batch=3, on_window=lambda i, rec: recs.append(rec),
+                       stop=lambda n, rows: ["hikv-evict@16"] if n == 1 else [])
+    head = {"labels": [s.label for s in specs]}
+    got = journal_ppl_rows(head, recs, len(wins))
+    for r in ref:
+        g = got[r["label"]]
+        assert (g["tokens"], g["windows"], g["windows_planned"]) == (
+            r["tokens"], r["windows"], r["windows_planned"])
+        assert g["ppl"] == pytest.approx(r["ppl"], rel=1e-12)
+        assert g["nll_blocks"] == [pytest.approx(w, abs=1e-6) for w in r["nll_blocks"]]
+    it = ppl_interim(head, recs, len(wins), looks=(1,))
+    levels = NI.look_levels((1,), len(wins))
+    m = {x["label"]: x for x in it["methods"]}
+    assert set(m) == {"snapkv@16", "hikv-evict@16"} and it["windows"] == len(wins)
+    assert (m["hikv-evict@16"]["state"], m["hikv-evict@16"]["windows"]) == ("stopped", 1)
+    assert m["snapkv@16"]["state"] == "running"
+    full = ref[0]
+    for r in ref[1:]:
+        level = levels[r["windows"]]
+        assert m[r["label"]]["level"] == level
+        assert m[r["label"]]["verdict"] == NI.ppl_look_verdict(r, full, level)
+    want = NI.split_self_check(full)           # the rows round their blocks to 1e-6
+    assert it["self_check"] == {k: pytest.approx(v, abs=1e-6) for k, v in want.items()}
+
+
 def test_the_seed_suite_runs_a_sequential_cell_end_to_end(tiny_model, tmp_path) -> None:  # noqa: F811
     from hikv.model.accuracy.io import read_rows
     from hikv.model.accuracy.seed_suite import run_seed_suite
@@ -157,8 +193,12 @@ def test_the_seed_suite_runs_a_sequential_cell_end_to_end(tiny_model, tmp_path) 
         if r["windows"] < 3:
             assert NI.ppl_look_verdict(r, full, levels[r["windows"]]) != "undecided"
     assert any(r["windows"] < 3 for r in rows), "the stopping branch ran"
-    assert "Sequential perplexity cell: looks after 1, 2, 3 windows" in (
-        tmp_path / "seed_table.md").read_text()
+    table = (tmp_path / "seed_table.md").read_text()
+    assert "Sequential perplexity cell: looks after 1, 2, 3 windows" in table
+    assert "Full KV against itself on disjoint halves of the windows (3 windows" in table
+    ran_all = sum(r["windows"] == 3 for r in rows if r["label"] != "full")
+    assert (f"Paired half-widths of the {ran_all} methods that ran all 3 windows" in table) \
+        == (ran_all > 0)
     points, _ = NI.noninferiority_table(rows, length=1024)
     assert {p["label"]: p["ppl_windows"] for p in points} == {
         r["label"]: r["windows"] for r in rows if r["label"] != "full"}

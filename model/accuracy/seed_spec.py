@@ -179,10 +179,15 @@ def suite_key(suite: SeedSuite) -> list[Any]:
     return [*key, *extra]
 
 
-def suite_key_sizes(key: list[Any]) -> dict[str, int]:
-    """The planned ``trials`` per task cell and perplexity ``windows`` of a :func:`suite_key`
-    (as a cell file or journal records it)."""
-    return {"trials": int(key[2]), "windows": int(key[3])}
+def suite_key_sizes(key: list[Any]) -> dict[str, Any]:
+    """The planned ``trials`` per task cell, perplexity ``windows`` and the sequential
+    perplexity cell's ``looks`` (window counts; ``()`` for a fixed-size cell) of a
+    :func:`suite_key` (as a cell file or journal records it)."""
+    looks: tuple[int, ...] = ()
+    for x in key[9:]:
+        if isinstance(x, str) and x.startswith("looks "):
+            looks = tuple(int(v) for v in x[len("looks "):].strip("[]").split(",") if v.strip())
+    return {"trials": int(key[2]), "windows": int(key[3]), "looks": looks}
 
 
 @dataclass(frozen=True)

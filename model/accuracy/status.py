@@ -4,20 +4,29 @@ touching it: whether a run is writing into it now, the cells whose rows are writ
 (``cells/<key>.partial.jsonl``, :mod:`hikv.model.accuracy.journal`): records finished of those
 planned (perplexity windows or task trials), the methods still running in the last one (a
 sequential or adaptive cell stops a method once its test decides), and the time spent so far.
+A perplexity cell in progress also gets its verdicts so far (:func:`ppl_interim`): the methods
+stopped at a look with the verdict they stopped on, the paired intervals of those still running,
+and full KV against itself on disjoint halves of the windows finished.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
 from hikv.io import MANIFEST, out_dir_holder
+from hikv.model.accuracy import iso as NI
 from hikv.model.accuracy.journal import PARTIAL_SUFFIX, read_journal
 from hikv.model.accuracy.seed_spec import suite_key_sizes
 from hikv.params import ParamError
 
-__all__ = ["suite_status", "status_lines"]
+__all__ = ["suite_status", "status_lines", "journal_ppl_rows", "ppl_interim"]
+
+#: the label of full KV's row in a perplexity cell
+FULL = "full"
 
 def _methods(rec: dict[str, Any]) -> int:
     """Methods run in one journal record: a window's ``methods`` or a trial's ``labels``."""
@@ -25,8 +34,65 @@ def _methods(rec: dict[str, Any]) -> int:
     return len(got)
 
 
-def suite_status(out: str | Path) -> dict[str, Any]:
-    """The state of the seed-suite folder ``out`` (see the module docstring);
+def journal_ppl_rows(head: dict[str, Any], recs: list[dict[str, Any]], planned: int
+                     ) -> dict[str, dict[str, Any]]:
+    """The perplexity rows (what the non-inferiority test reads: ``tokens``, ``windows``,
+    ``windows_planned`` = ``planned``, ``nll``, ``ppl``, ``nll_blocks``) of the windows a
+    perplexity cell's journal holds, per label of its header; a method runs a prefix of the
+    windows (it stops at a look), so its row holds the records that name it up to the first
+    that does not. Labels without a window are left out."""
+    rows = {}
+    for label in head.get("labels", []):
+        runs = []
+        for rec in recs:
+            m = rec.get("methods", {}).get(label)
+            if m is None:
+                break
+            runs.append(m)
+        if not runs:
+            continue
+        nll, tok = sum(float(m["nll"]) for m in runs), sum(int(m["cnt"]) for m in runs)
+        rows[label] = {"label": label, "tokens": tok, "windows": len(runs),
+                       "windows_planned": planned, "nll": nll / tok, "ppl": math.exp(nll / tok),
+                       "nll_block_tokens": NI.NLL_BLOCK,
+                       "nll_blocks": [NI.nll_block_sums(m["tok"]) for m in runs]}
+    return rows
+
+
+def ppl_interim(head: dict[str, Any], recs: list[dict[str, Any]], planned: int,
+                looks: tuple[int, ...] = ()) -> dict[str, Any] | None:
+    """The verdicts so far of a perplexity cell from its journal (``planned`` windows, the
+    sequential cell's ``looks``): per method, ``windows`` run, ``state`` (``stopped`` at a look
+    or ``running``), its paired :func:`~hikv.model.accuracy.iso.ppl_increase_bound` at the
+    level it stopped on (a look's, :func:`~hikv.model.accuracy.iso.look_levels`) or, while it
+    runs, at the level of the cell's last look, and the ``verdict`` that bound gives against
+    the 1 % margin (for a running method, the one it would get were the cell to end now);
+    ``self_check``: full KV against itself on disjoint halves of the windows finished
+    (:func:`~hikv.model.accuracy.iso.split_self_check`). None without full KV's row."""
+    rows = journal_ppl_rows(head, recs, planned)
+    full = rows.pop(FULL, None)
+    if full is None:
+        return None
+    levels = NI.look_levels(looks, planned) if looks else {planned: NI.NI_LEVEL}
+    methods = []
+    for label, row in rows.items():
+        n = row["windows"]
+        stopped = n < len(recs)
+        level = levels.get(n, levels[planned]) if stopped else levels[planned]
+        b = NI.ppl_increase_bound(row, NI.over_windows(full, n), level=level)
+        verdict = ("yes" if b.high < NI.PPL_MARGIN else "no" if b.low > NI.PPL_MARGIN
+                   else "undecided")
+        methods.append({"label": label, "windows": n, "level": level, "verdict": verdict,
+                        "state": "stopped" if stopped else "running", "estimate": b.estimate,
+                        "low": b.low, "high": b.high})
+    return {"windows": len(recs), "planned": planned, "levels": levels, "methods": methods,
+            "self_check": NI.split_self_check(full)}
+
+
+def suite_status(out: str | Path, *, verdicts: bool = True) -> dict[str, Any]:
+    """The state of the seed-suite folder ``out`` (see the module docstring), with a
+    perplexity cell's verdicts so far (``interim``, :func:`ppl_interim`) unless ``verdicts``
+    is false;
     :class:`~hikv.params.ParamError` naming ``--out`` when it holds no ``cells/`` folder."""
     out = Path(out)
     cells = out / "cells"
@@ -53,8 +119,11 @@ def suite_status(out: str | Path) -> dict[str, Any]:
         planned = sizes.get("windows" if ppl else "trials")
         last = recs[-1] if recs else {}
         start = len(head.get("labels", []))     # the methods active when the journal began
+        interim = (ppl_interim(head, recs, int(planned), tuple(sizes.get("looks", ())))
+                   if ppl and verdicts and recs and planned else None)
         running.append({
             "cell": cell, "unit": "windows" if ppl else "trials", "finished": len(recs),
+            "interim": interim,
             "planned": planned, "torn": torn,
             "methods_first": _methods(recs[0]) if recs else start,
             "methods_last": _methods(last) if recs else start,
@@ -63,8 +132,46 @@ def suite_status(out: str | Path) -> dict[str, Any]:
             "finished": (out / MANIFEST).is_file(), "done": done, "running": running}
 
 
-def status_lines(st: dict[str, Any]) -> list[str]:
-    """:func:`suite_status` as the lines ``hikv accuracy status`` prints."""
+def _pct(x: float) -> str:
+    return f"{100 * x:+.2f} %"
+
+
+def _interim_lines(it: dict[str, Any], each: bool) -> list[str]:
+    """A perplexity cell's :func:`ppl_interim` as status lines (every method with ``each``)."""
+    ms = it["methods"]
+    stopped = [m for m in ms if m["state"] == "stopped"]
+    running = [m for m in ms if m["state"] == "running"]
+    by = {v: sum(m["verdict"] == v for m in stopped) for v in NI.VERDICTS}
+    lines = [f"    stopped at a look: {len(stopped)} ({by['yes']} non-inferior, {by['no']} "
+             f"inferior" + (f", {by['undecided']} undecided" if by["undecided"] else "")
+             + f"); running: {len(running)} besides full KV"]
+    if running:
+        now = {v: sum(m["verdict"] == v for m in running) for v in NI.VERDICTS}
+        hw = sorted((m["high"] - m["low"]) / 2 for m in running)
+        lines.append(
+            f"    running, were the cell to end now ({100 * it['levels'][it['planned']]:g} % "
+            f"one-sided): {now['yes']} yes, {now['no']} no, {now['undecided']} undecided; "
+            f"paired half-width {100 * hw[0]:.2f} to {100 * hw[-1]:.2f} % (median "
+            f"{100 * statistics.median(hw):.2f} %) over {it['windows']} windows")
+    sc = it["self_check"]
+    if sc:
+        lines.append(
+            f"    full KV against itself, disjoint halves of {sc['windows']} windows: "
+            f"{_pct(sc['estimate'])} [{_pct(sc['low'])}, {_pct(sc['high'])}] "
+            f"({100 * sc['level']:g} % one-sided bounds), half-width "
+            f"{100 * sc['half_width']:.2f} % (limit {100 * sc['limit']:g} %)")
+    shown = ms if each else [m for m in stopped if m["verdict"] == "yes"]
+    if shown:
+        lines.append("    " + ("every method" if each else "stopped non-inferior") + ":")
+        lines += [f"      {m['label']}: {m['verdict']} ({m['state']}, {m['windows']} windows, "
+                  f"{_pct(m['estimate'])} [{_pct(m['low'])}, {_pct(m['high'])}] at "
+                  f"{100 * m['level']:g} % one-sided)" for m in shown]
+    return lines
+
+
+def status_lines(st: dict[str, Any], *, each: bool = False) -> list[str]:
+    """:func:`suite_status` as the lines ``hikv accuracy status`` prints (every method's
+    verdict so far with ``each``, else the non-inferior ones)."""
     lines = [f"{st['out']}: " + (f"a run is writing here ({st['holder']})" if st["holder"]
                                  else "no run is writing here")
              + ("; the last run finished (MANIFEST.json)" if st["finished"] else "")]
@@ -82,4 +189,6 @@ def status_lines(st: dict[str, Any]) -> list[str]:
             f"{r['methods_last']} (first {r['unit'][:-1]}: {r['methods_first']}); "
             f"{r['wall_s']:,.0f} s wall, {r['cpu_s']:,.0f} s CPU so far"
             + ("; a torn last line (dropped on resume)" if r["torn"] else ""))
+        if r.get("interim"):
+            lines += _interim_lines(r["interim"], each)
     return lines
