@@ -156,7 +156,31 @@ def test_quest_sparq_ds_metadata_bytes():
                      q, k, v, n_prompt)
     for step, a in enumerate(acc):
         cached = n_prompt + step
-        assert a[0].meta_ideal == cached * (8 * 4 // 8 + 2)  # 4-bit labels + fp16 scale
+        assert a[0].meta_ideal == cached * (8 * 4 // 8 + 4)  # 4-bit labels + fp16 min, step
+
+
+def _ds_pseudo_quantize(x, bits):
+    """Double Sparsity's label quantiser as its code defines it: per row, asymmetric min/max,
+    ``2^bits - 1`` steps, rounded and mapped back."""
+    top = 2 ** bits - 1
+    lo, hi = x.amin(-1, keepdim=True), x.amax(-1, keepdim=True)
+    scale = top / torch.where(hi > lo, hi - lo, torch.ones_like(hi))
+    return torch.round((x - lo) * scale).clamp(0, top) / scale + lo
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_ds_labels_are_quantised_as_its_code_does(bits):
+    """Below 16 bits the key labels and the query's label channels are quantised per row,
+    asymmetric min/max with 2^bits levels (its code's ``pseudo_quantize``)."""
+    q, k, v = _qkv(40, seed=3)
+    spec = MethodSpec(Method.DOUBLE_SPARSITY, budget=12, channels=8, label_bits=bits)
+    _, _, cache = _run(spec, q, k, v, 30)
+    lab = torch.gather(cache.k, 2, cache.channels.unsqueeze(1).expand(-1, cache.k.shape[1], -1))
+    got = cache._label(cache.k)
+    assert torch.allclose(got, _ds_pseudo_quantize(lab, bits), atol=1e-5)
+    assert all(len(torch.unique(row)) <= 2 ** bits for row in got.reshape(-1, got.shape[-1]))
+    x = torch.randn(3, 4, 8)
+    assert torch.allclose(cache._quantise(x), _ds_pseudo_quantize(x, bits), atol=1e-5)
 
 
 def test_resident_bytes():

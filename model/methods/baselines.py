@@ -16,6 +16,7 @@ from hikv.model.methods.cache import (
     Evicting,
     KVCache,
     float_topk,
+    lowbit_keys,
     quest_scores,
     snap_scores,
     stable_topk,
@@ -221,7 +222,8 @@ class DoubleSparsity(KVCache):
     """Double Sparsity: offline-calibrated outlier channels per KV head; a label cache holds
     those channels of every key; labels approximate the scores, the top-k tokens are attended
     exactly. Calibrate with :meth:`calibrate` (e.g. on other text); otherwise channels are
-    calibrated on the prompt at prefill (documented shortcut)."""
+    calibrated on the prompt at prefill (documented shortcut). Below 16 bits the key labels and
+    the query's label channels are quantised per row, asymmetric min/max, as in its code."""
 
     method = Method.DOUBLE_SPARSITY
 
@@ -244,16 +246,17 @@ class DoubleSparsity(KVCache):
         if self.channels is None:
             self.calibrate(q, k)
 
+    def _quantise(self, x: torch.Tensor) -> torch.Tensor:
+        """Labels below 16 bits as Double Sparsity's code quantises them (``pseudo_quantize``):
+        per row over its ``r`` channels, asymmetric min/max, ``2^bits`` levels (the low-bit
+        keys' quantiser, :func:`~hikv.model.methods.cache.lowbit_keys`)."""
+        bits = self.spec.label_bits
+        return x if bits >= 16 else lowbit_keys(x, bits)
+
     def _label(self, k: torch.Tensor) -> torch.Tensor:
         assert self.channels is not None
-        lab = torch.gather(k, 2, self.channels.unsqueeze(1).expand(-1, k.shape[1], -1))
-        bits = self.spec.label_bits
-        if bits >= 16:
-            return lab
-        # symmetric per-token quantisation to `bits` bits (fp16 scale per token)
-        qmax = 2 ** (bits - 1) - 1
-        scale = lab.abs().amax(-1, keepdim=True).clamp_min(1e-8) / qmax
-        return torch.round(lab / scale).clamp(-qmax, qmax) * scale
+        return self._quantise(torch.gather(k, 2, self.channels.unsqueeze(1).expand(
+            -1, k.shape[1], -1)))
 
     def _label_row_bytes(self) -> int:
         return label_row_bytes(min(self.spec.channels, self.d), self.spec.label_bits)
@@ -265,7 +268,9 @@ class DoubleSparsity(KVCache):
         assert self.channels is not None
         n = self.resident_tokens
         lab = self._label(self.k)
-        q_r = torch.gather(qg, 2, self.channels.unsqueeze(1).expand(-1, self.group, -1))
+        # the query's label channels are quantised too, as in Double Sparsity's code
+        q_r = self._quantise(torch.gather(qg, 2, self.channels.unsqueeze(1).expand(
+            -1, self.group, -1)))
         s_hat = torch.softmax((q_r @ lab.transpose(-1, -2) * self.scale).float(), -1)
         token_score = s_hat.sum(1)
         token_score[:, -1] = float("inf")

@@ -23,6 +23,7 @@ from hikv.model.methods.attention import (
     group_queries,
     ungroup,
 )
+from hikv.model.refs import lowbit
 from hikv.model.refs.keys import float_to_key
 from hikv.model.refs.layout import (
     ByteAccount,
@@ -40,7 +41,15 @@ from hikv.params import (
 )
 
 __all__ = ["KVCache", "Evicting", "static_mask", "float_topk", "stable_topk", "gather",
-           "page_bounds", "quest_scores", "snap_scores"]
+           "page_bounds", "quest_scores", "snap_scores", "lowbit_keys"]
+
+
+def lowbit_keys(k: torch.Tensor, bits: int) -> torch.Tensor:
+    """Per-token (last axis) asymmetric min/max quantisation to ``bits`` bits, dequantised, by
+    the integer arithmetic the scoring unit implements (:mod:`hikv.model.refs.lowbit`, defined
+    once): HiKV's low-bit keys and Double Sparsity's labels (its code's ``pseudo_quantize``)."""
+    codes, lo, step = lowbit.quantise_keys(k.detach().cpu().float().numpy(), bits)
+    return torch.from_numpy(lowbit.dequantise(codes, lo, step)).to(k.device)
 
 
 def float_topk(scores: torch.Tensor, k: int) -> torch.Tensor:

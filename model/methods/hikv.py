@@ -9,8 +9,13 @@ import torch
 
 from hikv.method_spec import Stage1Scorer, Stage1Variant, Stage2Kind, Stage2Rule
 from hikv.model.methods.attention import attend, group_queries
-from hikv.model.methods.cache import Evicting, quest_scores, snap_scores, static_mask
-from hikv.model.refs import lowbit
+from hikv.model.methods.cache import (
+    Evicting,
+    lowbit_keys,
+    quest_scores,
+    snap_scores,
+    static_mask,
+)
 from hikv.model.refs.account import (
     SCORE_BYTES,
     bounds_row_bytes,
@@ -47,13 +52,6 @@ def think_channel_scores(q_obs: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     qs = q_obs.float().pow(2).mean(1).sqrt()
     ks = k.float().pow(2).mean(1).sqrt() if k.shape[1] else torch.zeros_like(qs)
     return qs * ks
-
-
-def lowbit_keys(k: torch.Tensor, bits: int) -> torch.Tensor:
-    """Per-token asymmetric min/max quantisation of keys to ``bits`` bits (dequantised), by the
-    integer arithmetic the scoring unit implements (:mod:`hikv.model.refs.lowbit`, defined once)."""
-    codes, lo, step = lowbit.quantise_keys(k.detach().cpu().float().numpy(), bits)
-    return torch.from_numpy(lowbit.dequantise(codes, lo, step)).to(k.device)
 
 
 class HiKV(Evicting):

@@ -81,9 +81,9 @@ def _cdiv(a: Num, b: Num) -> Num:
 
 
 def label_row_bytes(channels: Num, bits: int) -> Num:
-    """Double Sparsity: one label row of ``channels`` channels at ``bits`` bits (an fp16 scale
-    per token below 16 bits)."""
-    return _cdiv(channels * bits, 8) + (0 if bits >= 16 else 2)
+    """Double Sparsity: one label row of ``channels`` channels at ``bits`` bits (below 16 bits,
+    its asymmetric quantiser's fp16 minimum and step per token)."""
+    return _cdiv(channels * bits, 8) + (0 if bits >= 16 else 4)
 
 
 def lowbit_row_bytes(head_dim: Num, bits: int, elem_bytes: Num) -> Num:
