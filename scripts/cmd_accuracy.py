@@ -214,6 +214,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--families", nargs="+", default=None, metavar="LABEL",
                    help="seed suites: method families (labels without @B) replacing the "
                         "suite's; --add-families appends to them")
+    f.add_argument("--redo-families", nargs="+", default=(), metavar="LABEL",
+                   help="seed suites: measure these families again in the cells on disk (their "
+                        "rows and skip records leave the cell files; the run measures just "
+                        "them), e.g. after their method's code changed")
     f.add_argument("--add-families", nargs="+", default=(), metavar="LABEL",
                    help="seed suites: extra families (e.g. hikv-evict/v:static48/k:think32); "
                         "cells on disk run only the new methods")
@@ -288,6 +292,13 @@ def _seed_suite(suite: Any, args: argparse.Namespace) -> Any:
         if "@" in f or f == "full":
             raise ParamError(f"--families {f!r}: a family is a method label without @B "
                              "(e.g. snapkv, hikv-qa/lowbit4), not 'full'")
+    bad = [f for f in args.redo_families if f not in fams]
+    if bad:
+        raise ParamError(f"--redo-families {bad}: not families of this run (allowed: "
+                         f"{list(fams)})")
+    if args.redo_families and args.tables_only:
+        raise ParamError("--redo-families measures methods again: it cannot go with "
+                         "--tables-only")
     more: dict[str, Any] = {}
     if args.budget_step is not None:
         more["budget_step"] = args.budget_step
@@ -357,7 +368,8 @@ def run(args: argparse.Namespace) -> int:
                            preset=args.preset, cache=args.cache,
                            seed=args.seed, batch=args.batch, workers=args.workers,
                            executor=args.executor, device=args.device, threads=args.threads,
-                           redo=args.redo, tables_only=args.tables_only, argv=sys.argv)
+                           redo=args.redo, tables_only=args.tables_only, argv=sys.argv,
+                           remeasure=tuple(args.redo_families))
             return 0
         args.model = args.model or _MODEL
         run_suite(args.model, args.out, suite=suite, preset=args.preset,
@@ -620,7 +632,8 @@ def _run_suite_of(args: argparse.Namespace) -> tuple[bool, Any]:
                  "--windows": args.windows is not None, "--trials": args.trials is not None,
                  "--suite-protocols": bool(args.suite_protocols),
                  "--prune-for": args.prune_for is not None,
-                 "--ppl-looks": args.ppl_looks is not None}
+                 "--ppl-looks": args.ppl_looks is not None,
+                 "--redo-families": bool(args.redo_families)}
     given = [k for k, v in seed_only.items() if v]
     if given:
         raise ParamError(f"{', '.join(given)} apply to the seed suites "

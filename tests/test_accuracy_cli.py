@@ -191,6 +191,51 @@ def test_seed_smoke_suite_resumes(tiny_model, tmp_path) -> None:
     assert (out / "cells" / "ppl_1024.json").stat().st_mtime_ns == stamp
 
 
+def test_redo_families_measures_them_again(tiny_model, tmp_path, capsys) -> None:
+    """``--redo-families F``: F's rows and skip records leave every cell file on disk and the
+    run measures just them again (the other rows stay as they were); a family the run does not
+    have, or a run that is not a seed suite, exits 2 naming the flag before --out is taken."""
+    import dataclasses
+
+    from hikv.model.accuracy.io import read_rows
+    from hikv.model.accuracy.seed_spec import suite_key
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, redo_families, run_seed_suite
+
+    model, cache = tiny_model
+    small = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",),
+                                protocols=("prompt",))
+    out = tmp_path / "seed"
+    kw = {"model": str(model), "cache": cache, "preset": "tiny", "log": lambda _: None}
+    run_seed_suite(small, out, **kw)
+    cells = out / "cells"
+    before = {p.stem: read_rows(p)[0] for p in cells.glob("*.json")}
+    assert redo_families(cells, ["snapkv"], log=lambda _: None) == sorted(before)
+    for key, rows in before.items():
+        got, meta = read_rows(cells / f"{key}.json")
+        assert "suite_key" not in meta and not any(k.startswith("snapkv@")
+                                                   for k in meta["skipped"])
+        assert got == [r for r in rows if not r["label"].startswith("snapkv@")]
+    run_seed_suite(small, out, **kw)
+    for key, rows in before.items():
+        got, meta = read_rows(cells / f"{key}.json")
+        assert meta["suite_key"] == suite_key(small)
+        old = {r["label"]: r for r in rows}
+        new = {r["label"]: r for r in got}
+        assert sorted(new) == sorted(old), key
+        for lab, r in new.items():
+            if lab.startswith("snapkv@"):           # measured again (batched apart: last bits)
+                assert r.get("ppl", 0) == pytest.approx(old[lab].get("ppl", 0), rel=1e-5)
+            else:
+                assert r == old[lab], (key, lab)
+    base = ["run", "--suite", "seed-smoke", "--model", str(model), "--cache", str(cache),
+            "--preset", "tiny", "--out", str(tmp_path / "none")]
+    assert _run([*base, "--redo-families", "quest"]) == 2
+    assert "--redo-families ['quest']: not families of this run" in capsys.readouterr().err
+    assert _run([*base[:2], "smoke", *base[3:], "--redo-families", "snapkv"]) == 2
+    assert "--redo-families apply to the seed suites" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
 def _check_like_one_process(tiny_model, tmp_path, **run) -> None:
     """The two-cell seed suite (passkey, prompt protocol) run with ``run`` (workers, executor)
     gives the rows one process gives."""

@@ -119,3 +119,17 @@ def test_status_gives_a_sequential_cells_verdicts_so_far(tmp_path):
     assert "full KV against itself, disjoint halves of 3 windows" in text
     assert "same: yes (running, 3 windows" not in text        # the running ones: with --each
     assert "same: yes (running, 3 windows" in "\n".join(status_lines(st, each=True))
+
+
+def test_redo_families_names_the_journals_it_leaves(tmp_path):
+    """A cell in progress keeps its journal (measured by the code that wrote it); the log
+    names each journal holding the families, for deleting by hand."""
+    from hikv.model.accuracy.seed_suite import redo_families
+
+    out, _ = _folder(tmp_path)
+    said: list[str] = []
+    assert redo_families(out / "cells", ["a"], log=said.append) == []     # no rows of "a"
+    assert said == [f"{k}.partial.jsonl: a cell in progress holds methods of a, left as it is "
+                    "(delete it to measure its cell again)" for k in ("niah_prompt_64", "ppl_64")]
+    with pytest.raises(ParamError, match="--redo-families .*not 'full'"):
+        redo_families(out / "cells", ["full"])

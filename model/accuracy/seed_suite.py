@@ -17,14 +17,15 @@ re-exported here: the suites as data in :mod:`hikv.model.accuracy.seed_spec`, th
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from hikv.model.accuracy.io import code_version, read_rows, write_rows
-from hikv.model.accuracy.journal import partial_path
+from hikv.model.accuracy.journal import PARTIAL_SUFFIX, partial_path, read_journal
 from hikv.model.accuracy.seed_spec import (
     EXTRA_BASELINES,
     SEED_HIKV,
@@ -41,7 +42,7 @@ from hikv.params import ParamError
 
 __all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "Cell", "suite_cells",
            "suite_specs", "run_cell", "run_cells", "run_seed_suite", "task_filter",
-           "seed_tables", "cell_groups", "worker_env"]
+           "seed_tables", "cell_groups", "worker_env", "redo_families"]
 
 Log = Callable[[str], None]
 
@@ -171,12 +172,55 @@ def _cell_state(cells_dir: Path, cell: Cell, suite: SeedSuite, redo: bool
     return rows, meta.get("suite_key") == suite_key(suite), spent
 
 
+def _label_family(label: str) -> str:
+    """A row's label without its budget (:func:`hikv.model.accuracy.iso.family`)."""
+    return re.sub(r"@\d+", "", label)
+
+
+def redo_families(cells_dir: Path, families: Sequence[str], log: Log = print) -> list[str]:
+    """Make the next run measure ``families`` (labels without ``@B``) again in every cell
+    written in ``cells_dir``: their rows and their skip records leave the cell file, and the
+    file loses its ``suite_key``, so the run takes it as incomplete and measures just those
+    methods (:func:`run_cell`'s per-method resume; full KV's row and the others' stay). A
+    killed run leaves the files without those rows, and the next one measures them.
+    Journals of cells in progress are left alone (their windows or trials were measured by the
+    code that wrote them); each one that holds such methods is named in the log, to be deleted
+    by hand if its data is stale too. Returns the cells changed."""
+    fams = set(families)
+    if "full" in fams or any("@" in f for f in fams):
+        raise ParamError(f"--redo-families {sorted(fams)}: a family is a method label without "
+                         "@B (e.g. ds/r8/b4), not 'full'")
+    changed = []
+    for path in sorted(cells_dir.glob("*.json")):
+        rows, meta = read_rows(path)
+        keep = [r for r in rows if _label_family(str(r.get("label", ""))) not in fams]
+        skipped = {k: v for k, v in (meta.get("skipped") or {}).items()
+                   if _label_family(k) not in fams}
+        if len(keep) == len(rows) and skipped == (meta.get("skipped") or {}):
+            continue
+        meta = {k: v for k, v in meta.items() if k != "suite_key"}
+        write_rows(cells_dir, path.stem, keep, {**meta, "skipped": skipped})
+        changed.append(path.stem)
+        log(f"{path.stem}: {len(rows) - len(keep)} row(s) and "
+            f"{len(meta.get('skipped') or {}) - len(skipped)} skip record(s) of "
+            f"{', '.join(sorted(fams))} dropped; the run measures them again")
+    for path in sorted(cells_dir.glob("*" + PARTIAL_SUFFIX)):
+        head, recs, _ = read_journal(path)
+        names = set(head.get("labels", []) if isinstance(head, dict) else [])
+        for rec in recs:
+            names |= set(rec.get("methods", rec.get("labels", ())))
+        if any(_label_family(str(x)) in fams for x in names):
+            log(f"{path.name}: a cell in progress holds methods of {', '.join(sorted(fams))}, "
+                "left as it is (delete it to measure its cell again)")
+    return changed
+
+
 def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                    preset: str = "default", cache: Path | None = None, seed: int = 0,
                    batch: int = 64, workers: int = 1, executor: str = "local",
                    device: str = "cpu", threads: int = 1, redo: bool = False,
-                   tables_only: bool = False, log: Log = print, argv: list[str] | None = None
-                   ) -> dict[str, Any]:
+                   tables_only: bool = False, log: Log = print, argv: list[str] | None = None,
+                   remeasure: Sequence[str] = ()) -> dict[str, Any]:
     """Run every cell of ``suite`` not yet complete in ``out/cells/`` (resumable per cell,
     per method and per trial: a cell's rows are written when it finishes, a cell whose file
     lacks some of the suite's methods runs just those, and a task cell journals each finished
@@ -187,10 +231,11 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     reduction against every baseline, ``reductions_<protocol>_<N>``) and ``seed_table.md``.
 
     ``tables_only``: run nothing, build the tables from the cells on disk (the missing ones
-    are listed in ``seed_table.md``). Perplexity cells run first (adaptive task cells use
-    them); the two protocols' cells of a task and length run as one unit sharing each
-    trial's prompt pass (:func:`cell_groups`, :func:`run_cells`), each written to its own
-    file. ``workers`` > 1 runs units in
+    are listed in ``seed_table.md``). ``remeasure``: families measured again in the cells on
+    disk (:func:`redo_families`), e.g. after their method's code changed. Perplexity cells run
+    first (adaptive task cells use them); the two protocols' cells of a task and length run as
+    one unit sharing each trial's prompt pass (:func:`cell_groups`, :func:`run_cells`), each
+    written to its own file. ``workers`` > 1 runs units in
     that many processes (each loads the model once); ``executor="ray"`` spreads them over a
     Ray cluster (``ray.init()`` joins the one in ``RAY_ADDRESS`` or starts a local one). In
     parallel a length's task units start once its perplexity cell is saved, the longest
@@ -217,6 +262,11 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
             "preset": preset, "suite": dataclasses.asdict(suite), "seed": seed,
             "code_version": code_version(), "device": device,
             "config": to_dict(get_preset(preset))}
+    if remeasure and tables_only:
+        raise ParamError("--redo-families measures methods again: it cannot go with "
+                         "--tables-only")
+    if remeasure:
+        redo_families(cells_dir, remeasure, log)
     cells = suite_cells(suite)
     state = {c.key: _cell_state(cells_dir, c, suite, redo) for c in cells}
     todo = [] if tables_only else [c for c in cells if not state[c.key][1]]
