@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 
 import pytest
@@ -93,12 +94,13 @@ def test_status_gives_a_sequential_cells_verdicts_so_far(tmp_path):
     cells = tmp_path / "cells"
     cells.mkdir()
     j = Journal(partial_path(cells, "ppl_64"), {"cell": "ppl_64", "suite_key": key,
-                                                "labels": ["full", "worse", "same"],
+                                                "labels": ["full", "worse", "same", "near"],
                                                 "windows": "h"})
     rng = random.Random(0)
     for w in range(3):
         tok = [rng.uniform(0.5, 4.0) for _ in range(32)]
-        methods = {"full": _win(tok), "same": _win(list(tok))}
+        methods = {"full": _win(tok), "same": _win(list(tok)),
+                   "near": _win([x + rng.gauss(0.01, 0.3) for x in tok])}
         if w < 2:                                   # 20 % more NLL: stopped at the 2-window look
             methods["worse"] = _win([1.2 * x for x in tok])
         j.append_record(w, {"units": 1, "methods": methods})
@@ -112,10 +114,16 @@ def test_status_gives_a_sequential_cells_verdicts_so_far(tmp_path):
     assert (m["same"]["state"], m["same"]["windows"], m["same"]["verdict"]) == (
         "running", 3, "yes")
     assert m["same"]["level"] == levels[8] and m["same"]["estimate"] == 0
+    assert m["same"]["windows_to_decide"] is None and m["worse"]["windows_to_decide"] is None
+    near = m["near"]                                 # undecided: where its interval would clear
+    assert (near["state"], near["verdict"]) == ("running", "undecided")
+    half = (near["high"] - near["low"]) / 2
+    assert near["windows_to_decide"] == math.ceil(3 * (half / abs(near["estimate"] - 0.01)) ** 2)
     assert it["self_check"]["windows"] == 3
     text = "\n".join(status_lines(st))
-    assert "stopped at a look: 1 (0 non-inferior, 1 inferior); running: 1 besides full KV" in text
-    assert "were the cell to end now (97.5 % one-sided): 1 yes, 0 no, 0 undecided" in text
+    assert "stopped at a look: 1 (0 non-inferior, 1 inferior); running: 2 besides full KV" in text
+    assert "were the cell to end now (97.5 % one-sided): 1 yes, 0 no, 1 undecided" in text
+    assert f"would decide after about {near['windows_to_decide']:,} to" in text
     assert "full KV against itself, disjoint halves of 3 windows" in text
     assert "same: yes (running, 3 windows" not in text        # the running ones: with --each
     assert "same: yes (running, 3 windows" in "\n".join(status_lines(st, each=True))

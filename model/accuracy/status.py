@@ -66,7 +66,9 @@ def ppl_interim(head: dict[str, Any], recs: list[dict[str, Any]], planned: int,
     or ``running``), its paired :func:`~hikv.model.accuracy.iso.ppl_increase_bound` at the
     level it stopped on (a look's, :func:`~hikv.model.accuracy.iso.look_levels`) or, while it
     runs, at the level of the cell's last look, and the ``verdict`` that bound gives against
-    the 1 % margin (for a running method, the one it would get were the cell to end now);
+    the 1 % margin (for a running method, the one it would get were the cell to end now;
+    ``windows_to_decide``: for a running undecided one, the window count at which its interval,
+    narrowing as ``1 / sqrt(windows)``, would clear the margin were its estimate the truth);
     ``self_check``: full KV against itself on disjoint halves of the windows finished
     (:func:`~hikv.model.accuracy.iso.split_self_check`). None without full KV's row."""
     rows = journal_ppl_rows(head, recs, planned)
@@ -82,9 +84,15 @@ def ppl_interim(head: dict[str, Any], recs: list[dict[str, Any]], planned: int,
         b = NI.ppl_increase_bound(row, NI.over_windows(full, n), level=level)
         verdict = ("yes" if b.high < NI.PPL_MARGIN else "no" if b.low > NI.PPL_MARGIN
                    else "undecided")
+        need = None
+        if verdict == "undecided" and not stopped and b.estimate != NI.PPL_MARGIN:
+            # the interval narrows as 1 / sqrt(windows): the count at which it would clear
+            # the margin were the estimate the truth (a projection, not a promise)
+            half = (b.high - b.low) / 2
+            need = math.ceil(n * (half / abs(b.estimate - NI.PPL_MARGIN)) ** 2)
         methods.append({"label": label, "windows": n, "level": level, "verdict": verdict,
                         "state": "stopped" if stopped else "running", "estimate": b.estimate,
-                        "low": b.low, "high": b.high})
+                        "low": b.low, "high": b.high, "windows_to_decide": need})
     return {"windows": len(recs), "planned": planned, "levels": levels, "methods": methods,
             "self_check": NI.split_self_check(full)}
 
@@ -153,6 +161,11 @@ def _interim_lines(it: dict[str, Any], each: bool) -> list[str]:
             f"one-sided): {now['yes']} yes, {now['no']} no, {now['undecided']} undecided; "
             f"paired half-width {100 * hw[0]:.2f} to {100 * hw[-1]:.2f} % (median "
             f"{100 * statistics.median(hw):.2f} %) over {it['windows']} windows")
+        need = sorted(m["windows_to_decide"] for m in running if m["windows_to_decide"])
+        if need:
+            lines.append(f"    the undecided would decide after about {need[0]:,} to "
+                         f"{need[-1]:,} windows (median {statistics.median(need):,.0f}), were "
+                         "their estimates the truth")
     sc = it["self_check"]
     if sc:
         lines.append(
@@ -165,7 +178,9 @@ def _interim_lines(it: dict[str, Any], each: bool) -> list[str]:
         lines.append("    " + ("every method" if each else "stopped non-inferior") + ":")
         lines += [f"      {m['label']}: {m['verdict']} ({m['state']}, {m['windows']} windows, "
                   f"{_pct(m['estimate'])} [{_pct(m['low'])}, {_pct(m['high'])}] at "
-                  f"{100 * m['level']:g} % one-sided)" for m in shown]
+                  f"{100 * m['level']:g} % one-sided"
+                  + (f"; about {m['windows_to_decide']:,} windows to decide"
+                     if m["windows_to_decide"] else "") + ")" for m in shown]
     return lines
 
 
