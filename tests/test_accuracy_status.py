@@ -141,3 +141,29 @@ def test_redo_families_names_the_journals_it_leaves(tmp_path):
                     "(delete it to measure its cell again)" for k in ("niah_prompt_64", "ppl_64")]
     with pytest.raises(ParamError, match="--redo-families .*not 'full'"):
         redo_families(out / "cells", ["full"])
+
+
+def test_status_pairs_added_methods_with_the_written_cells_full_kv(tmp_path):
+    """Methods a run adds to a written perplexity cell journal without full KV; their verdicts
+    so far pair with full KV's row in the cell file."""
+    from hikv.model.accuracy.io import write_rows
+
+    key = suite_key(dataclasses.replace(SUITE, ppl_windows=4))
+    cells = tmp_path / "cells"
+    rng = random.Random(1)
+    toks = [[rng.uniform(0.5, 4.0) for _ in range(32)] for _ in range(4)]
+    full = {"label": "full", "tokens": 128, "windows": 4, "windows_planned": 4,
+            "nll": sum(map(sum, toks)) / 128, "nll_block_tokens": NI.NLL_BLOCK,
+            "nll_blocks": [NI.nll_block_sums(t) for t in toks]}
+    full["ppl"] = math.exp(full["nll"])
+    write_rows(cells, "ppl_64", [full], {"suite_key": key})
+    j = Journal(partial_path(cells, "ppl_64"), {"cell": "ppl_64", "suite_key": key,
+                                                "labels": ["added"], "windows": "h"})
+    for w in range(2):
+        j.append_record(w, {"units": 1, "methods": {"added": _win([1.5 * x for x in toks[w]])}})
+    run = next(r for r in suite_status(tmp_path)["running"] if r["cell"] == "ppl_64")
+    it = run["interim"]
+    (m,) = it["methods"]
+    assert (m["label"], m["windows"], m["state"], m["verdict"]) == ("added", 2, "running", "no")
+    assert m["estimate"] == pytest.approx(math.exp(0.5 * sum(map(sum, toks[:2])) / 64) - 1)
+    assert it["self_check"]["windows"] == 4                  # the cell file's full KV

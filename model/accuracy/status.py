@@ -19,6 +19,7 @@ from typing import Any
 
 from hikv.io import MANIFEST, out_dir_holder
 from hikv.model.accuracy import iso as NI
+from hikv.model.accuracy.io import read_rows
 from hikv.model.accuracy.journal import PARTIAL_SUFFIX, read_journal
 from hikv.model.accuracy.seed_spec import suite_key_sizes
 from hikv.params import ParamError
@@ -60,7 +61,8 @@ def journal_ppl_rows(head: dict[str, Any], recs: list[dict[str, Any]], planned: 
 
 
 def ppl_interim(head: dict[str, Any], recs: list[dict[str, Any]], planned: int,
-                looks: tuple[int, ...] = ()) -> dict[str, Any] | None:
+                looks: tuple[int, ...] = (), full: dict[str, Any] | None = None
+                ) -> dict[str, Any] | None:
     """The verdicts so far of a perplexity cell from its journal (``planned`` windows, the
     sequential cell's ``looks``): per method, ``windows`` run, ``state`` (``stopped`` at a look
     or ``running``), its paired :func:`~hikv.model.accuracy.iso.ppl_increase_bound` at the
@@ -69,10 +71,12 @@ def ppl_interim(head: dict[str, Any], recs: list[dict[str, Any]], planned: int,
     the 1 % margin (for a running method, the one it would get were the cell to end now;
     ``windows_to_decide``: for a running undecided one, the window count at which its interval,
     narrowing as ``1 / sqrt(windows)``, would clear the margin were its estimate the truth);
-    ``self_check``: full KV against itself on disjoint halves of the windows finished
-    (:func:`~hikv.model.accuracy.iso.split_self_check`). None without full KV's row."""
+    ``self_check``: full KV against itself on disjoint halves of its windows
+    (:func:`~hikv.model.accuracy.iso.split_self_check`). Full KV's row is the journal's, or
+    ``full`` (the cell file's, where the journal measures methods added to a written cell);
+    None without either."""
     rows = journal_ppl_rows(head, recs, planned)
-    full = rows.pop(FULL, None)
+    full = rows.pop(FULL, None) or full
     if full is None:
         return None
     levels = NI.look_levels(looks, planned) if looks else {planned: NI.NI_LEVEL}
@@ -95,6 +99,14 @@ def ppl_interim(head: dict[str, Any], recs: list[dict[str, Any]], planned: int,
                         "low": b.low, "high": b.high, "windows_to_decide": need})
     return {"windows": len(recs), "planned": planned, "levels": levels, "methods": methods,
             "self_check": NI.split_self_check(full)}
+
+
+def _written_full(path: Path) -> dict[str, Any] | None:
+    """Full KV's row of a written perplexity cell (the pairing of methods a run adds to it)."""
+    if not path.is_file():
+        return None
+    rows, _ = read_rows(path)
+    return next((r for r in rows if r.get("label") == FULL), None)
 
 
 def suite_status(out: str | Path, *, verdicts: bool = True) -> dict[str, Any]:
@@ -127,7 +139,8 @@ def suite_status(out: str | Path, *, verdicts: bool = True) -> dict[str, Any]:
         planned = sizes.get("windows" if ppl else "trials")
         last = recs[-1] if recs else {}
         start = len(head.get("labels", []))     # the methods active when the journal began
-        interim = (ppl_interim(head, recs, int(planned), tuple(sizes.get("looks", ())))
+        interim = (ppl_interim(head, recs, int(planned), tuple(sizes.get("looks", ())),
+                               full=_written_full(cells / f"{cell}.json"))
                    if ppl and verdicts and recs and planned else None)
         running.append({
             "cell": cell, "unit": "windows" if ppl else "trials", "finished": len(recs),
