@@ -176,9 +176,10 @@ def _interim_lines(it: dict[str, Any], each: bool) -> list[str]:
             f"{100 * statistics.median(hw):.2f} %) over {it['windows']} windows")
         need = sorted(m["windows_to_decide"] for m in running if m["windows_to_decide"])
         if need:
-            lines.append(f"    the undecided would decide after about {need[0]:,} to "
-                         f"{need[-1]:,} windows (median {statistics.median(need):,.0f}), were "
-                         "their estimates the truth")
+            span = (f"{need[0]:,} windows" if len(need) == 1 else f"{need[0]:,} to "
+                    f"{need[-1]:,} windows (median {statistics.median(need):,.0f})")
+            lines.append(f"    the undecided would decide after about {span}, were their "
+                         "estimates the truth")
     sc = it["self_check"]
     if sc:
         lines.append(
