@@ -123,7 +123,7 @@ def test_status_gives_a_sequential_cells_verdicts_so_far(tmp_path):
     text = "\n".join(status_lines(st))
     assert "stopped at a look: 1 (0 non-inferior, 1 inferior); running: 2 besides full KV" in text
     assert "were the cell to end now (97.5 % one-sided): 1 yes, 0 no, 1 undecided" in text
-    assert f"would decide after about {near['windows_to_decide']:,} to" in text
+    assert f"would decide after about {near['windows_to_decide']:,} windows, were" in text
     assert "full KV against itself, disjoint halves of 3 windows" in text
     assert "same: yes (running, 3 windows" not in text        # the running ones: with --each
     assert "same: yes (running, 3 windows" in "\n".join(status_lines(st, each=True))
