@@ -78,6 +78,7 @@ __all__ = [
     "ppl_look_verdict",
     "task_difference_bound",
     "split_self_check",
+    "bound_verdict",
     "noninferiority_table",
     "noninferiority_reductions",
 ]
@@ -580,6 +581,12 @@ def task_difference_bound(scores: Seq[float], full_scores: Seq[float], *,
                        "paired score interval (Newcombe's hybrid score method for paired data)")
 
 
+def bound_verdict(b: PairedBound, margin: float = PPL_MARGIN) -> str:
+    """``yes`` when the perplexity increase's upper bound ``b.high`` is below ``margin``,
+    ``no`` when its lower bound is above it, else ``undecided``."""
+    return "yes" if b.high < margin else "no" if b.low > margin else "undecided"
+
+
 def ppl_look_verdict(row: dict[str, Any], full: dict[str, Any], level: float, *,
                      margin: float = PPL_MARGIN, resamples: int = BOOTSTRAP_RESAMPLES,
                      seed: int = 0) -> str:
@@ -589,7 +596,7 @@ def ppl_look_verdict(row: dict[str, Any], full: dict[str, Any], level: float, *,
     b = ppl_increase_bound(row, full, level=level, resamples=resamples, seed=seed)
     if b is None:
         return "yes" if ppl_rel(row, full) <= margin + 1e-12 else "no"
-    return "yes" if b.high < margin else "no" if b.low > margin else "undecided"
+    return bound_verdict(b, margin)
 
 
 def split_self_check(full: dict[str, Any], *, level: float = NI_LEVEL,
@@ -678,7 +685,7 @@ def noninferiority_table(ppl_rows: Seq[dict[str, Any]], task_rows: Seq[dict[str,
                   "ppl_test": "no paired data: decided by the point rule", "ppl_level": lv,
                   "ppl_windows": r.get("windows")}
         else:
-            pv = "yes" if b.high < ppl_margin else "no" if b.low > ppl_margin else "undecided"
+            pv = bound_verdict(b, ppl_margin)
             test = b.test
             if r.get("ppl_looks"):
                 test += (f"; sequential: {r['windows']} of {r['windows_planned']} windows, "

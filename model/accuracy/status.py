@@ -86,8 +86,7 @@ def ppl_interim(head: dict[str, Any], recs: list[dict[str, Any]], planned: int,
         stopped = n < len(recs)
         level = levels.get(n, levels[planned]) if stopped else levels[planned]
         b = NI.ppl_increase_bound(row, NI.over_windows(full, n), level=level)
-        verdict = ("yes" if b.high < NI.PPL_MARGIN else "no" if b.low > NI.PPL_MARGIN
-                   else "undecided")
+        verdict = NI.bound_verdict(b)
         need = None
         if verdict == "undecided" and not stopped and b.estimate != NI.PPL_MARGIN:
             # the interval narrows as 1 / sqrt(windows): the count at which it would clear
@@ -139,9 +138,12 @@ def suite_status(out: str | Path, *, verdicts: bool = True) -> dict[str, Any]:
         planned = sizes.get("windows" if ppl else "trials")
         last = recs[-1] if recs else {}
         start = len(head.get("labels", []))     # the methods active when the journal began
-        interim = (ppl_interim(head, recs, int(planned), tuple(sizes.get("looks", ())),
-                               full=_written_full(cells / f"{cell}.json"))
-                   if ppl and verdicts and recs and planned else None)
+        interim = None
+        if ppl and verdicts and recs and planned:
+            written = (None if FULL in head.get("labels", [])
+                       else _written_full(cells / f"{cell}.json"))
+            interim = ppl_interim(head, recs, int(planned), tuple(sizes.get("looks", ())),
+                                  full=written)
         running.append({
             "cell": cell, "unit": "windows" if ppl else "trials", "finished": len(recs),
             "interim": interim,
