@@ -167,3 +167,31 @@ def test_status_pairs_added_methods_with_the_written_cells_full_kv(tmp_path):
     assert (m["label"], m["windows"], m["state"], m["verdict"]) == ("added", 2, "running", "no")
     assert m["estimate"] == pytest.approx(math.exp(0.5 * sum(map(sum, toks[:2])) / 64) - 1)
     assert it["self_check"]["windows"] == 4                  # the cell file's full KV
+
+
+def test_status_gives_a_task_cells_verdicts_so_far(tmp_path):
+    """A task journal's verdicts so far: each method's score difference to full KV over the
+    trials it ran, with the test's paired bounds and verdict; a method missing from the last
+    trial has stopped."""
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    j = Journal(partial_path(cells, "passkey_prompt_64"), {"cell": "passkey_prompt_64",
+                                                          "suite_key": suite_key(SUITE),
+                                                          "seed": 0})
+    for t in range(60):
+        labels = ["full", "same"] + (["bad"] if t < 10 else [])
+        j.append(t, 50, labels, [1.0, 1.0, 0.0][:len(labels)], ["1"] * len(labels))
+    st = suite_status(tmp_path)
+    it = st["running"][0]["interim"]
+    m = {x["label"]: x for x in it["methods"]}
+    assert (it["trials"], it["full_mean"]) == (60, 1.0)
+    assert (m["same"]["state"], m["same"]["trials"], m["same"]["verdict"]) == (
+        "running", 60, "yes")
+    assert (m["bad"]["state"], m["bad"]["trials"], m["bad"]["verdict"]) == ("stopped", 10, "no")
+    b = NI.task_difference_bound([0.0] * 10, [1.0] * 60)
+    assert (m["bad"]["low"], m["bad"]["high"]) == (b.low, b.high)
+    text = "\n".join(status_lines(st))
+    assert ("full KV scores 1.000 over 60 trials; against it (95 % one-sided, -5 points): "
+            "1 non-inferior, 1 inferior, 0 undecided so far, 1 of 2 stopped") in text
+    assert "bad: no (stopped, 10 trials, mean 0.000" in text and "same: yes" not in text
+    assert "same: yes (running, 60 trials" in "\n".join(status_lines(st, each=True))

@@ -79,6 +79,7 @@ __all__ = [
     "task_difference_bound",
     "split_self_check",
     "bound_verdict",
+    "task_bound_verdict",
     "noninferiority_table",
     "noninferiority_reductions",
 ]
@@ -587,6 +588,12 @@ def bound_verdict(b: PairedBound, margin: float = PPL_MARGIN) -> str:
     return "yes" if b.high < margin else "no" if b.low > margin else "undecided"
 
 
+def task_bound_verdict(b: PairedBound, margin: float = TASK_MARGIN) -> str:
+    """``yes`` when the task score difference's lower bound ``b.low`` is above ``-margin``,
+    ``no`` when its upper bound is below it, else ``undecided``."""
+    return "yes" if b.low > -margin else "no" if b.high < -margin else "undecided"
+
+
 def ppl_look_verdict(row: dict[str, Any], full: dict[str, Any], level: float, *,
                      margin: float = PPL_MARGIN, resamples: int = BOOTSTRAP_RESAMPLES,
                      seed: int = 0) -> str:
@@ -706,8 +713,7 @@ def noninferiority_table(ppl_rows: Seq[dict[str, Any]], task_rows: Seq[dict[str,
                                  "no per-trial scores: decided by the point rule")
             else:
                 tb = task_difference_bound(row["scores"], fr["scores"], level=level)
-                v = ("yes" if tb.low > -task_margin else "no" if tb.high < -task_margin
-                     else "undecided")
+                v = task_bound_verdict(tb, task_margin)
             tv.append(v)
             trials.append(tb.units)
             names.append(f"{task}: {v} [{tb.low:+.3f}, {tb.high:+.3f}]")

@@ -24,7 +24,7 @@ from hikv.model.accuracy.journal import PARTIAL_SUFFIX, read_journal
 from hikv.model.accuracy.seed_spec import suite_key_sizes
 from hikv.params import ParamError
 
-__all__ = ["suite_status", "status_lines", "journal_ppl_rows", "ppl_interim"]
+__all__ = ["suite_status", "status_lines", "journal_ppl_rows", "ppl_interim", "task_interim"]
 
 #: the label of full KV's row in a perplexity cell
 FULL = "full"
@@ -100,6 +100,31 @@ def ppl_interim(head: dict[str, Any], recs: list[dict[str, Any]], planned: int,
             "self_check": NI.split_self_check(full)}
 
 
+def task_interim(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The verdicts so far of a task cell from its trial journal: per method, the trials it
+    ran (a prefix of the cell's: an adaptive cell stops a method that can no longer pass), its
+    mean score, and its paired score difference to full KV over those trials with one-sided
+    95 % bounds (:func:`~hikv.model.accuracy.iso.task_difference_bound`) and the ``verdict``
+    they give against the -5 point margin; ``state`` ``stopped`` or ``running``. None without
+    full KV's scores."""
+    scores: dict[str, list[float]] = {}
+    for rec in recs:
+        for lab, sc in zip(rec.get("labels", ()), rec.get("scores", ()), strict=False):
+            scores.setdefault(lab, []).append(float(sc))
+    full = scores.pop(FULL, None)
+    if not full:
+        return None
+    last = set(recs[-1].get("labels", ())) if recs else set()
+    methods = []
+    for label, sc in scores.items():
+        b = NI.task_difference_bound(sc, full)
+        methods.append({"label": label, "trials": len(sc), "mean": sum(sc) / len(sc),
+                        "state": "running" if label in last else "stopped",
+                        "estimate": b.estimate, "low": b.low, "high": b.high,
+                        "verdict": NI.task_bound_verdict(b)})
+    return {"trials": len(recs), "full_mean": sum(full) / len(full), "methods": methods}
+
+
 def _written_full(path: Path) -> dict[str, Any] | None:
     """Full KV's row of a written perplexity cell (the pairing of methods a run adds to it)."""
     if not path.is_file():
@@ -144,6 +169,8 @@ def suite_status(out: str | Path, *, verdicts: bool = True) -> dict[str, Any]:
                        else _written_full(cells / f"{cell}.json"))
             interim = ppl_interim(head, recs, int(planned), tuple(sizes.get("looks", ())),
                                   full=written)
+        elif not ppl and verdicts and recs:
+            interim = task_interim(recs)
         running.append({
             "cell": cell, "unit": "windows" if ppl else "trials", "finished": len(recs),
             "interim": interim,
@@ -200,6 +227,23 @@ def _interim_lines(it: dict[str, Any], each: bool) -> list[str]:
     return lines
 
 
+def _task_lines(it: dict[str, Any], each: bool) -> list[str]:
+    """A task cell's :func:`task_interim` as status lines (every method with ``each``)."""
+    ms = it["methods"]
+    by = {v: sum(m["verdict"] == v for m in ms) for v in NI.VERDICTS}
+    lines = [f"    full KV scores {it['full_mean']:.3f} over {it['trials']} trials; against it "
+             f"(95 % one-sided, -{100 * NI.TASK_MARGIN:g} points): {by['yes']} non-inferior, "
+             f"{by['no']} inferior, {by['undecided']} undecided so far, "
+             f"{sum(m['state'] == 'stopped' for m in ms)} of {len(ms)} stopped"]
+    shown = ms if each else [m for m in ms if m["verdict"] != "yes"]
+    if shown:
+        lines.append("    " + ("every method" if each else "not yet non-inferior") + ":")
+        lines += [f"      {m['label']}: {m['verdict']} ({m['state']}, {m['trials']} trials, "
+                  f"mean {m['mean']:.3f}, difference {m['estimate']:+.3f} [{m['low']:+.3f}, "
+                  f"{m['high']:+.3f}])" for m in shown]
+    return lines
+
+
 def status_lines(st: dict[str, Any], *, each: bool = False) -> list[str]:
     """:func:`suite_status` as the lines ``hikv accuracy status`` prints (every method's
     verdict so far with ``each``, else the non-inferior ones)."""
@@ -220,6 +264,8 @@ def status_lines(st: dict[str, Any], *, each: bool = False) -> list[str]:
             f"{r['methods_last']} (first {r['unit'][:-1]}: {r['methods_first']}); "
             f"{r['wall_s']:,.0f} s wall, {r['cpu_s']:,.0f} s CPU so far"
             + ("; a torn last line (dropped on resume)" if r["torn"] else ""))
-        if r.get("interim"):
+        if r.get("interim") and r["unit"] == "trials":
+            lines += _task_lines(r["interim"], each)
+        elif r.get("interim"):
             lines += _interim_lines(r["interim"], each)
     return lines
