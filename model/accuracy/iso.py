@@ -79,16 +79,22 @@ __all__ = [
     "task_difference_bound",
     "split_self_check",
     "bound_verdict",
+    "label_family",
     "task_bound_verdict",
     "noninferiority_table",
     "noninferiority_reductions",
 ]
 
 
+def label_family(label: str) -> str:
+    """A method label without its budget: ``h2o@256/avg`` -> ``h2o/avg``."""
+    return re.sub(r"@\d+", "", label)
+
+
 def family(spec: MethodSpec) -> str:
     """The label without the budget: ``h2o``, ``h2o/avg``, ``sparq/r16``,
     ``hikv-evict/v:static48``, ``hikv-none/k:think32`` (what a suite calls a family)."""
-    return re.sub(r"@\d+", "", spec.label)
+    return label_family(spec.label)
 
 
 def is_think(spec: MethodSpec) -> bool:

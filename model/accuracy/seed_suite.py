@@ -17,7 +17,6 @@ re-exported here: the suites as data in :mod:`hikv.model.accuracy.seed_spec`, th
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hikv.model.accuracy.io import code_version, read_rows, write_rows
+from hikv.model.accuracy.iso import label_family
 from hikv.model.accuracy.journal import PARTIAL_SUFFIX, partial_path, read_journal
 from hikv.model.accuracy.seed_spec import (
     EXTRA_BASELINES,
@@ -172,11 +172,6 @@ def _cell_state(cells_dir: Path, cell: Cell, suite: SeedSuite, redo: bool
     return rows, meta.get("suite_key") == suite_key(suite), spent
 
 
-def _label_family(label: str) -> str:
-    """A row's label without its budget (:func:`hikv.model.accuracy.iso.family`)."""
-    return re.sub(r"@\d+", "", label)
-
-
 def redo_families(cells_dir: Path, families: Sequence[str], log: Log = print) -> list[str]:
     """Make the next run measure ``families`` (labels without ``@B``) again in every cell
     written in ``cells_dir``: their rows and their skip records leave the cell file, and the
@@ -193,9 +188,9 @@ def redo_families(cells_dir: Path, families: Sequence[str], log: Log = print) ->
     changed = []
     for path in sorted(cells_dir.glob("*.json")):
         rows, meta = read_rows(path)
-        keep = [r for r in rows if _label_family(str(r.get("label", ""))) not in fams]
+        keep = [r for r in rows if label_family(str(r.get("label", ""))) not in fams]
         skipped = {k: v for k, v in (meta.get("skipped") or {}).items()
-                   if _label_family(k) not in fams}
+                   if label_family(k) not in fams}
         if len(keep) == len(rows) and skipped == (meta.get("skipped") or {}):
             continue
         meta = {k: v for k, v in meta.items() if k != "suite_key"}
@@ -209,7 +204,7 @@ def redo_families(cells_dir: Path, families: Sequence[str], log: Log = print) ->
         names = set(head.get("labels", []) if isinstance(head, dict) else [])
         for rec in recs:
             names |= set(rec.get("methods", rec.get("labels", ())))
-        if any(_label_family(str(x)) in fams for x in names):
+        if any(label_family(str(x)) in fams for x in names):
             log(f"{path.name}: a cell in progress holds methods of {', '.join(sorted(fams))}, "
                 "left as it is (delete it to measure its cell again)")
     return changed
