@@ -202,6 +202,11 @@ def test_the_seed_suite_runs_a_sequential_cell_end_to_end(tiny_model, tmp_path) 
     points, _ = NI.noninferiority_table(rows, length=1024)
     assert {p["label"]: p["ppl_windows"] for p in points} == {
         r["label"]: r["windows"] for r in rows if r["label"] != "full"}
+    # the non-inferiority section's half-width is the last look's, not the early stoppers'
+    last = [p for p in points if p["ppl_windows"] == 3 and p["ppl_low"] is not None]
+    assert (f"median over the {len(last)} methods and budgets that ran all 3 windows"
+            in table) == bool(last)
+    assert "median over the methods and budgets:" not in table
 
 
 def _first(row: dict, n: int) -> dict:
