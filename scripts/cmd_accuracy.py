@@ -249,6 +249,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "cell; after each of these window counts every method whose test "
                         "decides stops (the error split over the looks, half to the last; "
                         "full KV runs every window), e.g. 6 12 24 48")
+    f.add_argument("--task-top-budget", action="store_true",
+                   help="seed suites: each family's largest budget runs the task cells even "
+                        "where its perplexity already rules out iso-accuracy (its retrieval "
+                        "measured beside its verdict, until it can no longer pass the task); "
+                        "cells on disk run just those")
 
     g = sub.add_parser("status", help="where a seed-suite run folder stands: cells written, "
                        "cells in progress, the run writing into it (reads only)")
@@ -312,6 +317,8 @@ def _seed_suite(suite: Any, args: argparse.Namespace) -> Any:
         more["prune"] = args.prune_for
     if args.ppl_looks is not None:
         more["ppl_looks"] = tuple(args.ppl_looks)
+    if args.task_top_budget:
+        more["task_top"] = True
     return dataclasses.replace(suite, families=fams, **more)
 
 
@@ -633,6 +640,7 @@ def _run_suite_of(args: argparse.Namespace) -> tuple[bool, Any]:
                  "--suite-protocols": bool(args.suite_protocols),
                  "--prune-for": args.prune_for is not None,
                  "--ppl-looks": args.ppl_looks is not None,
+                 "--task-top-budget": args.task_top_budget,
                  "--redo-families": bool(args.redo_families)}
     given = [k for k, v in seed_only.items() if v]
     if given:

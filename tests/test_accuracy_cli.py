@@ -399,6 +399,24 @@ def test_noninferiority_grid_and_frontier_on_the_tiny_model(tiny_model, tmp_path
     rc = main(["frontier", "--model", name, "--length", "1024", "--cells", str(out),
                "--preset", "tiny", "--no-area", "--out", str(fr)])
     assert rc == 0 and list(fr.glob("frontier_*.png"))
+    # --task-top-budget on the finished folder: the perplexity cell is complete under it (the
+    # file is not rewritten); each task cell runs or skips every family's largest budget
+    before = (out / "cells" / "ppl_1024.json").read_bytes()
+    assert _run(["run", "--suite", "seed-smoke", "--model", str(model), "--cache", str(cache),
+                 "--preset", "tiny", "--out", str(out), "--budget-step", "1.4142",
+                 "--windows", "2", "--trials", "2", "--suite-protocols", "prompt",
+                 "--prune-for", "noninferiority", "--task-top-budget"]) == 0
+    assert (out / "cells" / "ppl_1024.json").read_bytes() == before
+    for task in ("passkey", "niah_single"):
+        trows, tmeta = read_rows(out / "cells" / f"{task}_prompt_1024.json")
+        assert tmeta["suite_key"][-1] == "task top"
+        got = {r["label"] for r in trows}
+        for fam in ("snapkv", "hikv-evict"):
+            top_label = max((r for r in rows if r["label"].startswith(fam + "@")),
+                            key=lambda r: r["budget"])["label"]
+            assert top_label in got or "dropped" in tmeta["skipped"][top_label], (task, fam)
     # seed suites' options are refused elsewhere
     assert _run(["run", "--suite", "smoke", "--model", str(model), "--cache", str(cache),
                  "--out", str(tmp_path / "x"), "--variants"]) == 2
+    assert _run(["run", "--suite", "smoke", "--model", str(model), "--cache", str(cache),
+                 "--out", str(tmp_path / "x"), "--task-top-budget"]) == 2

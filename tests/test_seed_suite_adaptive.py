@@ -5,6 +5,7 @@ full KV fails is dropped, and a cell resumes per method. No model: scripted answ
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from types import SimpleNamespace
 
@@ -39,12 +40,12 @@ class ScriptedAnswers:
         return [[self.table.get(sp.label, [self.default] * 99)[self.trial]] for sp in specs]
 
 
-def _run(monkeypatch, script: ScriptedAnswers, have=(), ppl=()):
+def _run(monkeypatch, script: ScriptedAnswers, have=(), ppl=(), suite=SUITE):
     monkeypatch.setattr(T, "make_case", script.make_case)
     monkeypatch.setattr(A, "_generate", script.generate)
     lm = SimpleNamespace(decode=lambda ids: "ok" if ids[0] else "no")
     skipped: dict[str, str] = {}
-    rows = run_cell(CELL, SUITE, {"lm": lm, "cfg": CFG, "words": []}, seed=SEED,
+    rows = run_cell(CELL, suite, {"lm": lm, "cfg": CFG, "words": []}, seed=SEED,
                     have=list(have), ppl_rows=list(ppl), skipped=skipped)
     return {r["label"]: r for r in rows}, skipped
 
@@ -99,3 +100,51 @@ def test_task_full_kv_fails_is_dropped(monkeypatch, full_score: int) -> None:
     assert rows["full"]["status"] == "stopped" and rows["full"]["trials"] == 5, SEED
     assert set(rows) == {"full"} and len(s.calls) == 5
     assert all("dropped" in why for why in skipped.values())
+
+
+@pytest.mark.parametrize("prune", ["point", "noninferiority"])
+def test_task_top_runs_each_familys_largest_budget(monkeypatch, prune) -> None:
+    """With ``task_top`` a family whose perplexity already fails still runs its largest
+    budget (its retrieval measured, stopping like any method once it cannot pass); its
+    smaller budgets stay unrun, and a cell on disk without it runs just that method."""
+    base = dataclasses.replace(SUITE, prune=prune)
+    top = dataclasses.replace(base, task_top=True)
+    table = {"h2o@512": [1] * 3 + [0] * 17}
+    ppl = [{"label": "full", "ppl": 10.0}, {"label": "h2o@512", "ppl": 10.2},
+           {"label": "snapkv@512", "ppl": 10.05}]
+    plain, plain_skip = _run(monkeypatch, ScriptedAnswers(table), ppl=ppl, suite=base)
+    s = ScriptedAnswers(table)
+    rows, skipped = _run(monkeypatch, s, ppl=ppl, suite=top)
+    tol = top.task_tol * top.trials
+    # 3 + (20 - k) < 20 - tol, k >= 3 (full KV scores every trial)
+    k = next(k for k in range(3, 21) if 3 + (20 - k) < k - tol - 1e-9)
+    assert rows["h2o@512"]["status"] == "stopped" and rows["h2o@512"]["trials"] == k
+    assert "h2o@512" not in skipped
+    assert all("h2o@512" in skipped[f"h2o@{b}"] and "perplexity" in skipped[f"h2o@{b}"]
+               for b in (64, 128, 256))
+    assert not any(lab in call for call in s.calls for lab in ("h2o@256", "h2o@128"))
+    # everything else as without it
+    assert {lab: r for lab, r in rows.items() if lab != "h2o@512"} == plain
+    assert {lab: w for lab, w in skipped.items()} == {
+        lab: w for lab, w in plain_skip.items() if lab != "h2o@512"}
+    # the cell written without task_top resumes running h2o@512 alone, against full KV's
+    # total on disk (20), so it stops as soon as 3 + (20 - k) < 20 - tol
+    s = ScriptedAnswers(table)
+    again, _ = _run(monkeypatch, s, have=list(plain.values()), ppl=ppl, suite=top)
+    k = next(k for k in range(3, 21) if 3 + (20 - k) < 20 - tol - 1e-9)
+    assert all(call == ["h2o@512"] for call in s.calls) and len(s.calls) == k
+    assert again["h2o@512"]["status"] == "stopped" and again["h2o@512"]["trials"] == k
+    assert {lab: r for lab, r in again.items() if lab != "h2o@512"} == plain
+
+
+def test_task_top_keys_task_cells_only() -> None:
+    """``task_top`` changes what a task cell runs, so its key; a perplexity cell's key (and
+    its window journal's) stays, so a running perplexity cell resumes under the flag."""
+    from hikv.model.accuracy.seed_spec import suite_key
+    from hikv.params import ParamError
+
+    top = dataclasses.replace(SUITE, task_top=True)
+    assert suite_key(top, "ppl") == suite_key(SUITE, "ppl") == suite_key(SUITE)
+    assert suite_key(top, "task") == [*suite_key(SUITE), "task top"]
+    with pytest.raises(ParamError, match="task_top needs adaptive"):
+        dataclasses.replace(SUITE, task_top=True, adaptive=False)

@@ -91,6 +91,10 @@ class SeedSuite:
     ``ppl_looks`` (window counts, with ``prune = "noninferiority"``) a perplexity cell is
     sequential: after each look every method whose non-inferiority test decides at that look's
     level (:func:`hikv.model.accuracy.iso.look_levels`) stops; full KV runs every window.
+    With ``task_top`` (adaptive) each family's largest budget runs the kept task cells even
+    where its perplexity already rules out iso-accuracy, so every method's retrieval is
+    measured beside its verdict (until it can no longer pass the task, as any method); its
+    smaller budgets are not run.
     """
 
     name: str
@@ -112,6 +116,7 @@ class SeedSuite:
     prune: str = "point"         # the decision the pruning serves (PRUNE_RULES)
     budget_step: float = 0.0     # > 1: budgets in geometric steps between the rules' (a grid)
     ppl_looks: tuple[int, ...] = ()   # sequential perplexity: window counts to decide at
+    task_top: bool = False       # every family's largest budget runs the task cells
 
     @property
     def task_tol(self) -> float:
@@ -141,6 +146,9 @@ class SeedSuite:
                 raise ParamError(f"suite {self.name!r}: ppl_looks need prune = "
                                  "'noninferiority' (the looks decide that test)")
             NI.look_levels(self.ppl_looks, self.ppl_windows)
+        if self.task_top and not self.adaptive:
+            raise ParamError(f"suite {self.name!r}: task_top needs adaptive task cells (a "
+                             "cell that is not adaptive runs every method already)")
         if self.prune not in PRUNE_RULES:
             raise ParamError(f"suite {self.name!r}: prune = {self.prune!r} is not one of "
                              f"{list(PRUNE_RULES)}")
@@ -166,16 +174,18 @@ SEED_SUITES: dict[str, SeedSuite] = {s.name: s for s in (
 )}
 
 
-def suite_key(suite: SeedSuite) -> list[Any]:
-    """What a cell's methods and trials depend on (a cell file's ``suite_key``): a cell file
-    written under another key (e.g. before a family was added) is resumed, running only its
-    missing methods."""
+def suite_key(suite: SeedSuite, kind: str = "task") -> list[Any]:
+    """What a cell's methods and trials depend on (a cell file's ``suite_key``; ``kind``: the
+    cell's, ``ppl`` or ``task``): a cell file written under another key (e.g. before a family
+    was added) is resumed, running only its missing methods."""
     key = [list(suite.families), list(suite.budgets), suite.trials, suite.ppl_windows,
            suite.ppl_decode, suite.adaptive, suite.keep_min, suite.acc_tol, suite.ppl_tol]
-    # the later fields only where set, so the cells of suites without them keep their keys
+    # the later fields only where set, so the cells of suites without them keep their keys;
+    # task_top changes what task cells run, not perplexity cells (nor their journals)
     extra = ([suite.prune] if suite.prune != "point" else []) \
         + ([f"step {suite.budget_step:g}"] if suite.budget_step else []) \
-        + ([f"looks {sorted(set(suite.ppl_looks))}"] if suite.ppl_looks else [])
+        + ([f"looks {sorted(set(suite.ppl_looks))}"] if suite.ppl_looks else []) \
+        + (["task top"] if suite.task_top and kind == "task" else [])
     return [*key, *extra]
 
 

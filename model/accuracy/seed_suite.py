@@ -169,7 +169,7 @@ def _cell_state(cells_dir: Path, cell: Cell, suite: SeedSuite, redo: bool
         return [], False, (0.0, 0.0)
     rows, meta = read_rows(path)
     spent = (float(meta.get("wall_s") or 0.0), float(meta.get("cpu_s") or 0.0))
-    return rows, meta.get("suite_key") == suite_key(suite), spent
+    return rows, meta.get("suite_key") == suite_key(suite, cell.kind), spent
 
 
 def redo_families(cells_dir: Path, families: Sequence[str], log: Log = print) -> list[str]:
@@ -277,12 +277,13 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     t0 = time.perf_counter()
     spent = {c.key: state[c.key][2] for c in cells}
 
-    def save(key: str, rows: list[dict[str, Any]], shape: dict[str, Any], wall: float,
+    def save(c: Cell, rows: list[dict[str, Any]], shape: dict[str, Any], wall: float,
              skipped: dict[str, str], cpu: float, extra: dict[str, Any]) -> None:
-        write_rows(cells_dir, key, rows, {**meta, "cell": key, "shape": shape, "wall_s": wall,
-                                          "cpu_s": cpu, **extra,
-                                          "suite_key": suite_key(suite), "skipped": skipped})
-        partial_path(cells_dir, key).unlink(missing_ok=True)
+        write_rows(cells_dir, c.key, rows, {**meta, "cell": c.key, "shape": shape,
+                                            "wall_s": wall, "cpu_s": cpu, **extra,
+                                            "suite_key": suite_key(suite, c.kind),
+                                            "skipped": skipped})
+        partial_path(cells_dir, c.key).unlink(missing_ok=True)
 
     def ppl_of(c: Cell) -> list[dict[str, Any]]:
         p = cells_dir / f"ppl_{c.length}.json"
@@ -299,7 +300,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
         extra = {"paired_with": [c.key for c in g], "pair_wall_s": wall,
                  "pair_cpu_s": cpu} if n > 1 else {}
         for c in g:
-            save(c.key, got[c.key], shape, wall / n, skipped.get(c.key, {}), cpu / n, extra)
+            save(c, got[c.key], shape, wall / n, skipped.get(c.key, {}), cpu / n, extra)
 
     groups = cell_groups(todo)
     if todo and (executor == "ray" or workers > 1):

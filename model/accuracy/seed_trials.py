@@ -115,13 +115,17 @@ class _TaskCell:
         active: list[MethodSpec] = [] if f is not None else [self.full]
         for ladder in _ladder([sp for sp in specs if sp.label != "full"]).values():
             why = ""
-            for sp in ladder:
+            for i, sp in enumerate(ladder):
                 r = self.rows.get(sp.label)
                 if why:
                     skipped[sp.label] = why
                 elif sp.label in bad_ppl:
                     why = f"{sp.label}: {bad_ppl[sp.label]}"
-                    skipped[sp.label] = bad_ppl[sp.label]
+                    if i == 0 and suite.task_top:       # its retrieval, beside its verdict
+                        if r is None:
+                            active.append(sp)
+                    else:
+                        skipped[sp.label] = bad_ppl[sp.label]
                 elif r is not None:
                     if r.get("status") == "stopped" or (
                             f is not None
@@ -237,7 +241,9 @@ def _adaptive_task(cell: Cell, suite: SeedSuite, env: dict[str, Any],
     total (full KV's score so far, a lower bound of its total, or its total when its row is on
     disk); the family's smaller budgets then stop too (``skipped``), and budgets whose
     perplexity, or a larger budget's, is over ``suite.ppl_tol`` are not run: the iso budget
-    is the smallest with every larger budget passing, so none of these can be it. Once every
+    is the smallest with every larger budget passing, so none of these can be it (with
+    ``suite.task_top`` the family's largest budget runs even so: its retrieval is measured,
+    not its iso-accuracy). Once every
     method is decided, full KV alone finishes its trials (the task filter needs them). Rows in
     ``have`` are kept (resume per method); ``skipped`` gains label -> reason. ``journal``:
     ``partial_dir``, ``log``, ``resumed`` of :class:`_TaskCell` (finished trials journaled
@@ -331,7 +337,8 @@ def _ppl_journal(partial_dir: Path, cell: Cell, suite: SeedSuite, need: Sequence
     from hikv.toolchain import text_hash
 
     j = Journal(partial_path(partial_dir, cell.key), {
-        "cell": cell.key, "suite_key": suite_key(suite), "labels": [sp.label for sp in need],
+        "cell": cell.key, "suite_key": suite_key(suite, "ppl"),
+        "labels": [sp.label for sp in need],
         "windows": text_hash(repr([list(w) for w in wins]))})
     if log is not None and (j.dropped or j.records):
         log(f"{cell.key}: resumed {len(j.records)} finished window(s) of {len(wins)} from "
