@@ -372,7 +372,8 @@ def test_each_batch_is_freed_before_the_next_runs(tiny_model) -> None:
         assert len(seen) >= 8 and not leaked, (len(seen), leaked)
 
 
-def test_noninferiority_grid_and_frontier_on_the_tiny_model(tiny_model, tmp_path) -> None:
+def test_noninferiority_grid_and_frontier_on_the_tiny_model(tiny_model, tmp_path,
+                                                            capsys) -> None:
     """The chain a long run takes, on the tiny model: a seed suite with the finer budget grid,
     more windows and trials and the non-inferiority pruning writes cells with per-block NLLs
     and the non-inferiority tables; `hikv frontier` reads them."""
@@ -415,6 +416,17 @@ def test_noninferiority_grid_and_frontier_on_the_tiny_model(tiny_model, tmp_path
             top_label = max((r for r in rows if r["label"].startswith(fam + "@")),
                             key=lambda r: r["budget"])["label"]
             assert top_label in got or "dropped" in tmeta["skipped"][top_label], (task, fam)
+    # --tables-only rebuilds the tables from the cells, running nothing and drawing no bar
+    cells = {q.name: q.read_bytes() for q in (out / "cells").iterdir()}
+    (out / "seed_table.md").unlink()
+    capsys.readouterr()
+    assert _run(["run", "--suite", "seed-smoke", "--model", str(model), "--cache", str(cache),
+                 "--preset", "tiny", "--out", str(out), "--budget-step", "1.4142",
+                 "--windows", "2", "--trials", "2", "--suite-protocols", "prompt",
+                 "--prune-for", "noninferiority", "--task-top-budget", "--tables-only"]) == 0
+    assert "seed-smoke [" not in capsys.readouterr().err
+    assert (out / "seed_table.md").is_file()
+    assert {q.name: q.read_bytes() for q in (out / "cells").iterdir()} == cells
     # seed suites' options are refused elsewhere
     assert _run(["run", "--suite", "smoke", "--model", str(model), "--cache", str(cache),
                  "--out", str(tmp_path / "x"), "--variants"]) == 2

@@ -271,9 +271,12 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     n_done = sum(1 for c in cells if state[c.key][1])
     log(f"suite {suite.name}: {len(cells)} cells, {n_done} done, "
         f"{len(todo)} to run ({executor}, {workers} worker(s)) -> {out}")
-    # a unit weighs its context length (the ETA's estimate of its cost, _Bar)
-    bar = _Bar(sum(cell_units(c, suite) for c in todo), f"{suite.name}",
-               weight_total=sum(cell_units(c, suite) * c.length for c in todo))
+    # a unit weighs its context length (the ETA's estimate of its cost, _Bar); a run with
+    # nothing to run draws no bar
+    bar: Callable[..., None] = _Bar(
+        sum(cell_units(c, suite) for c in todo), f"{suite.name}",
+        weight_total=sum(cell_units(c, suite) * c.length for c in todo)) if todo \
+        else (lambda n=1, weight=1.0: None)
     t0 = time.perf_counter()
     spent = {c.key: state[c.key][2] for c in cells}
 
