@@ -195,3 +195,26 @@ def test_status_gives_a_task_cells_verdicts_so_far(tmp_path):
             "1 non-inferior, 1 inferior, 0 undecided so far, 1 of 2 stopped") in text
     assert "bad: no (stopped, 10 trials, mean 0.000" in text and "same: yes" not in text
     assert "same: yes (running, 60 trials" in "\n".join(status_lines(st, each=True))
+
+
+def test_status_pairs_methods_added_to_a_written_task_cell_with_its_full_kv(tmp_path):
+    """A run adding methods to a written task cell journals only those (full KV's row is on
+    disk, its header's ``active`` lacks full KV): their verdicts pair with the file's full KV
+    scores over the trials they ran."""
+    from hikv.model.accuracy.io import write_rows
+
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    write_rows(cells, "passkey_prompt_64", [{"label": "full", "scores": [1.0] * 60}],
+               {"suite_key": suite_key(SUITE)})
+    j = Journal(partial_path(cells, "passkey_prompt_64"), {
+        "cell": "passkey_prompt_64", "suite_key": suite_key(SUITE), "seed": 0,
+        "have": ["full"], "active": ["added"]})
+    for t in range(8):
+        j.append(t, 50, ["added"], [0.0 if t < 4 else 1.0], ["1"])
+    it = suite_status(tmp_path)["running"][0]["interim"]
+    m = it["methods"][0]
+    b = NI.task_difference_bound([0.0] * 4 + [1.0] * 4, [1.0] * 60)
+    assert (it["trials"], it["full_mean"]) == (8, 1.0)
+    assert (m["label"], m["trials"], m["state"]) == ("added", 8, "running")
+    assert (m["low"], m["high"], m["verdict"]) == (b.low, b.high, NI.task_bound_verdict(b))

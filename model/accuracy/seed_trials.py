@@ -145,7 +145,7 @@ class _TaskCell:
         """Open the cell's journal (:mod:`hikv.model.accuracy.journal`) and replay its trials
         while each one ran exactly the methods the replay has active."""
         j = self.journal = Journal(partial_path(partial_dir, self.cell.key), {
-            "cell": self.cell.key, "seed": self.seed, "suite_key": suite_key(self.suite),
+            "cell": self.cell.key, "seed": self.seed, "suite_key": suite_key(self.suite, "task"),
             "have": have, "active": [sp.label for sp in self.active]})
         for i, rec in enumerate(j.records):
             if not self.active or rec["labels"] != [sp.label for sp in self.active]:

@@ -100,18 +100,20 @@ def ppl_interim(head: dict[str, Any], recs: list[dict[str, Any]], planned: int,
             "self_check": NI.split_self_check(full)}
 
 
-def task_interim(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def task_interim(recs: list[dict[str, Any]], full: list[float] | None = None
+                 ) -> dict[str, Any] | None:
     """The verdicts so far of a task cell from its trial journal: per method, the trials it
     ran (a prefix of the cell's: an adaptive cell stops a method that can no longer pass), its
     mean score, and its paired score difference to full KV over those trials with one-sided
     95 % bounds (:func:`~hikv.model.accuracy.iso.task_difference_bound`) and the ``verdict``
-    they give against the -5 point margin; ``state`` ``stopped`` or ``running``. None without
-    full KV's scores."""
+    they give against the -5 point margin; ``state`` ``stopped`` or ``running``. ``full``:
+    full KV's per-trial scores where the journal has none (a run adding methods to a written
+    cell, whose full KV row is on disk). None without full KV's scores."""
     scores: dict[str, list[float]] = {}
     for rec in recs:
         for lab, sc in zip(rec.get("labels", ()), rec.get("scores", ()), strict=False):
             scores.setdefault(lab, []).append(float(sc))
-    full = scores.pop(FULL, None)
+    full = scores.pop(FULL, None) or full
     if not full:
         return None
     last = set(recs[-1].get("labels", ())) if recs else set()
@@ -126,7 +128,7 @@ def task_interim(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _written_full(path: Path) -> dict[str, Any] | None:
-    """Full KV's row of a written perplexity cell (the pairing of methods a run adds to it)."""
+    """Full KV's row of a written cell (the pairing of methods a run adds to it)."""
     if not path.is_file():
         return None
     rows, _ = read_rows(path)
@@ -170,7 +172,11 @@ def suite_status(out: str | Path, *, verdicts: bool = True) -> dict[str, Any]:
             interim = ppl_interim(head, recs, int(planned), tuple(sizes.get("looks", ())),
                                   full=written)
         elif not ppl and verdicts and recs:
-            interim = task_interim(recs)
+            # a task journal's header names the methods it began with (``active``)
+            written = (None if FULL in head.get("active", [FULL])
+                       else _written_full(cells / f"{cell}.json"))
+            interim = task_interim(recs, full=None if written is None
+                                   else [float(x) for x in written.get("scores", ())])
         running.append({
             "cell": cell, "unit": "windows" if ppl else "trials", "finished": len(recs),
             "interim": interim,
