@@ -237,8 +237,9 @@ def test_redo_families_measures_them_again(tiny_model, tmp_path, capsys) -> None
 
 
 def _check_like_one_process(tiny_model, tmp_path, **run) -> None:
-    """The two-cell seed suite (passkey, prompt protocol) run with ``run`` (workers, executor)
-    gives the rows one process gives."""
+    """The two-cell seed suite (passkey, prompt protocol; a perplexity cell of 4 windows with
+    a look after 2, which runs window by window in parallel) run with ``run`` (workers,
+    executor) gives the rows one process gives."""
     import dataclasses
 
     from hikv.model.accuracy.io import read_rows
@@ -246,7 +247,8 @@ def _check_like_one_process(tiny_model, tmp_path, **run) -> None:
 
     model, cache = tiny_model
     small = dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",),
-                                protocols=("prompt",))
+                                protocols=("prompt",), ppl_windows=4, ppl_looks=(2,),
+                                prune="noninferiority")
     one, other = tmp_path / "one", tmp_path / "other"
     run_seed_suite(small, one, model=str(model), cache=cache, preset="tiny",
                    log=lambda _: None)

@@ -204,3 +204,112 @@ def test_killed_perplexity_cell_resumes_window_by_window(tiny_model, tmp_path,  
     got, _ = read_rows(out / "cells" / "ppl_1024.json")
     want, _ = read_rows(ref / "cells" / "ppl_1024.json")
     assert got == want and len(got) > 1
+
+
+def _windowed_suite():
+    """seed-smoke's perplexity cell as a sequential one: 4 windows, a look after 2."""
+    from hikv.model.accuracy.seed_suite import SEED_SUITES
+
+    return dataclasses.replace(SEED_SUITES["seed-smoke"], tasks=("passkey",),
+                               protocols=("prompt",), trials=1, ppl_windows=4,
+                               ppl_looks=(2,), prune="noninferiority")
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    """The parallel suite's units run one after another in this process (run_graph's
+    ``serial`` executor), so a test can watch and kill them."""
+    from hikv import executor
+
+    real = executor.run_graph
+
+    def serial(fn, ready, on_done, **kw):
+        return real(fn, ready, on_done, **{**kw, "executor": "serial"})
+
+    monkeypatch.setattr(executor, "run_graph", serial)
+
+
+def test_windowed_perplexity_cell_equals_one_process(tiny_model, tmp_path,  # noqa: F811
+                                                     monkeypatch, in_process) -> None:
+    """With several workers a perplexity cell runs window by window (each window a unit of
+    its own, the stopping rule applied at each look); its rows equal one process's to the
+    last bit, and so do the task cells that depend on them. Killed in its third window, it
+    resumes from its journal decoding only the windows after it."""
+    from hikv.model.accuracy import journal as seed_journal
+    from hikv.model.accuracy import seed_suite
+    from hikv.model.accuracy.io import read_rows
+
+    model, cache = tiny_model
+    suite = _windowed_suite()
+    kw = {"model": str(model), "cache": cache, "preset": "tiny", "log": lambda _: None}
+    ref = tmp_path / "ref"
+    seed_suite.run_seed_suite(suite, ref, **kw)
+    decoded: list[tuple[int, int]] = []
+    real_window = seed_suite.ppl_window
+
+    def counting(cell, suite_, env, labels, window, **k):
+        decoded.append((window, len(labels)))
+        return real_window(cell, suite_, env, labels, window, **k)
+
+    monkeypatch.setattr(seed_suite, "ppl_window", counting)
+    real = seed_journal.Journal.append_record
+
+    def killed(self, trial, payload, spent=None):
+        if "methods" in payload and trial == 2:
+            raise _Killed("killed in the perplexity cell's third window")
+        return real(self, trial, payload, spent)
+
+    out = tmp_path / "windowed"
+    monkeypatch.setattr(seed_journal.Journal, "append_record", killed)
+    with pytest.raises(_Killed):
+        seed_suite.run_seed_suite(suite, out, workers=2, **kw)
+    monkeypatch.setattr(seed_journal.Journal, "append_record", real)
+    part = out / "cells" / "ppl_1024.partial.jsonl"
+    lines = [json.loads(x) for x in part.read_text().splitlines()]
+    assert [x.get("trial") for x in lines[1:]] == [0, 1]        # header + windows 0 and 1
+    assert lines[2]["cpu_s"] >= lines[1]["cpu_s"] > 0
+    assert [w for w, _ in decoded] == [0, 1, 2]
+    decoded.clear()
+    seed_suite.run_seed_suite(suite, out, workers=2, **kw)
+    assert [w for w, _ in decoded] == [2, 3], "only the windows after the journal"
+    assert not part.exists()
+    for key in ("ppl_1024", "passkey_prompt_1024"):
+        got, meta = read_rows(out / "cells" / f"{key}.json")
+        want, _ = read_rows(ref / "cells" / f"{key}.json")
+        assert got == want and got, key
+        assert meta["cpu_s"] > 0 and meta["wall_s"] > 0
+    ppl = read_rows(out / "cells" / "ppl_1024.json")[0]
+    assert {r["windows"] for r in ppl} == {2, 4}, "some methods stop at the look"
+    # the windows after the look ran the methods the look left running
+    assert len(decoded) == 2 and decoded[0][1] == sum(r["windows"] == 4 for r in ppl)
+
+
+def test_windowed_cell_resumes_a_sequential_journal(tiny_model, tmp_path,  # noqa: F811
+                                                    monkeypatch, in_process) -> None:
+    """A journal written by one process (``--workers 1``) is resumed window by window by a
+    parallel run, and the other way round: the journal is the same either way."""
+    from hikv.model.accuracy import journal as seed_journal
+    from hikv.model.accuracy import seed_suite
+    from hikv.model.accuracy.io import read_rows
+
+    model, cache = tiny_model
+    suite = _windowed_suite()
+    kw = {"model": str(model), "cache": cache, "preset": "tiny", "log": lambda _: None}
+    ref = tmp_path / "ref"
+    seed_suite.run_seed_suite(suite, ref, **kw)
+    real = seed_journal.Journal.append_record
+    for first, then, name in ((1, 2, "seq-par"), (2, 1, "par-seq")):
+        def killed(self, trial, payload, spent=None):
+            if "methods" in payload and trial == 3:
+                raise _Killed("killed in the perplexity cell's last window")
+            return real(self, trial, payload, spent)
+
+        out = tmp_path / name
+        monkeypatch.setattr(seed_journal.Journal, "append_record", killed)
+        with pytest.raises(_Killed):
+            seed_suite.run_seed_suite(suite, out, workers=first, **kw)
+        monkeypatch.setattr(seed_journal.Journal, "append_record", real)
+        assert len((out / "cells" / "ppl_1024.partial.jsonl").read_text().splitlines()) == 4
+        seed_suite.run_seed_suite(suite, out, workers=then, **kw)
+        assert read_rows(out / "cells" / "ppl_1024.json")[0] == \
+            read_rows(ref / "cells" / "ppl_1024.json")[0], name

@@ -263,8 +263,8 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
                prefix: int, *, batch: int = 64, log: Log = _quiet,
                share_prefill: bool = True, resume: Seq[dict[str, Any]] = (),
                on_window: Callable[[int, dict[str, Any]], None] | None = None,
-               stop: Callable[[int, list[dict[str, Any]]], Iterable[str]] | None = None
-               ) -> list[dict[str, Any]]:
+               stop: Callable[[int, list[dict[str, Any]]], Iterable[str]] | None = None,
+               until: int | None = None) -> list[dict[str, Any]]:
     """Teacher-forced perplexity of each spec over ``windows`` (see the module docstring).
 
     Returns one row per spec: ``ppl``, ``nll`` (mean, nats), ``tokens``, ``ppl_w<i>`` per
@@ -286,7 +286,9 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
     label of the specs that ran it: the NLL sum and count, per-token NLLs, byte account and
     steps; ``units``); ``resume`` holds such records of windows ``0 .. len(resume) - 1`` from an
     earlier run, which are not decoded again (the rows are the same as an uninterrupted run's;
-    a spec missing from a record had stopped before that window).
+    a spec missing from a record had stopped before that window). ``until``: decode no window
+    from index ``until`` on (the rows are those of the windows before it; with ``resume``
+    covering them, a replay that decodes nothing: where ``stop`` leaves a cell after them).
     """
     specs = list(specs)
     if not specs:
@@ -351,7 +353,7 @@ def perplexity(lm: LM, specs: Seq[MethodSpec], cfg: Config, windows: Seq[Seq[int
     for wi, ids in enumerate(windows):
         if wi < len(resume):
             continue
-        if not active:
+        if not active or (until is not None and wi >= until):
             break
         acc0, steps0 = list(acc), list(steps)
         run = [specs[i] for i in active]

@@ -128,12 +128,15 @@ class Journal:
         self.append_record(trial, {"prompt_tokens": prompt_tokens, "labels": labels,
                                    "scores": scores, "texts": texts})
 
-    def append_record(self, trial: int, payload: dict[str, Any]) -> None:
+    def append_record(self, trial: int, payload: dict[str, Any],
+                      spent: tuple[float, float] | None = None) -> None:
         """Write record ``trial`` (the next one: a trial of a task cell, a window of a
-        perplexity cell) with ``payload`` (JSON-able; floats round-trip exactly)."""
+        perplexity cell) with ``payload`` (JSON-able; floats round-trip exactly) and the
+        cell's cumulative ``(wall s, CPU s)``: ``spent`` where given (records measured in
+        other processes), else :meth:`now`."""
         if trial != len(self.records):
             raise ValueError(f"record {trial} appended after {len(self.records)} records")
-        wall, cpu = self.now()
+        wall, cpu = spent if spent is not None else self.now()
         rec = _norm({"trial": trial, **payload, "wall_s": wall, "cpu_s": cpu})
         self.records.append(rec)
         if not self.path.is_file():

@@ -25,7 +25,7 @@ from typing import Any
 
 from hikv.model.accuracy.io import code_version, read_rows, write_rows
 from hikv.model.accuracy.iso import label_family
-from hikv.model.accuracy.journal import PARTIAL_SUFFIX, partial_path, read_journal
+from hikv.model.accuracy.journal import PARTIAL_SUFFIX, Journal, partial_path, read_journal
 from hikv.model.accuracy.seed_spec import (
     EXTRA_BASELINES,
     SEED_HIKV,
@@ -37,7 +37,7 @@ from hikv.model.accuracy.seed_spec import (
     suite_specs,
 )
 from hikv.model.accuracy.seed_tables import seed_tables, task_filter
-from hikv.model.accuracy.seed_trials import cell_units, run_cell, run_cells
+from hikv.model.accuracy.seed_trials import cell_units, ppl_state, ppl_window, run_cell, run_cells
 from hikv.params import ParamError
 
 __all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "Cell", "suite_cells",
@@ -157,6 +157,69 @@ def _pool_cell(args: tuple[list[Cell], SeedSuite, dict[str, Any], dict[str, list
                                            batch=kw["batch"], have=have, ppl_rows=ppl_rows,
                                            partial_dir=kw.get("partial_dir"))
     return rows, dataclasses.asdict(env["lm"].shape), skipped, wall, cpu
+
+
+def _pool_unit(a: tuple[str, tuple]) -> tuple:
+    """One unit of the parallel suite in a worker process, by its kind: ``cells`` (a unit of
+    :func:`cell_groups`, :func:`_pool_cell`'s result), or a perplexity cell decoded window
+    by window: ``ppl-state`` (:func:`ppl_state`; the cell's journal read where no records are
+    given) and ``ppl-window`` (:func:`ppl_window`), each ``(result, model shape, wall s, CPU
+    s)``."""
+    kind, args = a
+    if kind == "cells":
+        return _pool_cell(args)
+    cell, suite, kw, extra = args
+    env = worker_env(kw["model"], kw["cache"], kw["preset"], kw["device"], kw["threads"])
+    tc, pc = time.perf_counter(), time.process_time()
+    if kind == "ppl-state":
+        res = ppl_state(cell, suite, env, batch=kw["batch"], have=extra["have"],
+                        records=extra["records"],
+                        partial_dir=kw.get("partial_dir") if extra["records"] is None else None)
+    elif kind == "ppl-window":
+        res = ppl_window(cell, suite, env, extra["labels"], extra["window"], batch=kw["batch"])
+    else:
+        raise ParamError(f"unit kind {kind!r} is not one of 'cells', 'ppl-state', 'ppl-window'")
+    return (res, dataclasses.asdict(env["lm"].shape), time.perf_counter() - tc,
+            time.process_time() - pc)
+
+
+class _WindowedCell:
+    """A perplexity cell of a parallel suite, its windows decoded side by side (each by
+    :func:`ppl_window` in some worker) and journaled here in window order: the windows up to
+    the next look of a sequential cell all run with the same methods, so they are independent,
+    and at each look :func:`ppl_state` applies the stopping rule to the records so far. The
+    rows are one process's to the last bit; the cell's time is its workers' CPU seconds and
+    this process's wall clock from its first unit (plus a resumed journal's)."""
+
+    def __init__(self, cell: Cell, have: list[dict[str, Any]]) -> None:
+        self.cell, self.have = cell, have
+        self.journal: Journal | None = None
+        self.records: list[dict[str, Any]] = []
+        self.landed: dict[int, dict[str, Any]] = {}     # windows decoded out of order
+        self.labels: list[str] = []
+        self.until = 0
+        self.prior = (0.0, 0.0)
+        self.cpu = 0.0
+        self.t0 = time.perf_counter()
+        self.reported = 0                               # windows shown on the progress bar
+
+    def spent(self) -> tuple[float, float]:
+        """The cell's cumulative (wall s, CPU s) so far."""
+        return (self.prior[0] + time.perf_counter() - self.t0, self.prior[1] + self.cpu)
+
+    def land(self, window: int, rec: dict[str, Any]) -> int:
+        """Window ``window``'s record is back: journal every record now in order; returns how
+        many were."""
+        self.landed[window] = rec
+        n0 = len(self.records)
+        while len(self.records) in self.landed:
+            i = len(self.records)
+            rec = self.landed.pop(i)
+            if self.journal is not None:
+                self.journal.append_record(i, rec, spent=self.spent())
+                rec = self.journal.records[-1]
+            self.records.append(rec)
+        return len(self.records) - n0
 
 
 def _cell_state(cells_dir: Path, cell: Cell, suite: SeedSuite, redo: bool
@@ -308,34 +371,85 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     groups = cell_groups(todo)
     if todo and (executor == "ray" or workers > 1):
         # a length's task units need its perplexity cell (adaptive pruning): they become
-        # runnable when it is saved; every unit is saved the moment it finishes
+        # runnable when it is saved; every unit is saved the moment it finishes. A perplexity
+        # cell runs window by window on every worker free (_WindowedCell).
         waiting: dict[int, list[list[Cell]]] = {}
         ppl_todo = {g[0].length for g in groups if g[0].kind == "ppl"}
         ready = []
+        windowed: dict[str, _WindowedCell] = {}
+
+        def arg(g: list[Cell]) -> tuple:
+            return ("cells", (g, suite, kw, {c.key: state[c.key][0] for c in g},
+                              ppl_of(g[0])))
+
         for g in groups:
             if g[0].kind == "task" and g[0].length in ppl_todo:
                 waiting.setdefault(g[0].length, []).append(g)
+            elif g[0].kind == "ppl":
+                c = g[0]
+                windowed[c.key] = _WindowedCell(c, state[c.key][0])
+                ready.append(("ppl-state", (c, suite, kw, {"have": state[c.key][0],
+                                                           "records": None})))
             else:
-                ready.append(g)
+                ready.append(arg(g))
 
-        def arg(g: list[Cell]) -> tuple:
-            return (g, suite, kw, {c.key: state[c.key][0] for c in g}, ppl_of(g[0]))
+        def released(length: int) -> list[tuple]:
+            return [arg(x) for x in waiting.pop(length, [])]
 
         def done(a: tuple, res: tuple) -> list[tuple]:
-            g = a[0]
-            save_unit(g, *res)
-            bar(sum(cell_units(c, suite) for c in g), weight=g[0].length)
-            return [arg(x) for x in waiting.pop(g[0].length, [])] if g[0].kind == "ppl" \
-                else []
+            kind, args = a
+            if kind == "cells":
+                g = args[0]
+                save_unit(g, *res)
+                bar(sum(cell_units(c, suite) for c in g), weight=g[0].length)
+                return []
+            c = args[0]
+            w = windowed[c.key]
+            got, shape, wall, cpu = res
+            w.cpu += cpu
+            if kind == "ppl-window":
+                n = w.land(args[3]["window"], got)
+                if n:
+                    bar(n, weight=c.length)
+                    w.reported += n
+                if len(w.records) < w.until:
+                    return []
+                return [("ppl-state", (c, suite, kw, {"have": w.have,
+                                                      "records": w.records}))]
+            if args[3]["records"] is None:              # the cell's first state: its journal
+                w.t0 = time.perf_counter() - wall       # the cell's clock starts with it
+                w.records, w.prior = list(got["records"]), tuple(got["prior"])
+                if got["header"] is not None and kw["partial_dir"] is not None:
+                    w.journal = Journal(partial_path(cells_dir, c.key), got["header"])
+                    w.records = list(w.journal.records)
+                if w.records:
+                    log(f"\n{c.key}: resumed {len(w.records)} finished window(s) of "
+                        f"{suite.ppl_windows}")
+            if "rows" in got:
+                save_unit([c], {c.key: got["rows"]}, shape, {}, *w.spent())
+                bar(cell_units(c, suite) - w.reported, weight=c.length)
+                return released(c.length)
+            if w.labels and len(got["labels"]) < len(w.labels):
+                log(f"\n{c.key}: {len(w.labels) - len(got['labels'])} method(s) decided "
+                    f"after {len(w.records)} window(s), {len(got['labels'])} running")
+            w.labels, w.until = got["labels"], got["until"]
+            return [("ppl-window", (c, suite, kw, {"labels": w.labels, "window": i}))
+                    for i in range(len(w.records), w.until)]
+
+        def order(a: tuple) -> tuple:
+            # the longest contexts first (a length's perplexity, window by window, before its
+            # tasks), so the short units fill the workers' tails instead of a long one running
+            # alone at the end
+            kind, args = a
+            if kind == "cells":
+                return (-args[0][0].length, args[0][0].kind != "ppl", -1)
+            return (-args[0].length, False, args[3].get("window", -1))
 
         from hikv.executor import run_graph
 
-        # the longest contexts start first (a length's perplexity before its tasks), so the
-        # short units fill the workers' tails instead of a long one running alone at the end
-        run_graph(_pool_cell, [arg(g) for g in ready], done,
+        run_graph(_pool_unit, ready, done,
                   executor="ray" if executor == "ray" else "process", workers=workers,
-                  num_cpus=kw["threads"], spawn=True,
-                  key=lambda a: (-a[0][0].length, a[0][0].kind != "ppl"))
+                  num_cpus=kw["threads"], spawn=True, key=order)
     elif todo:
         env = worker_env(model, cache, preset, device, threads)
         for g in groups:                # per length: perplexity, then its task cells

@@ -21,9 +21,9 @@ from hikv.model.accuracy import iso as NI
 from hikv.model.accuracy import tasks as T
 from hikv.model.accuracy.journal import Journal, partial_path
 from hikv.model.accuracy.seed_spec import Cell, SeedSuite, suite_key, suite_specs
-from hikv.params import Config, MethodSpec
+from hikv.params import Config, MethodSpec, ParamError
 
-__all__ = ["run_cell", "run_cells", "cell_units", "reusable"]
+__all__ = ["run_cell", "run_cells", "cell_units", "reusable", "ppl_state", "ppl_window"]
 
 Progress = Callable[[int], None]
 
@@ -329,6 +329,17 @@ def _ppl_stop(suite: SeedSuite, full_row: dict[str, Any] | None
     return stop
 
 
+def _cell_windows(env: dict[str, Any], cell: Cell, suite: SeedSuite) -> list[list[int]]:
+    """The token windows of perplexity cell ``cell`` (:func:`hikv.model.accuracy.experiments.
+    text_windows` of the essays), cut once per worker and kept in ``env``."""
+    cache = env.setdefault("ppl_windows", {})
+    key = (cell.length, suite.ppl_windows, suite.ppl_decode)
+    if key not in cache:
+        cache[key] = A.text_windows(env["lm"], env["text"], cell.length, suite.ppl_windows,
+                                    scored=suite.ppl_decode)
+    return cache[key]
+
+
 def _ppl_journal(partial_dir: Path, cell: Cell, suite: SeedSuite, need: Sequence[MethodSpec],
                  wins: Sequence[Sequence[int]], log: Callable[[str], None] | None) -> Journal:
     """The window journal of a perplexity cell (:mod:`hikv.model.accuracy.journal`): its
@@ -352,7 +363,8 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
              ppl_rows: list[dict[str, Any]] | None = None,
              skipped: dict[str, str] | None = None, partial_dir: Path | None = None,
              log: Callable[[str], None] | None = None,
-             resumed: dict[str, tuple[float, float]] | None = None) -> list[dict[str, Any]]:
+             resumed: dict[str, tuple[float, float]] | None = None,
+             ppl_records: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Rows of one cell for the methods of :func:`suite_specs` (``env``: ``lm``, ``cfg``,
     ``text``, ``words`` of a loaded model); each row gains ``budget_rule`` and ``cell``.
 
@@ -365,7 +377,9 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
     finished trial to ``<key>.partial.jsonl`` and first replays the trials a killed run left
     there (:mod:`hikv.model.accuracy.journal`; ``resumed`` gains the key -> the journal's
     cumulative (wall s, CPU s), ``log`` says what was resumed); the caller deletes the journal
-    once the cell's file is written."""
+    once the cell's file is written. ``ppl_records``: a perplexity cell's finished windows
+    (journal records, :func:`ppl_window`) given by the caller instead of read from its journal
+    (:func:`ppl_state`)."""
     lm, cfg = env["lm"], env["cfg"]
     pairs = suite_specs(suite, cfg, cell.length)
     rules = {sp.label: r for sp, r in pairs}
@@ -376,16 +390,18 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
     if cell.kind == "ppl":
         rows: list[dict[str, Any]] = []
         if need:
-            wins = A.text_windows(lm, env["text"], cell.length, suite.ppl_windows,
-                                    scored=suite.ppl_decode)
+            wins = _cell_windows(env, cell, suite)
             journal = None
-            if partial_dir is not None:
+            if ppl_records is not None:
+                pass
+            elif partial_dir is not None:
                 journal = _ppl_journal(partial_dir, cell, suite, need, wins, log)
                 if resumed is not None and journal.records:
                     resumed[cell.key] = journal.prior
             rows = A.perplexity(
                 lm, need, cfg, wins, cell.length - suite.ppl_decode, batch=batch,
-                resume=journal.records if journal else (),
+                resume=ppl_records if ppl_records is not None
+                else journal.records if journal else (),
                 on_window=journal.append_record if journal else None,
                 stop=_ppl_stop(suite, done.get("full")) if suite.ppl_looks else None)
             if suite.ppl_looks:
@@ -409,6 +425,96 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
         got = {**done, **{r["label"]: r for r in new}}
         rows = [got[sp.label] for sp in specs]
     return [{**r, "budget_rule": rules[r["label"]], "cell": cell.key} for r in rows]
+
+
+def _ppl_need(cell: Cell, suite: SeedSuite, env: dict[str, Any],
+              have: list[dict[str, Any]] | None
+              ) -> tuple[list[MethodSpec], dict[str, dict[str, Any]]]:
+    """(the methods a perplexity cell runs: the suite's not in ``have``, in the suite's order;
+    ``have``'s rows kept by label), as :func:`run_cell` takes them."""
+    pairs = suite_specs(suite, env["cfg"], cell.length)
+    rules = {sp.label for sp, _ in pairs}
+    done = {r["label"]: r for r in (have or [])
+            if r["label"] in rules and reusable(r, cell, suite)}
+    return [sp for sp, _ in pairs if sp.label not in done], done
+
+
+def ppl_state(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, batch: int = 64,
+              have: list[dict[str, Any]] | None = None,
+              records: Sequence[dict[str, Any]] | None = None,
+              partial_dir: Path | None = None,
+              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Where perplexity cell ``cell`` stands after its finished windows ``records`` (window
+    journal records in order; None: those of its journal in ``partial_dir``, which this opens
+    as :func:`run_cell` does, discarding one written for other settings): what a caller that
+    decodes the cell's windows in parallel (:func:`ppl_window`, one per window) needs next.
+
+    Returns ``records`` and, where the journal was read, its ``header`` and ``prior``
+    (cumulative wall and CPU s); then either ``rows`` (:func:`run_cell`'s rows of the cell,
+    nothing left to decode: every window ran, or every method stopped at a look) or
+    ``labels`` (the methods still running after the records, the stopping rule applied at
+    their count, :func:`_ppl_stop`) and ``until`` (the window count of the next look, or the
+    cell's end): windows ``len(records) .. until - 1`` all run with ``labels``, exactly as
+    :func:`hikv.model.accuracy.experiments.perplexity` runs them one after another, so the
+    rows equal one process's to the last bit."""
+    lm, cfg = env["lm"], env["cfg"]
+    need, done = _ppl_need(cell, suite, env, have)
+    out: dict[str, Any] = {"header": None, "prior": (0.0, 0.0)}
+    wins = _cell_windows(env, cell, suite) if need else []
+    if records is None:
+        records = []
+        if need and partial_dir is not None:
+            j = _ppl_journal(partial_dir, cell, suite, need, wins, log)
+            records, out["header"], out["prior"] = j.records, j.header, j.prior
+    records = list(records)
+    out["records"] = records
+    n = min(len(records), suite.ppl_windows)
+    labels = [sp.label for sp in need]
+    if n and need:
+        labels = [x for x in labels if x in records[n - 1]["methods"]]
+        if suite.ppl_looks and labels:
+            rule = _ppl_stop(suite, done.get("full"))
+            gone: set[str] = set()
+
+            def stop(k: int, rows: list[dict[str, Any]]) -> list[str]:
+                got = list(rule(k, rows))
+                gone.update(got)
+                return got
+
+            # a replay of the records (nothing decoded): the rule at their count
+            A.perplexity(lm, need, cfg, wins, cell.length - suite.ppl_decode,
+                         batch=batch, resume=records[:n], stop=stop, until=n)
+            labels = [x for x in labels if x not in gone]
+    if not labels or n >= suite.ppl_windows:
+        out["rows"] = run_cell(cell, suite, env, batch=batch, have=have,
+                               ppl_records=records)
+        return out
+    looks = sorted(NI.look_levels(suite.ppl_looks, suite.ppl_windows)) if suite.ppl_looks \
+        else [suite.ppl_windows]
+    out["labels"] = labels
+    out["until"] = min(x for x in looks if x > n)
+    return out
+
+
+def ppl_window(cell: Cell, suite: SeedSuite, env: dict[str, Any], labels: Sequence[str],
+               window: int, *, batch: int = 64) -> dict[str, Any]:
+    """Window ``window`` of perplexity cell ``cell`` decoded for the methods ``labels`` (those
+    :func:`ppl_state` says are running): its journal record, as
+    :func:`hikv.model.accuracy.experiments.perplexity` writes it after that window (the methods
+    in the suite's order and batches, so the numbers are a sequential run's)."""
+    if not 0 <= window < suite.ppl_windows:
+        raise ParamError(f"window = {window} is out of range: allowed [0, "
+                         f"{suite.ppl_windows - 1}] in {cell.key}")
+    want = set(labels)
+    specs = [sp for sp, _ in suite_specs(suite, env["cfg"], cell.length) if sp.label in want]
+    if len(specs) != len(want):
+        raise ParamError(f"{cell.key}: methods {sorted(want - {sp.label for sp in specs})} "
+                         "are not in the suite")
+    got: list[dict[str, Any]] = []
+    A.perplexity(env["lm"], specs, env["cfg"], [_cell_windows(env, cell, suite)[window]],
+                 cell.length - suite.ppl_decode, batch=batch,
+                 on_window=lambda _i, rec: got.append(rec))
+    return got[0]
 
 
 def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
