@@ -368,3 +368,31 @@ def test_lowbit_keys_kept_incrementally_equal_a_full_requantisation(label, monke
                         lambda self, bits: hikv_cache.lowbit_keys(self.k, bits))
     again, _, _ = _run(spec, q, k, v, 40)
     assert torch.equal(out, again)
+
+
+@pytest.mark.parametrize("label", ["ds@32/r16", "ds@32/r8/b4", "ds@32/r32/b2"])
+def test_ds_labels_kept_incrementally_equal_a_full_relabelling(label, monkeypatch):
+    """Double Sparsity's labels (its channels of every key, quantised per token below 16
+    bits) are made once per token, only for the tokens appended since the last step, through
+    capacity-buffer growth: at every step bit-identical to labelling the whole cache again,
+    so the selections and outputs do not change."""
+    from hikv.model.methods import baselines
+    from hikv.params import parse_method
+
+    spec = parse_method(label, CFG.policy, D)
+    q, k, v = _qkv(200, seed=11)
+    seen = []
+    incremental = baselines.DoubleSparsity._labels
+
+    def checked(self):
+        got = incremental(self)
+        assert torch.equal(got, self._label(self.k)), self.resident_tokens
+        seen.append(self.resident_tokens)
+        return got
+
+    monkeypatch.setattr(baselines.DoubleSparsity, "_labels", checked)
+    out, _, _ = _run(spec, q, k, v, 40)
+    assert seen == list(range(41, 201))         # every step, through three capacity buffers
+    monkeypatch.setattr(baselines.DoubleSparsity, "_labels", lambda self: self._label(self.k))
+    again, _, _ = _run(spec, q, k, v, 40)
+    assert torch.equal(out, again)

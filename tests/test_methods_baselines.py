@@ -444,3 +444,30 @@ def test_committed_iso_point_files_keep_one_point_per_method(tmp_path) -> None:
             continue
         got = load_iso_accuracy(f, cfg)
         assert [s.label for s in got.specs] == want, f
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "buffer view", "offset view", "broadcast",
+                                    "transposed"])
+def test_gather_is_torch_gather(layout) -> None:
+    """The caches' row gather gives ``torch.gather``'s values exactly for every layout a cache
+    holds (a contiguous tensor, a view of a capacity buffer at any offset, a head broadcast)
+    and for others (through ``torch.gather``); an index outside the rows is an error, never
+    a read of another head's rows."""
+    from hikv.model.methods.cache import gather
+
+    g = torch.Generator().manual_seed(3)
+    buf = torch.randn(3, 300, 16, generator=g)
+    x = {"contiguous": buf[:, :200].contiguous(), "buffer view": buf[:, :200],
+         "offset view": buf[:, 7:207],
+         "broadcast": buf[:1, :200].expand(3, 200, 16),
+         "transposed": torch.randn(16, 200, 3, generator=g).permute(2, 1, 0)}[layout]
+    idx = torch.sort(torch.randint(0, 200, (3, 50), generator=g), -1).values
+    idx[:, -1] = 199
+    want = torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, 16))
+    assert torch.equal(gather(x, idx), want)
+    assert gather(x, idx[:, :0]).shape == (3, 0, 16)
+    for bad in (200, -1):
+        wrong = idx.clone()
+        wrong[1, 3] = bad
+        with pytest.raises(IndexError, match="out of range"):
+            gather(x, wrong)

@@ -258,6 +258,13 @@ class DoubleSparsity(KVCache):
         return self._quantise(torch.gather(k, 2, self.channels.unsqueeze(1).expand(
             -1, k.shape[1], -1)))
 
+    def _labels(self) -> torch.Tensor:
+        """:meth:`_label` of ``self.k``, kept per token (:meth:`_per_token`: a label is its
+        token's channels, quantised per token, so only the tokens added since the last call are
+        labelled; prefill, a new capacity buffer or other channels relabel the whole cache)."""
+        assert self.channels is not None
+        return self._per_token("_labelled", self.channels, self._label)
+
     def _label_row_bytes(self) -> int:
         return label_row_bytes(min(self.spec.channels, self.d), self.spec.label_bits)
 
@@ -267,7 +274,7 @@ class DoubleSparsity(KVCache):
             self.calibrate(ungroup(qg, self.q_heads), self.k)
         assert self.channels is not None
         n = self.resident_tokens
-        lab = self._label(self.k)
+        lab = self._labels()
         # the query's label channels are quantised too, as in Double Sparsity's code
         q_r = self._quantise(torch.gather(qg, 2, self.channels.unsqueeze(1).expand(
             -1, self.group, -1)))

@@ -187,21 +187,11 @@ class HiKV(Evicting):
         return f
 
     def _lowbit_keys(self, bits: int) -> torch.Tensor:
-        """:func:`lowbit_keys` of ``self.k``, updated incrementally while the cache only grows by
-        :meth:`_append` (exact: the quantisation is per token, so only the tokens added since
-        the last call are quantised; anything else that replaced ``self.k`` -- prefill, ThinK's
-        pruning, a new capacity buffer -- recomputes it whole)."""
-        assert self.k is not None
-        n = self.resident_tokens
-        c = getattr(self, "_lbkeys", None)
-        if c is None or c[0] != bits or not self._grown_since(c[1], c[3]):
-            kq = lowbit_keys(self._scored_part(self.k), bits)
-        elif c[1] == n:
-            kq = c[2]
-        else:
-            kq = torch.cat([c[2], lowbit_keys(self._scored_part(self.k[:, c[1]:]), bits)], 1)
-        self._lbkeys = (bits, n, kq, self._kv_buffer())
-        return kq
+        """:func:`lowbit_keys` of ``self.k``, kept per token (:meth:`_per_token`: the
+        quantisation is per token, so only the tokens added since the last call are quantised;
+        prefill, ThinK's pruning or a new capacity buffer quantises it whole)."""
+        return self._per_token("_lbkeys", bits,
+                               lambda k: lowbit_keys(self._scored_part(k), bits))
 
     def _select_query_aware(self, qg: torch.Tensor) -> torch.Tensor:
         """Selected entries as a bool mask [Hkv, n]: forced tokens plus the chosen ones."""
