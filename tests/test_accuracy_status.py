@@ -218,3 +218,31 @@ def test_status_pairs_methods_added_to_a_written_task_cell_with_its_full_kv(tmp_
     assert (it["trials"], it["full_mean"]) == (8, 1.0)
     assert (m["label"], m["trials"], m["state"]) == ("added", 8, "running")
     assert (m["low"], m["high"], m["verdict"]) == (b.low, b.high, NI.task_bound_verdict(b))
+
+
+def test_status_gives_the_pace_of_the_methods_still_running(tmp_path):
+    """Per cell in progress: the CPU seconds a record took over the last records with the
+    last one's methods, and at most what the records left would take at that pace."""
+    from hikv.model.accuracy.status import journal_pace
+
+    recs = [{"methods": {"a": 0, "b": 0, "c": 0}, "cpu_s": 30.0},
+            {"methods": {"a": 0, "b": 0, "c": 0}, "cpu_s": 60.0},
+            {"methods": {"a": 0, "b": 0}, "cpu_s": 80.0},
+            {"methods": {"a": 0, "b": 0}, "cpu_s": 104.0}]
+    assert journal_pace(recs, 10) == {"records": 2, "methods": 2, "cpu_each": 22.0,
+                                      "left": 6, "cpu_left": 132.0}
+    assert journal_pace(recs[:2], 2)["cpu_left"] == 0           # all planned are done
+    assert journal_pace(recs[:2], 4)["cpu_each"] == 30.0        # from the first record
+    assert journal_pace([], 4) is None and journal_pace(recs, None) is None
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    key = suite_key(dataclasses.replace(SUITE, ppl_windows=5))
+    j = Journal(partial_path(cells, "ppl_64"), {"cell": "ppl_64", "suite_key": key,
+                                                "labels": ["full", "a", "b"], "windows": "h"})
+    for i, (names, cpu) in enumerate([("full a b", 30.0), ("full b", 50.0)]):
+        j.append_record(i, {"units": 1, "methods": {x: _win([2.0] * 32)
+                                                    for x in names.split()}},
+                        spent=(cpu, cpu))
+    text = "\n".join(status_lines(suite_status(tmp_path)))
+    assert ("pace: the last 1 windows with 2 methods took 20 CPU s each; the 3 left would "
+            "take at most about 60 CPU s") in text

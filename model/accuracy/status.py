@@ -24,7 +24,8 @@ from hikv.model.accuracy.journal import PARTIAL_SUFFIX, read_journal
 from hikv.model.accuracy.seed_spec import suite_key_sizes
 from hikv.params import ParamError
 
-__all__ = ["suite_status", "status_lines", "journal_ppl_rows", "ppl_interim", "task_interim"]
+__all__ = ["suite_status", "status_lines", "journal_ppl_rows", "ppl_interim", "task_interim",
+           "journal_pace"]
 
 #: the label of full KV's row in a perplexity cell
 FULL = "full"
@@ -135,6 +136,24 @@ def _written_full(path: Path) -> dict[str, Any] | None:
     return next((r for r in rows if r.get("label") == FULL), None)
 
 
+def journal_pace(recs: list[dict[str, Any]], planned: int | None) -> dict[str, Any] | None:
+    """The CPU seconds a journal's last records took each, over the last run of records with
+    the last one's number of methods (``records``, ``methods``, ``cpu_each``), and what the
+    ``left`` of ``planned`` would take at that pace (``cpu_left``: at most, since a look or
+    an adaptive cell stops methods); None without two records' times or a plan."""
+    if not recs or planned is None or "cpu_s" not in recs[-1]:
+        return None
+    m = _methods(recs[-1])
+    k = 0
+    while k < len(recs) and _methods(recs[-1 - k]) == m:
+        k += 1
+    before = float(recs[-1 - k].get("cpu_s", 0.0)) if k < len(recs) else 0.0
+    each = (float(recs[-1]["cpu_s"]) - before) / k
+    left = max(0, int(planned) - len(recs))
+    return {"records": k, "methods": m, "cpu_each": each, "left": left,
+            "cpu_left": each * left}
+
+
 def suite_status(out: str | Path, *, verdicts: bool = True) -> dict[str, Any]:
     """The state of the seed-suite folder ``out`` (see the module docstring), with a
     perplexity cell's verdicts so far (``interim``, :func:`ppl_interim`) unless ``verdicts``
@@ -180,7 +199,7 @@ def suite_status(out: str | Path, *, verdicts: bool = True) -> dict[str, Any]:
         running.append({
             "cell": cell, "unit": "windows" if ppl else "trials", "finished": len(recs),
             "interim": interim,
-            "planned": planned, "torn": torn,
+            "planned": planned, "torn": torn, "pace": journal_pace(recs, planned),
             "methods_first": _methods(recs[0]) if recs else start,
             "methods_last": _methods(last) if recs else start,
             "wall_s": float(last.get("wall_s", 0.0)), "cpu_s": float(last.get("cpu_s", 0.0))})
@@ -270,6 +289,13 @@ def status_lines(st: dict[str, Any], *, each: bool = False) -> list[str]:
             f"{r['methods_last']} (first {r['unit'][:-1]}: {r['methods_first']}); "
             f"{r['wall_s']:,.0f} s wall, {r['cpu_s']:,.0f} s CPU so far"
             + ("; a torn last line (dropped on resume)" if r["torn"] else ""))
+        pace = r.get("pace")
+        if pace and pace["left"]:
+            lines.append(
+                f"    pace: the last {pace['records']} {r['unit']} with {pace['methods']} "
+                f"methods took {pace['cpu_each']:,.0f} CPU s each; the {pace['left']} left "
+                f"would take at most about {pace['cpu_left']:,.0f} CPU s at that pace (less "
+                "as methods stop; wall time: that over the workers)")
         if r.get("interim") and r["unit"] == "trials":
             lines += _task_lines(r["interim"], each)
         elif r.get("interim"):
