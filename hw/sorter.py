@@ -126,7 +126,43 @@ def _clog2(m: Module, x: Value, name: str) -> Signal:
     return out
 
 
-class Sorter(wiring.Component):
+class SorterInterface(wiring.Component):
+    """What the sorter and the top-k engine (:class:`hikv.hw.topk.TopK`) share: the members
+    ``cfg``, ``i``, ``o`` (streams of :func:`config_layout` and :func:`io_layout`), ``busy`` and
+    ``error``; ``params``; ``timing`` (``timing_class.from_params(params)``), its ``latency``
+    and Stage I cycle count. A subclass sets :attr:`timing_class` and elaborates."""
+
+    timing_class: type = SorterTiming
+
+    def __init__(self, params: SorterParams) -> None:
+        if not isinstance(params, SorterParams):
+            raise TypeError(f"{type(self).__name__} needs a SorterParams, not {params!r}")
+        self._params = params
+        self._timing = self.timing_class.from_params(params)
+        self.cfg_layout = config_layout(params)
+        self.io_layout = io_layout(params)
+        super().__init__({
+            "cfg": In(stream.Signature(self.cfg_layout)),
+            "i": In(stream.Signature(self.io_layout)),
+            "o": Out(stream.Signature(self.io_layout)),
+            "busy": Out(1),
+            "error": Out(1),
+        })
+
+    @property
+    def params(self) -> SorterParams:
+        return self._params
+
+    @property
+    def latency(self) -> int:
+        """Fixed part of every job's cycle count (the timing's ``latency``)."""
+        return int(self._timing.latency)
+
+    def stage1_cycles(self, n: int, k: int) -> int:
+        return int(self._timing.stage1_cycles(n, k))
+
+
+class Sorter(SorterInterface):
     """Reconfigurable importance sorter (see the module docstring for the architecture).
 
     Parameters
@@ -143,37 +179,12 @@ class Sorter(wiring.Component):
     error : ``Out(1)``  sticky: a bad configuration or an input beat whose valid/last disagrees
     """
 
-    def __init__(self, params: SorterParams) -> None:
-        if not isinstance(params, SorterParams):
-            raise TypeError(f"Sorter needs a SorterParams, not {params!r}")
-        self._params = params
-        self._timing = SorterTiming.from_params(params)
-        self.cfg_layout = config_layout(params)
-        self.io_layout = io_layout(params)
-        super().__init__({
-            "cfg": In(stream.Signature(self.cfg_layout)),
-            "i": In(stream.Signature(self.io_layout)),
-            "o": Out(stream.Signature(self.io_layout)),
-            "busy": Out(1),
-            "error": Out(1),
-        })
-
-    @property
-    def params(self) -> SorterParams:
-        return self._params
+    timing_class = SorterTiming
 
     @property
     def timing(self) -> SorterTiming:
         """Sizes and cycle formulas (:class:`~hikv.hw.sorter_timing.SorterTiming`)."""
         return self._timing
-
-    @property
-    def latency(self) -> int:
-        """Fixed part of every job's cycle count (:attr:`SorterTiming.latency`)."""
-        return self._timing.latency
-
-    def stage1_cycles(self, n: int, k: int) -> int:
-        return self._timing.stage1_cycles(n, k)
 
     def stage2_cycles(self, count: int, d: int, r: int) -> int:
         return self._timing.stage2_cycles(count, d, r)

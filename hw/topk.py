@@ -63,13 +63,12 @@ in the middle of a job the next job runs clean.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import enum, stream, wiring
+from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
 
-from hikv.params import Config, SorterParams
+from hikv.params import Config
 
-from .sorter import SorterMode, config_layout, io_layout
+from .sorter import SorterInterface, SorterMode
 from .sorter_compact import Compactor, select_prefix
 from .sorter_net import compact_dist, wires
 from .topk_timing import TopKTiming
@@ -92,7 +91,7 @@ class Phase(enum.Enum, shape=4):
     DRAIN = 8     #: waiting for the last output beat
 
 
-class TopK(wiring.Component):
+class TopK(SorterInterface):
     """Radix-select top-k engine with the sorter's Stage I contract (see the module
     docstring).
 
@@ -112,37 +111,12 @@ class TopK(wiring.Component):
         disagree
     """
 
-    def __init__(self, params: SorterParams) -> None:
-        if not isinstance(params, SorterParams):
-            raise TypeError(f"TopK needs a SorterParams, not {params!r}")
-        self._params = params
-        self._timing = TopKTiming.from_params(params)
-        self.cfg_layout = config_layout(params)
-        self.io_layout = io_layout(params)
-        super().__init__({
-            "cfg": In(stream.Signature(self.cfg_layout)),
-            "i": In(stream.Signature(self.io_layout)),
-            "o": Out(stream.Signature(self.io_layout)),
-            "busy": Out(1),
-            "error": Out(1),
-        })
-
-    @property
-    def params(self) -> SorterParams:
-        return self._params
+    timing_class = TopKTiming
 
     @property
     def timing(self) -> TopKTiming:
         """Sizes and the cycle formula (:class:`~hikv.hw.topk_timing.TopKTiming`)."""
         return self._timing
-
-    @property
-    def latency(self) -> int:
-        """Fixed part of every job's cycle count (:attr:`TopKTiming.latency`)."""
-        return self._timing.latency
-
-    def stage1_cycles(self, n: int, k: int) -> int:
-        return self._timing.stage1_cycles(n, k)
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
