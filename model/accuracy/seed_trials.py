@@ -381,20 +381,15 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
     (journal records, :func:`ppl_window`) given by the caller instead of read from its journal
     (:func:`ppl_state`)."""
     lm, cfg = env["lm"], env["cfg"]
-    pairs = suite_specs(suite, cfg, cell.length)
+    pairs, need, done = _cell_need(cell, suite, env, have)
     rules = {sp.label: r for sp, r in pairs}
-    done = {r["label"]: r for r in (have or [])
-            if r["label"] in rules and reusable(r, cell, suite)}
     specs = [p[0] for p in pairs]
-    need = [sp for sp in specs if sp.label not in done]
     if cell.kind == "ppl":
         rows: list[dict[str, Any]] = []
         if need:
             wins = _cell_windows(env, cell, suite)
             journal = None
-            if ppl_records is not None:
-                pass
-            elif partial_dir is not None:
+            if ppl_records is None and partial_dir is not None:
                 journal = _ppl_journal(partial_dir, cell, suite, need, wins, log)
                 if resumed is not None and journal.records:
                     resumed[cell.key] = journal.prior
@@ -427,16 +422,18 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
     return [{**r, "budget_rule": rules[r["label"]], "cell": cell.key} for r in rows]
 
 
-def _ppl_need(cell: Cell, suite: SeedSuite, env: dict[str, Any],
-              have: list[dict[str, Any]] | None
-              ) -> tuple[list[MethodSpec], dict[str, dict[str, Any]]]:
-    """(the methods a perplexity cell runs: the suite's not in ``have``, in the suite's order;
-    ``have``'s rows kept by label), as :func:`run_cell` takes them."""
+def _cell_need(cell: Cell, suite: SeedSuite, env: dict[str, Any],
+               have: list[dict[str, Any]] | None
+               ) -> tuple[list[tuple[MethodSpec, str]], list[MethodSpec],
+                          dict[str, dict[str, Any]]]:
+    """(the suite's (method, budget rule) pairs at the cell's length; the methods the cell
+    runs: those without a reusable row in ``have``, in the suite's order; ``have``'s reusable
+    rows by label)."""
     pairs = suite_specs(suite, env["cfg"], cell.length)
-    rules = {sp.label for sp, _ in pairs}
+    labels = {sp.label for sp, _ in pairs}
     done = {r["label"]: r for r in (have or [])
-            if r["label"] in rules and reusable(r, cell, suite)}
-    return [sp for sp, _ in pairs if sp.label not in done], done
+            if r["label"] in labels and reusable(r, cell, suite)}
+    return pairs, [sp for sp, _ in pairs if sp.label not in done], done
 
 
 def ppl_state(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, batch: int = 64,
@@ -458,7 +455,7 @@ def ppl_state(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, batch: int =
     :func:`hikv.model.accuracy.experiments.perplexity` runs them one after another, so the
     rows equal one process's to the last bit."""
     lm, cfg = env["lm"], env["cfg"]
-    need, done = _ppl_need(cell, suite, env, have)
+    _, need, done = _cell_need(cell, suite, env, have)
     out: dict[str, Any] = {"header": None, "prior": (0.0, 0.0)}
     wins = _cell_windows(env, cell, suite) if need else []
     if records is None:

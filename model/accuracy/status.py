@@ -140,7 +140,7 @@ def journal_pace(recs: list[dict[str, Any]], planned: int | None) -> dict[str, A
     """The CPU seconds a journal's last records took each, over the last run of records with
     the last one's number of methods (``records``, ``methods``, ``cpu_each``), and what the
     ``left`` of ``planned`` would take at that pace (``cpu_left``: at most, since a look or
-    an adaptive cell stops methods); None without two records' times or a plan."""
+    an adaptive cell stops methods); None without a record's time or a plan."""
     if not recs or planned is None or "cpu_s" not in recs[-1]:
         return None
     m = _methods(recs[-1])
