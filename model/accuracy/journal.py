@@ -8,7 +8,9 @@ each finished trial is appended to
 depend on (cell, seed, suite key, the rows already on disk, the methods active at the start),
 then one line per trial with the labels run, their scores and answers, the prompt length and the
 cumulative time. Each line goes to the file in one ``write`` of an ``O_APPEND`` descriptor and is
-fsynced; a torn last line (killed mid-write) is dropped on reading. On resume the cell's
+fsynced; a torn last line (killed mid-write) is dropped on reading. A screened task cell (full KV
+alone before the methods) journals its screen to ``cells/<key>.screen.partial.jsonl``
+(:func:`screen_key`) first. On resume the cell's
 bookkeeping replays the lines (:class:`hikv.model.accuracy.seed_trials._TaskCell`) as long as each
 line's labels are the methods the replay has active at that trial, so the resumed cell's rows are an
 uninterrupted run's; a header that does not match (other families, seed, suite) discards the
@@ -29,7 +31,7 @@ from typing import Any
 
 from hikv.io import atomic_write_text
 
-__all__ = ["Journal", "PARTIAL_SUFFIX", "partial_path", "read_journal"]
+__all__ = ["Journal", "PARTIAL_SUFFIX", "partial_path", "read_journal", "screen_key"]
 
 #: the journal format (the header's ``partial``)
 JOURNAL_VERSION = 1
@@ -42,6 +44,12 @@ PARTIAL_SUFFIX = ".partial.jsonl"
 def partial_path(cells_dir: Path, key: str) -> Path:
     """The journal of cell ``key`` in ``cells_dir``: ``<key>.partial.jsonl``."""
     return Path(cells_dir) / f"{key}{PARTIAL_SUFFIX}"
+
+
+def screen_key(key: str) -> str:
+    """The journal key of task cell ``key``'s screen (full KV alone before the methods,
+    :func:`hikv.model.accuracy.seed_trials._adaptive_task`): ``<key>.screen``."""
+    return f"{key}.screen"
 
 
 def read_journal(path: Path) -> tuple[Any, list[dict[str, Any]], bool]:

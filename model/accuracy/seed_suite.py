@@ -25,7 +25,13 @@ from typing import Any
 
 from hikv.model.accuracy.io import code_version, read_rows, write_rows
 from hikv.model.accuracy.iso import label_family
-from hikv.model.accuracy.journal import PARTIAL_SUFFIX, Journal, partial_path, read_journal
+from hikv.model.accuracy.journal import (
+    PARTIAL_SUFFIX,
+    Journal,
+    partial_path,
+    read_journal,
+    screen_key,
+)
 from hikv.model.accuracy.seed_spec import (
     EXTRA_BASELINES,
     SEED_HIKV,
@@ -42,7 +48,7 @@ from hikv.params import ParamError
 
 __all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "Cell", "suite_cells",
            "suite_specs", "run_cell", "run_cells", "run_seed_suite", "task_filter",
-           "seed_tables", "cell_groups", "worker_env", "redo_families"]
+           "seed_tables", "cell_groups", "worker_env", "redo_families", "screened"]
 
 Log = Callable[[str], None]
 
@@ -119,6 +125,29 @@ def worker_env(model: str, cache: Path | None, preset: str, device: str, threads
     return _WORKER
 
 
+def screened(cells_dir: Path, group: list[Cell], suite: SeedSuite) -> bool:
+    """Whether a unit of work that is one adaptive task cell screens its task with full KV
+    first (:func:`hikv.model.accuracy.seed_trials.run_cell`'s ``screen``): the task filter
+    dropped the same task and protocol at a shorter length of the suite (that cell's file in
+    ``cells_dir``), so it most likely drops it here too, and the methods would answer every
+    trial for nothing. Only what runs changes, not what is measured."""
+    if len(group) != 1 or group[0].kind != "task" or not suite.adaptive:
+        return False
+    c = group[0]
+    for n in suite.lengths:
+        p = cells_dir / f"{Cell('task', n, c.protocol, c.task).key}.json"
+        if n < c.length and p.is_file() and any(
+                not f["kept"] for f in task_filter(suite, read_rows(p)[0])):
+            return True
+    return False
+
+
+def _drop_journals(cells_dir: Path, key: str) -> None:
+    """Delete cell ``key``'s journals (its trials or windows, and its task screen's)."""
+    partial_path(cells_dir, key).unlink(missing_ok=True)
+    partial_path(cells_dir, screen_key(key)).unlink(missing_ok=True)
+
+
 def cell_groups(cells: list[Cell], pair: bool = True) -> list[list[Cell]]:
     """``cells`` as units of work, in order: with ``pair``, the ``prompt`` and ``follow-up``
     cells of one task and length form one unit (:func:`run_cells` shares each trial's prompt
@@ -146,16 +175,16 @@ def _timed_unit(cells: list[Cell], suite: SeedSuite, env: dict[str, Any], **kw: 
 
 
 def _pool_cell(args: tuple[list[Cell], SeedSuite, dict[str, Any], dict[str, list[dict]],
-                           list[dict]]
+                           list[dict], bool]
                ) -> tuple[dict[str, list[dict]], dict[str, Any], dict[str, dict[str, str]],
                           float, float]:
     """One unit of work in a worker process: ``(rows per cell key, model shape, skipped,
     wall s, CPU s)`` (:func:`_timed_unit`)."""
-    cells, suite, kw, have, ppl_rows = args
+    cells, suite, kw, have, ppl_rows, screen = args
     env = worker_env(kw["model"], kw["cache"], kw["preset"], kw["device"], kw["threads"])
     rows, skipped, wall, cpu = _timed_unit(cells, suite, env, seed=kw["seed"],
                                            batch=kw["batch"], have=have, ppl_rows=ppl_rows,
-                                           partial_dir=kw.get("partial_dir"))
+                                           partial_dir=kw.get("partial_dir"), screen=screen)
     return rows, dataclasses.asdict(env["lm"].shape), skipped, wall, cpu
 
 
@@ -330,7 +359,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     todo = [] if tables_only else [c for c in cells if not state[c.key][1]]
     for c in cells:             # a finished cell's (or, with redo, every) journal is stale
         if (redo and not tables_only) or state[c.key][1]:
-            partial_path(cells_dir, c.key).unlink(missing_ok=True)
+            _drop_journals(cells_dir, c.key)
     n_done = sum(1 for c in cells if state[c.key][1])
     log(f"suite {suite.name}: {len(cells)} cells, {n_done} done, "
         f"{len(todo)} to run ({executor}, {workers} worker(s)) -> {out}")
@@ -349,7 +378,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                                             "wall_s": wall, "cpu_s": cpu, **extra,
                                             "suite_key": suite_key(suite, c.kind),
                                             "skipped": skipped})
-        partial_path(cells_dir, c.key).unlink(missing_ok=True)
+        _drop_journals(cells_dir, c.key)
 
     def ppl_of(c: Cell) -> list[dict[str, Any]]:
         p = cells_dir / f"ppl_{c.length}.json"
@@ -380,7 +409,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
 
         def arg(g: list[Cell]) -> tuple:
             return ("cells", (g, suite, kw, {c.key: state[c.key][0] for c in g},
-                              ppl_of(g[0])))
+                              ppl_of(g[0]), screened(cells_dir, g, suite)))
 
         for g in groups:
             if g[0].kind == "task" and g[0].length in ppl_todo:
@@ -457,7 +486,8 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                 g, suite, env, seed=seed, batch=batch,
                 progress=lambda n, w=g[0].length: bar(n, weight=w),
                 have={c.key: state[c.key][0] for c in g}, ppl_rows=ppl_of(g[0]),
-                partial_dir=cells_dir, log=lambda m: log(f"\n{m}"))
+                screen=screened(cells_dir, g, suite), partial_dir=cells_dir,
+                log=lambda m: log(f"\n{m}"))
             save_unit(g, got, dataclasses.asdict(env["lm"].shape), skipped, wall, cpu)
     if todo:
         log(f"ran {len(todo)} cells in {time.perf_counter() - t0:.0f} s wall")

@@ -19,7 +19,7 @@ from typing import Any
 from hikv.model.accuracy import experiments as A
 from hikv.model.accuracy import iso as NI
 from hikv.model.accuracy import tasks as T
-from hikv.model.accuracy.journal import Journal, partial_path
+from hikv.model.accuracy.journal import Journal, partial_path, screen_key
 from hikv.model.accuracy.seed_spec import Cell, SeedSuite, suite_key, suite_specs
 from hikv.params import Config, MethodSpec, ParamError
 
@@ -95,8 +95,10 @@ class _TaskCell:
                  have: dict[str, dict[str, Any]], ppl_rows: list[dict[str, Any]], *,
                  seed: int, progress: Progress | None, skipped: dict[str, str],
                  partial_dir: Path | None = None, log: Callable[[str], None] | None = None,
-                 resumed: dict[str, tuple[float, float]] | None = None) -> None:
+                 resumed: dict[str, tuple[float, float]] | None = None,
+                 screen: bool = False) -> None:
         self.cell, self.suite, self.specs, self.seed = cell, suite, specs, seed
+        self.screen = screen
         self.progress, self.skipped = progress, skipped
         self.journal: Journal | None = None
         self.rows = dict(have)
@@ -144,8 +146,10 @@ class _TaskCell:
                 ) -> None:
         """Open the cell's journal (:mod:`hikv.model.accuracy.journal`) and replay its trials
         while each one ran exactly the methods the replay has active."""
-        j = self.journal = Journal(partial_path(partial_dir, self.cell.key), {
+        key = screen_key(self.cell.key) if self.screen else self.cell.key
+        j = self.journal = Journal(partial_path(partial_dir, key), {
             "cell": self.cell.key, "seed": self.seed, "suite_key": suite_key(self.suite, "task"),
+            **({"screen": True} if self.screen else {}),
             "have": have, "active": [sp.label for sp in self.active]})
         for i, rec in enumerate(j.records):
             if not self.active or rec["labels"] != [sp.label for sp in self.active]:
@@ -230,7 +234,7 @@ def _adaptive_task(cell: Cell, suite: SeedSuite, env: dict[str, Any],
                    specs: list[MethodSpec], have: dict[str, dict[str, Any]],
                    ppl_rows: list[dict[str, Any]], *, seed: int, batch: int,
                    progress: Progress | None, skipped: dict[str, str],
-                   **journal: Any) -> list[dict[str, Any]]:
+                   screen: bool = False, **journal: Any) -> list[dict[str, Any]]:
     """Rows of one task cell, running only what the iso decision can use.
 
     Trial by trial, full KV and the methods still undecided share one prompt pass
@@ -248,16 +252,48 @@ def _adaptive_task(cell: Cell, suite: SeedSuite, env: dict[str, Any],
     ``have`` are kept (resume per method); ``skipped`` gains label -> reason. ``journal``:
     ``partial_dir``, ``log``, ``resumed`` of :class:`_TaskCell` (finished trials journaled
     and resumed, :mod:`hikv.model.accuracy.journal`).
+
+    ``screen`` (a task the filter is expected to drop, :func:`screened`): full KV first runs
+    alone (its trials journaled to ``<key>.screen.partial.jsonl``, :func:`screen_key`) until
+    the filter decides; a dropped task then costs one prompt pass and one answer per trial,
+    not one per method, and a kept one runs its methods over the same trials as with full
+    KV's row on disk (each trial's prompt pass again, the methods stopping against full KV's
+    known total). The rows are measured on the same cases either way.
     """
     lm, cfg = env["lm"], env["cfg"]
-    st = _TaskCell(cell, suite, specs, have, ppl_rows, seed=seed, progress=progress,
-                   skipped=skipped, **journal)
-    while st.active:
-        c = st.case(lm, env["words"], st.ran)
-        ctx, feed = A.split_prompt(c.context, c.question, cell.protocol)
-        st.add(c, A._generate(lm, st.active, cfg, ctx, feed, c.references, c.max_new, batch),
-               lm.decode)
-    return st.finish()
+
+    def run(st: _TaskCell) -> _TaskCell:
+        while st.active:
+            c = st.case(lm, env["words"], st.ran)
+            ctx, feed = A.split_prompt(c.context, c.question, cell.protocol)
+            st.add(c, A._generate(lm, st.active, cfg, ctx, feed, c.references, c.max_new,
+                                  batch), lm.decode)
+        return st
+
+    if screen and "full" not in have:
+        resumed = journal.pop("resumed", None)
+        times: list[dict[str, tuple[float, float]]] = [{}, {}]   # each phase's journal's
+        full = [sp for sp in specs if sp.label == "full"]
+        lead = run(_TaskCell(cell, suite, full, have, [], seed=seed, progress=progress,
+                             skipped={}, screen=True, resumed=times[0], **journal))
+        owed = lead.ran             # progress units the screen reported (the cell has T)
+
+        def rest(n: int) -> None:
+            nonlocal owed
+            k = min(n, owed)
+            owed -= k
+            if progress is not None and n > k:
+                progress(n - k)
+
+        st = run(_TaskCell(cell, suite, specs, {**have, "full": lead.rows["full"]}, ppl_rows,
+                           seed=seed, progress=rest, skipped=skipped, resumed=times[1],
+                           **journal))
+        spent = [t[cell.key] for t in times if cell.key in t]
+        if resumed is not None and spent:        # both phases' time in earlier runs
+            resumed[cell.key] = (sum(w for w, _ in spent), sum(c for _, c in spent))
+        return st.finish()
+    return run(_TaskCell(cell, suite, specs, have, ppl_rows, seed=seed, progress=progress,
+                         skipped=skipped, **journal)).finish()
 
 
 def _fork_generate(lm: Any, prompt: list[MethodSpec], follow: list[MethodSpec], cfg: Config,
@@ -364,7 +400,8 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
              skipped: dict[str, str] | None = None, partial_dir: Path | None = None,
              log: Callable[[str], None] | None = None,
              resumed: dict[str, tuple[float, float]] | None = None,
-             ppl_records: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+             ppl_records: Sequence[dict[str, Any]] | None = None,
+             screen: bool = False) -> list[dict[str, Any]]:
     """Rows of one cell for the methods of :func:`suite_specs` (``env``: ``lm``, ``cfg``,
     ``text``, ``words`` of a loaded model); each row gains ``budget_rule`` and ``cell``.
 
@@ -379,7 +416,8 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
     cumulative (wall s, CPU s), ``log`` says what was resumed); the caller deletes the journal
     once the cell's file is written. ``ppl_records``: a perplexity cell's finished windows
     (journal records, :func:`ppl_window`) given by the caller instead of read from its journal
-    (:func:`ppl_state`)."""
+    (:func:`ppl_state`). ``screen``: an adaptive task cell runs full KV alone first
+    (:func:`_adaptive_task`)."""
     lm, cfg = env["lm"], env["cfg"]
     pairs, need, done = _cell_need(cell, suite, env, have)
     rules = {sp.label: r for sp, r in pairs}
@@ -411,7 +449,7 @@ def run_cell(cell: Cell, suite: SeedSuite, env: dict[str, Any], *, seed: int = 0
         rows = _adaptive_task(cell, suite, env, specs, done, ppl_rows or [], seed=seed,
                               batch=batch, progress=progress,
                               skipped=skipped if skipped is not None else {},
-                              partial_dir=partial_dir, log=log, resumed=resumed)
+                              screen=screen, partial_dir=partial_dir, log=log, resumed=resumed)
     else:
         new = A.task_accuracy(lm, need, cfg, task=cell.task, length=cell.length,
                               trials=suite.trials, protocol=cell.protocol, seed=seed,
@@ -520,7 +558,7 @@ def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
               ppl_rows: list[dict[str, Any]] | None = None,
               skipped: dict[str, dict[str, str]] | None = None,
               partial_dir: Path | None = None, log: Callable[[str], None] | None = None,
-              resumed: dict[str, tuple[float, float]] | None = None
+              resumed: dict[str, tuple[float, float]] | None = None, screen: bool = False
               ) -> dict[str, list[dict[str, Any]]]:
     """Rows per cell key of ``cells``: the ``prompt`` and ``follow-up`` task cells of one task
     and length (adaptive suite) run together, one prompt pass per trial for both (see the
@@ -531,7 +569,9 @@ def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
     prompt pass").
     Anything else runs cell by cell. ``have``, ``skipped``: per cell key; ``partial_dir``,
     ``log``, ``resumed``: the trial journals, as in :func:`run_cell` (a pair whose journals
-    end at different trials lets the one behind catch up alone, then shares again)."""
+    end at different trials lets the one behind catch up alone, then shares again);
+    ``screen``: a task cell run alone screens the task with full KV first (:func:`run_cell`;
+    a pair shares its prompt passes instead)."""
     have, skipped = have or {}, skipped if skipped is not None else {}
     for c in cells:
         skipped.setdefault(c.key, {})
@@ -542,7 +582,7 @@ def run_cells(cells: Sequence[Cell], suite: SeedSuite, env: dict[str, Any], *,
         return {c.key: run_cell(c, suite, env, seed=seed, batch=batch, progress=progress,
                                 have=have.get(c.key), ppl_rows=ppl_rows,
                                 skipped=skipped[c.key], partial_dir=partial_dir, log=log,
-                                resumed=resumed) for c in cells}
+                                resumed=resumed, screen=screen) for c in cells}
     lm, cfg = env["lm"], env["cfg"]
     pairs = suite_specs(suite, cfg, pair[0].length)
     rules = {sp.label: r for sp, r in pairs}

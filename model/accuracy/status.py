@@ -197,7 +197,8 @@ def suite_status(out: str | Path, *, verdicts: bool = True) -> dict[str, Any]:
             interim = task_interim(recs, full=None if written is None
                                    else [float(x) for x in written.get("scores", ())])
         running.append({
-            "cell": cell, "unit": "windows" if ppl else "trials", "finished": len(recs),
+            "cell": cell, "screen": bool(head.get("screen")),
+            "unit": "windows" if ppl else "trials", "finished": len(recs),
             "interim": interim,
             "planned": planned, "torn": torn, "pace": journal_pace(recs, planned),
             "methods_first": _methods(recs[0]) if recs else start,
@@ -285,7 +286,9 @@ def status_lines(st: dict[str, Any], *, each: bool = False) -> list[str]:
             continue
         of = f" of {r['planned']}" if r["planned"] is not None else ""
         lines.append(
-            f"  {r['cell']}: {r['finished']}{of} {r['unit']} finished; methods running "
+            f"  {r['cell']}" + (" (screen: full KV alone until the task filter decides)"
+                                if r.get("screen") else "")
+            + f": {r['finished']}{of} {r['unit']} finished; methods running "
             f"{r['methods_last']} (first {r['unit'][:-1]}: {r['methods_first']}); "
             f"{r['wall_s']:,.0f} s wall, {r['cpu_s']:,.0f} s CPU so far"
             + ("; a torn last line (dropped on resume)" if r["torn"] else ""))
@@ -296,7 +299,10 @@ def status_lines(st: dict[str, Any], *, each: bool = False) -> list[str]:
                 f"methods took {pace['cpu_each']:,.0f} CPU s each; the {pace['left']} left "
                 f"would take at most about {pace['cpu_left']:,.0f} CPU s at that pace (less "
                 "as methods stop; wall time: that over the workers)")
-        if r.get("interim") and r["unit"] == "trials":
+        if r.get("interim") and r.get("screen"):
+            lines.append(f"    full KV scores {r['interim']['full_mean']:.3f} over "
+                         f"{r['interim']['trials']} trials")
+        elif r.get("interim") and r["unit"] == "trials":
             lines += _task_lines(r["interim"], each)
         elif r.get("interim"):
             lines += _interim_lines(r["interim"], each)
