@@ -32,8 +32,14 @@ HELP = "co-design frontier: iso-accuracy configurations by attention time, energ
 DEFAULT_CELLS = {"smollm2-135m": "docs/results/smollm2/seed",
                  "gemma3-270m": "docs/results/gemma3/seed"}
 
-#: The files ``hikv frontier`` writes into --out (cleared by --force).
-OWNED = ("frontier_*.csv", "frontier_*.json", "frontier_*.png")
+def owned(model: str, protocol: str, length: int) -> tuple[str, ...]:
+    """The files one ``hikv frontier`` writes into --out (glob patterns; cleared by --force):
+    those of its model, protocol and length at any preset, so the frontiers of other lengths
+    or models in the same folder stay."""
+    import glob
+
+    stem = glob.escape(f"frontier_{model}_{protocol}_{length}_")
+    return tuple(f"{stem}*.{ext}" for ext in ("csv", "json", "png"))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,10 +61,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the preset's area (no synthesis)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG")
     p.add_argument("--out", default=None,
-                   help="output folder (default: out/frontier-MODEL-N); one holding an earlier "
-                        "frontier's files needs --force")
+                   help="output folder (default: out/frontier-MODEL-N); one holding this "
+                        "model, protocol and length's frontier needs --force (other "
+                        "frontiers there stay)")
     p.add_argument("--force", action="store_true",
-                   help="replace an earlier frontier's files in --out (deleted first)")
+                   help="replace this model, protocol and length's earlier frontier "
+                        "files in --out (deleted first)")
 
 
 def _cells(args: argparse.Namespace) -> Path:
@@ -87,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
                        protocol=args.protocol, code_version=args.code_version)
     for note in cells.notes:
         print(f"hikv frontier: warning: {note}", file=sys.stderr)
-    out = prepare_out_dir(args.out or f"out/frontier-{args.model}-{args.length}", OWNED,
-                          force=args.force)
+    out = prepare_out_dir(args.out or f"out/frontier-{args.model}-{args.length}",
+                          owned(args.model, args.protocol, args.length), force=args.force)
     fr = frontier(cells, args.preset, area=not args.no_area, seed=args.seed)
     for line in describe(fr):
         print(line)

@@ -121,9 +121,14 @@ def test_frontier_on_a_tiny_cell_set(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert {r["verdict"] for r in rows[1:]} <= set(I.VERDICTS)
     assert all(r["level"] == str(I.NI_LEVEL) for r in rows)
     assert any(r["on_time_front"] == "True" for r in rows)
-    # seconds, not minutes; a second run into the folder needs --force
+    # seconds, not minutes; a second run into the folder needs --force, which replaces this
+    # length's frontier and leaves another length's (a folder holding several) alone
     assert _run(cells, out) == 2
+    other = out / f"frontier_tiny_prompt_{2 * N}_tiny.csv"
+    other.write_text("another length's frontier\n")
     assert _run(cells, out, "--force") == 0
+    assert other.read_text() == "another length's frontier\n"
+    assert (out / f"{stem}.csv").is_file()
 
 
 def test_frontier_reads_a_sequential_cell(tmp_path: Path, capsys: pytest.CaptureFixture
