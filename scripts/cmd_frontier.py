@@ -38,7 +38,9 @@ def owned(model: str, protocol: str, length: int) -> tuple[str, ...]:
     or models in the same folder stay."""
     import glob
 
-    stem = glob.escape(f"frontier_{model}_{protocol}_{length}_")
+    from hikv.sim.explore.frontier import stem_prefix
+
+    stem = glob.escape(stem_prefix(model, protocol, length))
     return tuple(f"{stem}*.{ext}" for ext in ("csv", "json", "png"))
 
 

@@ -53,7 +53,8 @@ from hikv.sim.cost.attention_model import Overrides, attention_cost
 from hikv.sim.cost.clocks import Clocks, accelerator_clocks, assumed_clocks
 
 __all__ = ["FRONTIER_SCHEMA", "FrontierError", "CellSet", "Frontier", "load_cells",
-           "model_config", "frontier", "pareto", "write_frontier", "describe"]
+           "model_config", "frontier", "pareto", "write_frontier", "describe",
+           "stem_prefix"]
 
 #: schema of the frontier's JSON summary
 FRONTIER_SCHEMA = "hikv.frontier/1"
@@ -424,9 +425,15 @@ def _summary(cells: CellSet, preset: str, cfg: Config, clocks: Clocks,
 
 
 # --------------------------------------------------------------------------- output
+def stem_prefix(model: str, protocol: str, length: int) -> str:
+    """What every file name of one model, protocol and length's frontier begins with (the
+    preset follows): ``frontier_<model>_<protocol>_<N>_``."""
+    return f"frontier_{model}_{protocol}_{length}_"
+
+
 def _stem(fr: Frontier) -> str:
     c = fr.cells
-    return f"frontier_{c.model}_{c.protocol}_{c.length}_{fr.preset}"
+    return f"{stem_prefix(c.model, c.protocol, c.length)}{fr.preset}"
 
 
 def write_frontier(fr: Frontier, out: str | Path, *, plot: bool = True) -> list[Path]:
