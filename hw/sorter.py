@@ -128,11 +128,20 @@ def _clog2(m: Module, x: Value, name: str) -> Signal:
 
 class SorterInterface(wiring.Component):
     """What the sorter and the top-k engine (:class:`hikv.hw.topk.TopK`) share: the members
-    ``cfg``, ``i``, ``o`` (streams of :func:`config_layout` and :func:`io_layout`), ``busy`` and
-    ``error``; ``params``; ``timing`` (``timing_class.from_params(params)``), its ``latency``
-    and Stage I cycle count. A subclass sets :attr:`timing_class` and elaborates."""
+    below; ``params``; ``timing`` (``timing_class.from_params(params)``), its ``latency`` and
+    Stage I cycle count. A subclass sets :attr:`timing_class` and elaborates.
 
-    timing_class: type = SorterTiming
+    Members
+    -------
+    cfg : ``In(stream.Signature(config_layout(params)))``
+    i : ``In(stream.Signature(io_layout(params)))``
+    o : ``Out(stream.Signature(io_layout(params)))``
+    busy : ``Out(1)``  a job is configured and not finished
+    error : ``Out(1)``  sticky: a bad configuration or an input beat whose valid/last disagrees
+        (the subclass may name more)
+    """
+
+    timing_class: type
 
     def __init__(self, params: SorterParams) -> None:
         if not isinstance(params, SorterParams):
@@ -170,13 +179,7 @@ class Sorter(SorterInterface):
     params : SorterParams
         Lanes ``P``, key width ``W``, ``max_n``, ``max_k``, ``max_vec``.
 
-    Members
-    -------
-    cfg : ``In(stream.Signature(config_layout(params)))``
-    i : ``In(stream.Signature(io_layout(params)))``
-    o : ``Out(stream.Signature(io_layout(params)))``
-    busy : ``Out(1)``  a job is configured and not finished
-    error : ``Out(1)``  sticky: a bad configuration or an input beat whose valid/last disagrees
+    Members: :class:`SorterInterface`'s.
     """
 
     timing_class = SorterTiming

@@ -101,14 +101,8 @@ class TopK(SorterInterface):
         Lanes ``P``, key width ``W``, ``max_n``, ``max_k`` and the digit width
         ``digit_bits``; ``max_vec`` only sizes the shared configuration layout.
 
-    Members
-    -------
-    cfg : ``In(stream.Signature(config_layout(params)))``
-    i : ``In(stream.Signature(io_layout(params)))``
-    o : ``Out(stream.Signature(io_layout(params)))``
-    busy : ``Out(1)``  a job is configured and not finished
-    error : ``Out(1)``  sticky: a bad configuration or an input beat whose valid/last/labels
-        disagree
+    Members: :class:`~hikv.hw.sorter.SorterInterface`'s; ``error`` also rises on an input beat
+    whose labels disagree with its valid/last.
     """
 
     timing_class = TopKTiming
