@@ -218,6 +218,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seed suites: measure these families again in the cells on disk (their "
                         "rows and skip records leave the cell files; the run measures just "
                         "them), e.g. after their method's code changed")
+    f.add_argument("--screen", nargs="+", default=(), metavar="TASK",
+                   help="seed suites: these tasks' cells (or 'all') run full KV alone first "
+                        "and the methods only if the task filter keeps the task; the rows "
+                        "are the same either way: worth it for tasks the filter is expected "
+                        "to drop (a dropped task saves every method's answers, a kept one "
+                        "costs full KV's trials twice). A task dropped at a shorter length "
+                        "of the suite is screened anyway")
     f.add_argument("--add-families", nargs="+", default=(), metavar="LABEL",
                    help="seed suites: extra families (e.g. hikv-evict/v:static48/k:think32); "
                         "cells on disk run only the new methods")
@@ -376,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
                            seed=args.seed, batch=args.batch, workers=args.workers,
                            executor=args.executor, device=args.device, threads=args.threads,
                            redo=args.redo, tables_only=args.tables_only, argv=sys.argv,
-                           remeasure=tuple(args.redo_families))
+                           remeasure=tuple(args.redo_families), screen=tuple(args.screen))
             return 0
         args.model = args.model or _MODEL
         run_suite(args.model, args.out, suite=suite, preset=args.preset,
@@ -628,12 +635,17 @@ def _check_inputs(args: argparse.Namespace) -> None:
 def _run_suite_of(args: argparse.Namespace) -> tuple[bool, Any]:
     """``(is a seed suite, the suite)`` that ``accuracy run`` will run, with every flag checked
     against it (:class:`~hikv.params.ParamError` naming the flag)."""
-    from hikv.model.accuracy.seed_suite import SEED_SUITES
+    from hikv.model.accuracy.seed_suite import SEED_SUITES, check_screen
     from hikv.model.accuracy.suite import SUITES
     from hikv.params import ParamError
 
     if args.suite in SEED_SUITES:
-        return True, _seed_suite(SEED_SUITES[args.suite], args)
+        suite = _seed_suite(SEED_SUITES[args.suite], args)
+        if args.screen and args.tables_only:
+            raise ParamError("--screen chooses how task cells run: it cannot go with "
+                             "--tables-only")
+        check_screen(suite, args.screen)
+        return True, suite
     seed_only = {"--workers": args.workers != 1, "--executor": args.executor != "local",
                  "--variants": args.variants, "--budget-step": args.budget_step is not None,
                  "--windows": args.windows is not None, "--trials": args.trials is not None,
@@ -641,7 +653,8 @@ def _run_suite_of(args: argparse.Namespace) -> tuple[bool, Any]:
                  "--prune-for": args.prune_for is not None,
                  "--ppl-looks": args.ppl_looks is not None,
                  "--task-top-budget": args.task_top_budget,
-                 "--redo-families": bool(args.redo_families)}
+                 "--redo-families": bool(args.redo_families),
+                 "--screen": bool(args.screen)}
     given = [k for k, v in seed_only.items() if v]
     if given:
         raise ParamError(f"{', '.join(given)} apply to the seed suites "

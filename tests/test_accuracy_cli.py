@@ -233,6 +233,10 @@ def test_redo_families_measures_them_again(tiny_model, tmp_path, capsys) -> None
     assert "--redo-families ['quest']: not families of this run" in capsys.readouterr().err
     assert _run([*base[:2], "smoke", *base[3:], "--redo-families", "snapkv"]) == 2
     assert "--redo-families apply to the seed suites" in capsys.readouterr().err
+    assert _run([*base, "--screen", "passkey", "nope"]) == 2
+    assert "--screen ['nope']: not tasks of suite 'seed-smoke'" in capsys.readouterr().err
+    assert _run([*base, "--screen", "all", "--tables-only"]) == 2
+    assert "--screen chooses how task cells run" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
 
 

@@ -18,8 +18,9 @@ from hikv.model.accuracy import experiments as A
 from hikv.model.accuracy import seed_trials
 from hikv.model.accuracy.io import write_rows
 from hikv.model.accuracy.journal import partial_path, screen_key
-from hikv.model.accuracy.seed_suite import Cell, run_cell, screened
+from hikv.model.accuracy.seed_suite import Cell, check_screen, run_cell, screened
 from hikv.model.accuracy.status import status_lines, suite_status
+from hikv.params import ParamError
 
 SUITE80 = dataclasses.replace(SUITE, keep_min=0.8)
 
@@ -137,6 +138,28 @@ def test_the_suite_screens_what_a_shorter_length_dropped(tmp_path) -> None:
     assert not screened(cells, [c4], dataclasses.replace(suite, adaptive=False))
 
 
+def test_the_user_screens_the_tasks_named(tmp_path) -> None:
+    """``--screen TASK`` (``screened``'s ``tasks``): those tasks' lone adaptive task cells are
+    screened with nothing on disk, "all" screens every task; a pair, a perplexity cell and a
+    suite that is not adaptive are not; a task the suite lacks is refused naming the allowed."""
+    suite = dataclasses.replace(SUITE80, lengths=(2048, 4096))
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    c2, vt = Cell("task", 2048, "prompt", "passkey"), Cell("task", 2048, "prompt", "vt")
+    assert screened(cells, [c2], suite, ("passkey",))
+    assert not screened(cells, [vt], suite, ("passkey",)), "a task not named"
+    assert screened(cells, [c2], suite, ("all",)) and screened(cells, [vt], suite, ("all",))
+    assert not screened(cells, [c2, Cell("task", 2048, "follow-up", "passkey")], suite,
+                        ("all",)), "a pair shares its prompt passes instead"
+    assert not screened(cells, [Cell("ppl", 2048)], suite, ("all",))
+    assert not screened(cells, [c2], dataclasses.replace(suite, adaptive=False), ("all",))
+    check_screen(suite, ("passkey", "all"))
+    with pytest.raises(ParamError, match=r"--screen \['nope'\]: not tasks of suite .*allowed"):
+        check_screen(suite, ("passkey", "nope"))
+    with pytest.raises(ParamError, match="not adaptive"):
+        check_screen(dataclasses.replace(suite, adaptive=False), ("passkey",))
+
+
 def test_status_names_a_screen(monkeypatch, tmp_path) -> None:
     table = {"full": [1] * 20}
     out = tmp_path / "run"
@@ -151,8 +174,9 @@ def test_status_names_a_screen(monkeypatch, tmp_path) -> None:
 def test_a_suite_screens_its_longer_length(tiny_model, tmp_path,  # noqa: F811
                                            monkeypatch) -> None:
     """seed-smoke at 512 and 1,024 tokens on the tiny random model (full KV fails the task):
-    the 1,024-token cell runs full KV alone, and its file equals an unscreened run's; two
-    worker processes write the same cells."""
+    the 1,024-token cell runs full KV alone, and its file equals an unscreened run's, as does
+    a 1,024-token run alone screening the task because ``--screen`` names it; two worker
+    processes write the same cells."""
     from hikv.model.accuracy.io import read_rows
     from hikv.model.accuracy.seed_suite import SEED_SUITES, run_seed_suite
 
@@ -183,6 +207,15 @@ def test_a_suite_screens_its_longer_length(tiny_model, tmp_path,  # noqa: F811
     run_seed_suite(dataclasses.replace(suite, lengths=(1024,)), ref, **kw)
     want, wmeta = read_rows(ref / "cells" / f"{key}.json")
     assert rows == want and meta["skipped"] == wmeta["skipped"]
+    # --screen passkey, no prior on disk: screened all the same, the same file
+    ran.clear()
+    monkeypatch.setattr(A, "_generate", gen)
+    run_seed_suite(dataclasses.replace(suite, lengths=(1024,)), tmp_path / "named",
+                   screen=("passkey",), **kw)
+    monkeypatch.setattr(A, "_generate", real)
+    assert ran and all(labels == ["full"] for _, labels in ran), ran
+    named, nmeta = read_rows(tmp_path / "named" / "cells" / f"{key}.json")
+    assert named == want and nmeta["skipped"] == wmeta["skipped"]
     par = tmp_path / "par"
     (par / "cells").mkdir(parents=True)
     for k in ("ppl_512", "passkey_prompt_512"):     # the prior on disk, as a resumed run has

@@ -48,7 +48,8 @@ from hikv.params import ParamError
 
 __all__ = ["SeedSuite", "SEED_SUITES", "SEED_HIKV", "EXTRA_BASELINES", "Cell", "suite_cells",
            "suite_specs", "run_cell", "run_cells", "run_seed_suite", "task_filter",
-           "seed_tables", "cell_groups", "worker_env", "redo_families", "screened"]
+           "seed_tables", "cell_groups", "worker_env", "redo_families", "screened",
+           "check_screen"]
 
 Log = Callable[[str], None]
 
@@ -125,21 +126,37 @@ def worker_env(model: str, cache: Path | None, preset: str, device: str, threads
     return _WORKER
 
 
-def screened(cells_dir: Path, group: list[Cell], suite: SeedSuite) -> bool:
+def screened(cells_dir: Path, group: list[Cell], suite: SeedSuite,
+             tasks: Sequence[str] = ()) -> bool:
     """Whether a unit of work that is one adaptive task cell screens its task with full KV
-    first (:func:`hikv.model.accuracy.seed_trials.run_cell`'s ``screen``): the task filter
-    dropped the same task and protocol at a shorter length of the suite (that cell's file in
-    ``cells_dir``), so it most likely drops it here too, and the methods would answer every
-    trial for nothing. Only what runs changes, not what is measured."""
+    first (:func:`hikv.model.accuracy.seed_trials.run_cell`'s ``screen``): its task is one of
+    ``tasks`` (the user's ``--screen``: tasks expected to be dropped, ``"all"`` for every one),
+    or the task filter dropped the same task and protocol at a shorter length of the suite
+    (that cell's file in ``cells_dir``), so it most likely drops it here too, and the methods
+    would answer every trial for nothing. Only what runs changes, not what is measured."""
     if len(group) != 1 or group[0].kind != "task" or not suite.adaptive:
         return False
     c = group[0]
+    if c.task in tasks or "all" in tasks:
+        return True
     for n in suite.lengths:
         p = cells_dir / f"{Cell('task', n, c.protocol, c.task).key}.json"
         if n < c.length and p.is_file() and any(
                 not f["kept"] for f in task_filter(suite, read_rows(p)[0])):
             return True
     return False
+
+
+def check_screen(suite: SeedSuite, tasks: Sequence[str]) -> None:
+    """:class:`ParamError` unless ``tasks`` (``--screen``) are tasks of ``suite`` or ``"all"``,
+    and the suite is adaptive (only an adaptive task cell can be screened)."""
+    bad = [t for t in tasks if t != "all" and t not in suite.tasks]
+    if bad:
+        raise ParamError(f"--screen {bad}: not tasks of suite {suite.name!r} (allowed: "
+                         f"{list(suite.tasks)} or 'all')")
+    if tasks and not suite.adaptive:
+        raise ParamError(f"--screen: suite {suite.name!r} is not adaptive; only an adaptive "
+                         "task cell runs full KV first")
 
 
 def _drop_journals(cells_dir: Path, key: str) -> None:
@@ -307,7 +324,8 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                    batch: int = 64, workers: int = 1, executor: str = "local",
                    device: str = "cpu", threads: int = 1, redo: bool = False,
                    tables_only: bool = False, log: Log = print, argv: list[str] | None = None,
-                   remeasure: Sequence[str] = ()) -> dict[str, Any]:
+                   remeasure: Sequence[str] = (), screen: Sequence[str] = ()
+                   ) -> dict[str, Any]:
     """Run every cell of ``suite`` not yet complete in ``out/cells/`` (resumable per cell,
     per method and per trial: a cell's rows are written when it finishes, a cell whose file
     lacks some of the suite's methods runs just those, and a task cell journals each finished
@@ -319,7 +337,11 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
 
     ``tables_only``: run nothing, build the tables from the cells on disk (the missing ones
     are listed in ``seed_table.md``). ``remeasure``: families measured again in the cells on
-    disk (:func:`redo_families`), e.g. after their method's code changed. Perplexity cells run
+    disk (:func:`redo_families`), e.g. after their method's code changed. ``screen``: tasks
+    (or ``"all"``) whose task cells run full KV alone first, the methods only where the task
+    filter keeps the task (:func:`screened`; the rows are the same, only the work differs: a
+    dropped task saves every method's answers, a kept one costs full KV's trials twice).
+    Perplexity cells run
     first (adaptive task cells use them); the two protocols' cells of a task and length run as
     one unit sharing each trial's prompt pass (:func:`cell_groups`, :func:`run_cells`), each
     written to its own file. ``workers`` > 1 runs units in
@@ -339,6 +361,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
         raise ParamError(f"workers = {workers} is out of range: allowed >= 1")
     if executor not in ("local", "ray"):
         raise ParamError(f"executor = {executor!r} is not one of 'local', 'ray'")
+    check_screen(suite, screen)
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
     kw = {"model": model, "cache": cache, "preset": preset, "device": device,
@@ -409,7 +432,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
 
         def arg(g: list[Cell]) -> tuple:
             return ("cells", (g, suite, kw, {c.key: state[c.key][0] for c in g},
-                              ppl_of(g[0]), screened(cells_dir, g, suite)))
+                              ppl_of(g[0]), screened(cells_dir, g, suite, screen)))
 
         for g in groups:
             if g[0].kind == "task" and g[0].length in ppl_todo:
@@ -486,7 +509,7 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
                 g, suite, env, seed=seed, batch=batch,
                 progress=lambda n, w=g[0].length: bar(n, weight=w),
                 have={c.key: state[c.key][0] for c in g}, ppl_rows=ppl_of(g[0]),
-                screen=screened(cells_dir, g, suite), partial_dir=cells_dir,
+                screen=screened(cells_dir, g, suite, screen), partial_dir=cells_dir,
                 log=lambda m: log(f"\n{m}"))
             save_unit(g, got, dataclasses.asdict(env["lm"].shape), skipped, wall, cpu)
     if todo:
