@@ -341,11 +341,10 @@ def run_seed_suite(suite: SeedSuite, out: Path, *, model: str | None = None,
     (or ``"all"``) whose task cells run full KV alone first, the methods only where the task
     filter keeps the task (:func:`screened`; the rows are the same, only the work differs: a
     dropped task saves every method's answers, a kept one costs full KV's trials twice).
-    Perplexity cells run
-    first (adaptive task cells use them); the two protocols' cells of a task and length run as
-    one unit sharing each trial's prompt pass (:func:`cell_groups`, :func:`run_cells`), each
-    written to its own file. ``workers`` > 1 runs units in
-    that many processes (each loads the model once); ``executor="ray"`` spreads them over a
+    Perplexity cells run first (adaptive task cells use them); the two protocols' cells of a
+    task and length run as one unit sharing each trial's prompt pass (:func:`cell_groups`,
+    :func:`run_cells`), each written to its own file. ``workers`` > 1 runs units in that many
+    processes (each loads the model once); ``executor="ray"`` spreads them over a
     Ray cluster (``ray.init()`` joins the one in ``RAY_ADDRESS`` or starts a local one). In
     parallel a length's task units start once its perplexity cell is saved, the longest
     contexts first, and each unit is saved (and the progress bar moves) the moment it finishes
