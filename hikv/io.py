@@ -59,6 +59,7 @@ __all__ = [
     "out_dir_holder",
     "unique_dir",
     "MANIFEST",
+    "FOLDER_README",
     "RunFolder",
     "run_folder",
     "check_result_file",
@@ -411,6 +412,9 @@ MANIFEST_SCHEMA = "hikv.manifest/1"
 #: new run writes: :func:`finish_out_dirs` carries over its entries of files the new run did not
 #: write (another command's files in the same folder), so the folder's manifest lists them all.
 MANIFEST_KEPT = ".hikv-manifest-kept.json"
+#: A result folder's hand-written description (how it was made, what it holds): no command
+#: writes or reads it, so no manifest lists it and editing it leaves the manifest true.
+FOLDER_README = "README.md"
 _HELD: dict[Path, int] = {}
 _OWNED: dict[Path, tuple[str, ...]] = {}
 
@@ -486,17 +490,23 @@ def release_all_out_dirs() -> None:
 
 def finish_out_dirs(arguments: Sequence[str]) -> list[Path]:
     """The run ended normally: write :data:`MANIFEST` into every folder this process holds
-    (the run's files with sizes and SHA-256, the code version and the arguments), last, and
-    release the folders. Returns the manifests written."""
+    (the run's files with sizes and SHA-256, the code version and the arguments; not the files
+    of a sub-folder with a manifest of its own, :func:`_nested_run_folders`, nor a
+    :data:`FOLDER_README`), last, and release the folders. Returns the manifests written."""
     written = []
     for p in list(_HELD):
         owned = _OWNED.get(p, ())
-        files = sorted(f for f in p.rglob("*") if f.is_file() and f.name != MANIFEST
+        nested = _nested_run_folders(p)
+        files = sorted(f for f in p.rglob("*") if f.is_file()
+                       and f.name not in (MANIFEST, FOLDER_README)
                        and not f.name.startswith(".")
+                       and not _under(f.relative_to(p).as_posix(), nested)
                        and (not owned or any(fnmatch.fnmatchcase(f.name, g) for g in owned)))
         entries = [{"path": f.relative_to(p).as_posix(), "bytes": f.stat().st_size,
                     "sha256": _sha256(f)} for f in files]
-        entries += _kept_entries(p, {e["path"] for e in entries})
+        entries += [e for e in _kept_entries(p, {e["path"] for e in entries})
+                    if not _under(e["path"], nested)
+                    and Path(e["path"]).name != FOLDER_README]
         atomic_write_text(p / MANIFEST, json.dumps(
             {"schema": MANIFEST_SCHEMA, "complete": True, "code_version": code_version(),
              "arguments": list(arguments), "files": entries}, indent=1) + "\n")
@@ -505,6 +515,19 @@ def finish_out_dirs(arguments: Sequence[str]) -> list[Path]:
         written.append(p / MANIFEST)
         release_out_dir(p)
     return written
+
+
+def _nested_run_folders(folder: Path) -> tuple[str, ...]:
+    """The sub-folders of ``folder`` (relative, POSIX) that hold a :data:`MANIFEST` of their
+    own: another command's finished output (``hikv frontier --out DIR/frontier``), which that
+    manifest lists, so the folder's own manifest leaves them out and never goes stale when that
+    command runs again."""
+    return tuple(sorted(m.parent.relative_to(folder).as_posix()
+                        for m in folder.rglob(MANIFEST) if m.parent != folder))
+
+
+def _under(rel: str, folders: Sequence[str]) -> bool:
+    return any(rel.startswith(f"{d}/") for d in folders)
 
 
 def _sha256(path: Path) -> str:

@@ -214,6 +214,32 @@ def test_a_folder_shared_by_two_commands_lists_both_in_its_manifest(tmp_path, ca
     assert rc == 0 and err == "", err
 
 
+def test_a_sub_folder_with_its_own_manifest_and_the_readme_are_left_out(tmp_path):
+    """Another command's finished output inside a run's folder (``hikv frontier --out
+    DIR/frontier``) is listed by its own manifest, not the folder's, and the folder's
+    hand-written README.md by none: rerunning that command or editing the README leaves the
+    folder's manifest true."""
+    out = tmp_path / "o"
+    _perplexity_run(out)
+
+    def frontier(text: str) -> None:
+        sub = out / "frontier"
+        hio.prepare_out_dir(sub, ("front.csv",), force=True)
+        (sub / "front.csv").write_text(text)
+        hio.finish_out_dirs(["hikv", "frontier", "--out", str(sub)])
+
+    frontier("a\n1\n")
+    (out / hio.FOLDER_README).write_text("# how this folder was made\n")
+    hio.prepare_out_dir(out, ())                            # the folder's run again
+    hio.finish_out_dirs(["hikv", "accuracy", "run", "--out", str(out)])
+    listed = {e["path"] for e in json.loads((out / hio.MANIFEST).read_text())["files"]}
+    assert listed == {"perplexity.csv", "perplexity.json"}
+    frontier("a\n2\n")                                     # the sub-folder's command again
+    (out / hio.FOLDER_README).write_text("# edited by hand\n")
+    assert hio.folder_complete(out) == (True, "")
+    assert hio.folder_complete(out / "frontier") == (True, "")
+
+
 def test_run_folder_states(tmp_path):
     assert hio.run_folder(tmp_path / "nothing").state == "unverified"
     held = tmp_path / "held"
