@@ -129,6 +129,14 @@ def test_the_committed_cells_are_read_with_a_warning(tmp_path, capsys):
     assert err.startswith("hikv frontier: warning: ") and "cannot be verified" in err, err
 
 
+@pytest.mark.parametrize("manifest", sorted(
+    str(m.relative_to(Path(__file__).resolve().parents[1]))
+    for m in (Path(__file__).resolve().parents[1] / "docs" / "results").rglob(hio.MANIFEST)))
+def test_every_committed_result_folder_is_what_its_manifest_lists(manifest):
+    root = Path(__file__).resolve().parents[1]
+    assert hio.folder_complete((root / manifest).parent) == (True, "")
+
+
 def test_a_manifest_that_is_not_one_is_refused(tmp_path, capsys):
     suite = _finished(tmp_path / "suite")
     for text in ("", "{", "[]", '{"schema": "hikv.manifest/1", "files": [{"path": 1}]}'):
