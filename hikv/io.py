@@ -496,17 +496,15 @@ def finish_out_dirs(arguments: Sequence[str]) -> list[Path]:
     written = []
     for p in list(_HELD):
         owned = _OWNED.get(p, ())
-        nested = _nested_run_folders(p)
-        files = sorted(f for f in p.rglob("*") if f.is_file()
-                       and f.name not in (MANIFEST, FOLDER_README)
-                       and not f.name.startswith(".")
-                       and not _under(f.relative_to(p).as_posix(), nested)
+        found = [f for f in p.rglob("*") if f.is_file()]
+        nested = _nested_run_folders(p, found)
+        files = sorted(f for f in found if f.name != MANIFEST and not f.name.startswith(".")
+                       and _listed(f.relative_to(p).as_posix(), nested)
                        and (not owned or any(fnmatch.fnmatchcase(f.name, g) for g in owned)))
         entries = [{"path": f.relative_to(p).as_posix(), "bytes": f.stat().st_size,
                     "sha256": _sha256(f)} for f in files]
         entries += [e for e in _kept_entries(p, {e["path"] for e in entries})
-                    if not _under(e["path"], nested)
-                    and Path(e["path"]).name != FOLDER_README]
+                    if _listed(e["path"], nested)]
         atomic_write_text(p / MANIFEST, json.dumps(
             {"schema": MANIFEST_SCHEMA, "complete": True, "code_version": code_version(),
              "arguments": list(arguments), "files": entries}, indent=1) + "\n")
@@ -517,17 +515,20 @@ def finish_out_dirs(arguments: Sequence[str]) -> list[Path]:
     return written
 
 
-def _nested_run_folders(folder: Path) -> tuple[str, ...]:
-    """The sub-folders of ``folder`` (relative, POSIX) that hold a :data:`MANIFEST` of their
-    own: another command's finished output (``hikv frontier --out DIR/frontier``), which that
-    manifest lists, so the folder's own manifest leaves them out and never goes stale when that
-    command runs again."""
-    return tuple(sorted(m.parent.relative_to(folder).as_posix()
-                        for m in folder.rglob(MANIFEST) if m.parent != folder))
+def _nested_run_folders(folder: Path, files: Iterable[Path]) -> tuple[str, ...]:
+    """The sub-folders of ``folder`` (relative, POSIX) among whose ``files`` is a
+    :data:`MANIFEST` of their own: another command's finished output (``hikv frontier --out
+    DIR/frontier``), which that manifest lists, so the folder's own manifest leaves them out
+    and never goes stale when that command runs again."""
+    return tuple(sorted(f.parent.relative_to(folder).as_posix()
+                        for f in files if f.name == MANIFEST and f.parent != folder))
 
 
-def _under(rel: str, folders: Sequence[str]) -> bool:
-    return any(rel.startswith(f"{d}/") for d in folders)
+def _listed(rel: str, nested: Sequence[str]) -> bool:
+    """Whether the folder's manifest lists its file ``rel``: not a :data:`FOLDER_README`, nor
+    in one of the ``nested`` run folders."""
+    return (Path(rel).name != FOLDER_README
+            and not any(rel.startswith(f"{d}/") for d in nested))
 
 
 def _sha256(path: Path) -> str:

@@ -129,12 +129,13 @@ def test_the_committed_cells_are_read_with_a_warning(tmp_path, capsys):
     assert err.startswith("hikv frontier: warning: ") and "cannot be verified" in err, err
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
 @pytest.mark.parametrize("manifest", sorted(
-    str(m.relative_to(Path(__file__).resolve().parents[1]))
-    for m in (Path(__file__).resolve().parents[1] / "docs" / "results").rglob(hio.MANIFEST)))
+    str(m.relative_to(ROOT)) for m in (ROOT / "docs" / "results").rglob(hio.MANIFEST)))
 def test_every_committed_result_folder_is_what_its_manifest_lists(manifest):
-    root = Path(__file__).resolve().parents[1]
-    assert hio.folder_complete((root / manifest).parent) == (True, "")
+    assert hio.folder_complete((ROOT / manifest).parent) == (True, "")
 
 
 def test_a_manifest_that_is_not_one_is_refused(tmp_path, capsys):
