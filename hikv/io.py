@@ -438,6 +438,10 @@ def hold_out_dir(folder: str | os.PathLike[str], flag: str = "--out",
     _OWNED[p] = tuple(dict.fromkeys((*_OWNED.get(p, ()), *owned)))
     if p in _HELD:
         return p
+    # the process's code version (cached) is read before it writes anything here: a run's own
+    # outputs in a committed result folder (and the manifest moved aside) are tracked files,
+    # not code, and must not mark its results `-dirty`
+    code_version()
     lock = p / OUT_LOCK
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())

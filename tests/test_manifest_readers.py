@@ -288,3 +288,24 @@ def test_accuracy_run_resumes_its_own_folder_and_finishes_with_a_manifest(
     assert capsys.readouterr().err == ""
     assert main(args) == 0, f"resumed again ({time.monotonic() - t0:.0f} s in all)"
     assert hio.folder_complete(out) == (True, "")
+
+
+
+def test_code_version_read_before_the_run_writes(tmp_path, monkeypatch, request):
+    """A run's results and manifest carry the code version read when it took its folder: the
+    files it writes into a committed result folder (and the manifest it moves aside) change
+    tracked files, which must not turn its own version into ``-dirty``."""
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def describe(*args, **kwargs):        # `git describe --dirty` of a tree holding `out`
+        tag = "abc123def456" + ("-dirty" if any(out.iterdir()) else "")
+        return subprocess.CompletedProcess(args, 0, stdout=tag + "\n", stderr="")
+
+    hio.code_version.cache_clear()
+    request.addfinalizer(hio.code_version.cache_clear)
+    monkeypatch.setattr(hio.subprocess, "run", describe)
+    hio.prepare_out_dir(out, ())
+    make_cells(out)                        # the tree changes under the run
+    manifest = hio.finish_out_dirs(RUN)[0]
+    assert json.loads(manifest.read_text())["code_version"].endswith("+abc123def456")
