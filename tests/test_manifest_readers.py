@@ -290,7 +290,6 @@ def test_accuracy_run_resumes_its_own_folder_and_finishes_with_a_manifest(
     assert hio.folder_complete(out) == (True, "")
 
 
-
 def test_code_version_read_before_the_run_writes(tmp_path, monkeypatch, request):
     """A run's results and manifest carry the code version read when it took its folder: the
     files it writes into a committed result folder (and the manifest it moves aside) change
